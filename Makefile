@@ -1,0 +1,37 @@
+# Two set-up commands (see README.md):
+#   make lab    creates .venv, installs, makes sure RabbitMQ and Redis answer, runs the lab
+#   make test   the same set-up, then pytest (unit + integration) and pyright (strict)
+# Pass options to the lab with ARGS, e.g. make lab ARGS="--only fm3 --prove".
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: lab test services typecheck down clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is needed, this is " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+services: $(STAMP)
+	$(BIN)/python -m shared.services
+
+lab: services
+	$(BIN)/python run_all_fms.py $(ARGS)
+
+test: services
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/pyright
+
+typecheck: $(STAMP)
+	$(BIN)/pyright
+
+down:
+	test -x $(BIN)/python && $(BIN)/python run_all_fms.py --down || true
+
+clean: down
+	rm -rf $(VENV) .lab *.egg-info

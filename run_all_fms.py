@@ -1,0 +1,95 @@
+"""Run the lab: every failure mode against the real RabbitMQ and Redis.
+
+    python run_all_fms.py                      # fm1..fm6, each checks its guarantees
+    python run_all_fms.py --only fm3           # one FM (short or full name)
+    python run_all_fms.py --include-fm0        # also show fm0's bug (S1)
+    python run_all_fms.py --prove              # also run scenario N on FM N-1 (symptom SN)
+    python run_all_fms.py --down               # stop what the lab started
+
+Exit status: 0 when every selected check holds, 1 when one does not, 2 for
+bad input or missing services, 130 on Ctrl-C (workers are stopped first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from shared import harness, services
+from shared.harness import HarnessError, RunReport
+from shared.settings import backend_url, broker_url, mask_url
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="run_all_fms.py", description="reliable-celery-lab: run the failure modes")
+    p.add_argument("--only", nargs="+", metavar="FM", help="FMs to run, short (fm3) or full (fm3_dlq_reconciliation) names")
+    p.add_argument("--include-fm0", action="store_true", help="also run fm0 and expect its bug (S1)")
+    p.add_argument("--prove", action="store_true", help="also run scenario N on FM N-1's code and expect symptom SN")
+    p.add_argument("--down", action="store_true", help="stop workers and services the lab started, then exit")
+    return p.parse_args(argv)
+
+
+def selected(args: argparse.Namespace) -> list[str]:
+    if args.only:
+        return harness.resolve(list(args.only))
+    return [fm for fm in harness.fm_modules() if harness.number(fm) >= 1]
+
+
+def summary_table(reports: list[RunReport], prove: bool) -> str:
+    rows: dict[str, dict[str, RunReport]] = {}
+    for r in reports:
+        rows.setdefault(r.fm, {})[r.kind] = r
+    lines = [f"{'FM':<5} {'fixed (guarantees)':<34} {'broken (symptom)' if prove else ''}".rstrip()]
+    for fm, cells in rows.items():
+        fixed = cells.get("fixed") or cells.get("bug")
+        broken = cells.get("broken")
+        left = f"{fixed.verdict} {' '.join(c.label for c in fixed.checks)}" if fixed else "-"
+        right = f"{broken.verdict} {' '.join(c.label for c in broken.checks)} (on {broken.code})" if broken else ""
+        lines.append(f"{fm:<5} {left:<34} {right}".rstrip())
+    return "\n".join(lines)
+
+
+def describe(r: RunReport) -> str:
+    head = f"{r.fm} {r.kind} (scenario {r.scenario} on {r.code}, {r.seconds:.1f}s): {r.verdict}"
+    body = [f"  {'ok  ' if c.ok else 'FAIL'} {c.label}: {c.detail}" for c in r.checks]
+    if r.error:
+        body.append(f"  error: {r.error}")
+    if not r.ok and r.log is not None:
+        body.append(f"  worker log: {r.log}")
+    return "\n".join([head, *body])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.down:
+        harness.stop_leftover_workers()
+        services.stop_started()
+        return 0
+    try:
+        fms = selected(args)
+        services.ensure()
+        print(f"broker {mask_url(broker_url())}, backend {mask_url(backend_url())}")
+        reports: list[RunReport] = []
+        bug: RunReport | None = None
+        for fm, kind in harness.plan(fms, args.include_fm0, args.prove):
+            if kind == "broken" and fm == "fm1" and bug is not None:
+                report = RunReport("fm1", "broken", bug.code, bug.scenario, bug.checks, bug.observations, bug.error, bug.log, bug.seconds)
+            else:
+                report = harness.run_one(fm, kind, print)
+            bug = report if kind == "bug" else bug
+            reports.append(report)
+            print(describe(report), flush=True)
+    except (HarnessError, services.ServiceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        harness.stop_leftover_workers()
+        print("interrupted: workers stopped", file=sys.stderr)
+        return 130
+    print()
+    print(summary_table(reports, args.prove))
+    return 0 if reports and all(r.ok for r in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

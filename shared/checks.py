@@ -1,0 +1,251 @@
+"""Guarantees G1..G6 and symptoms S1..S6 (DESIGN.md §2), checked on ``Observations``.
+
+Every check is exact where the behaviour is exact and names the observed
+numbers when it fails. ``guarantees(n, obs, recipe)`` checks G1..Gn of FM n's
+run; ``symptom(n, obs, fixed)`` checks Sn of scenario n on FM n-1's code, where
+``fixed`` is FM n's recipe (it holds the bound or deadline the symptom passes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shared.faults import HARD_HANG_CAP_SECONDS
+from shared.observe import Reader
+from shared.recipe import Recipe
+from shared.runner import Observations, StopCondition
+
+PROBE_AT_ONCE_SECONDS = 2.0
+"""G6: a probe task must come back within this after the run."""
+
+
+@dataclass(frozen=True)
+class Check:
+    label: str  # "G3", "S2", ...
+    ok: bool
+    detail: str  # what was observed (and, on failure, what was expected)
+
+
+class _Collector:
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.problems: list[str] = []
+        self.seen: list[str] = []
+
+    def expect(self, cond: bool, seen: str, wanted: str = "") -> None:
+        self.seen.append(seen)
+        if not cond:
+            self.problems.append(f"{seen} (expected {wanted})" if wanted else seen)
+
+    def result(self) -> Check:
+        return Check(self.label, not self.problems, "; ".join(self.problems or self.seen))
+
+
+def _failed_detail(obs: Observations, doc: str) -> tuple[str, str]:
+    f = obs.failed(doc)
+    return (str(f.get("reason")), str(f.get("error"))) if f else ("", "")
+
+
+def _ok_docs(obs: Observations) -> list[str]:
+    summary = obs.summary()
+    return [str(d) for d in summary["ok"]] if summary else []
+
+
+def g1(obs: Observations, recipe: Recipe) -> Check:
+    c = _Collector("G1")
+    runs = obs.notify_runs.get("chord", 0)
+    c.expect(runs == 1, f"chord notify ran {runs}x", "exactly 1")
+    env = obs.chord.envelope
+    c.expect(
+        obs.chord.state == "SUCCESS" and env is not None and env.ok,
+        f"chord result {obs.chord.state} {env.status if env else obs.chord.error_type}",
+        "a SUCCESS envelope",
+    )
+    summary = obs.summary()
+    n_ok, n_failed = (len(summary["ok"]), len(summary["failed"])) if summary else (0, 0)
+    c.expect(n_ok + n_failed == len(obs.docs), f"ok {n_ok} + failed {n_failed} of {len(obs.docs)}", "all accounted")
+    reason, error = _failed_detail(obs, "doc1")
+    c.expect(reason == "error" and "PermanentError" in error, f"doc1 {reason or 'not failed'} {error!r}", "error PermanentError")
+    return c.result()
+
+
+def g2(obs: Observations, recipe: Recipe) -> Check:
+    c = _Collector("G2")
+    a3, a2 = obs.attempts.get("doc3", 0), obs.attempts.get("doc2", 0)
+    c.expect(a3 == 2, f"doc3 attempts {a3}", "2")
+    c.expect(a2 == 1, f"doc2 attempts {a2}", "1")
+    c.expect("doc3" in _ok_docs(obs), f"doc3 {'ok' if 'doc3' in _ok_docs(obs) else 'not ok'}", "ok")
+    return c.result()
+
+
+def g3(obs: Observations, recipe: Recipe) -> Check:
+    c = _Collector("G3")
+    assert_policy = recipe.dead_letter
+    bound = assert_policy.attempts_bound if assert_policy else -1
+    a4 = obs.attempts.get("doc4", 0)
+    c.expect(a4 == bound, f"doc4 attempts {a4}", f"the bound {bound}")
+    reason, _ = _failed_detail(obs, "doc4")
+    c.expect(reason == "dead_lettered", f"doc4 {reason or 'not failed'}", "dead_lettered")
+    c.expect(obs.dlq_depth == 0, f"DLQ depth {obs.dlq_depth}", "0")
+    return c.result()
+
+
+def g4(obs: Observations, recipe: Recipe) -> Check:
+    c = _Collector("G4")
+    c.expect(len(obs.emails) == 1, f"emails {len(obs.emails)}", "exactly 1")
+    dup = obs.duplicate
+    env = dup.envelope if dup else None
+    payload: Any = env.payload if env is not None and env.ok else None
+    sent = payload.get("sent") if isinstance(payload, dict) else None
+    c.expect(sent is False, f"duplicate returned sent={sent}", "sent=False")
+    saw = any(e.kind == "claim" and e.get("role") == "duplicate" and e.get("state") in ("busy", "done") for e in obs.events)
+    c.expect(saw, f"duplicate {'saw' if saw else 'did not see'} the claim", "saw the claim")
+    return c.result()
+
+
+def g5(obs: Observations, recipe: Recipe) -> Check:
+    c = _Collector("G5")
+    policy = recipe.retry
+    if policy is None:
+        return Check("G5", False, "the recipe has no retry policy")
+    a5, a6 = obs.attempts.get("doc5", 0), obs.attempts.get("doc6", 0)
+    c.expect("doc5" in _ok_docs(obs) and a5 == 3, f"doc5 {'ok' if 'doc5' in _ok_docs(obs) else 'failed'} after {a5}", "ok after 3")
+    reason, _ = _failed_detail(obs, "doc6")
+    limit = policy.max_retries + 1
+    c.expect(reason == "retries_exhausted" and a6 == limit, f"doc6 {reason or 'not failed'} after {a6}", f"retries_exhausted after {limit}")
+    for doc in ("doc5", "doc6"):
+        planned = [float(e.get("delay")) for e in obs.events if e.kind == "retry" and e.get("doc") == doc]
+        times = obs.attempt_times(doc)
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        c.expect(len(planned) == len(gaps), f"{doc} {len(planned)} retries, {len(gaps)} gaps", "one retry per gap")
+        for k, (delay, gap) in enumerate(zip(planned, gaps)):
+            low, high = policy.bounds(k)
+            # The planned delay follows the configured curve exactly; the observed gap
+            # cannot be shorter (a busy pool may make it longer, never shorter).
+            c.expect(low <= delay < high, f"{doc} retry {k + 1} planned {delay:.3f}s", f"in [{low:.3f}, {high:.3f})")
+            c.expect(gap >= delay, f"{doc} gap {k + 1} {gap:.3f}s", f">= planned {delay:.3f}s")
+    return c.result()
+
+
+def g6(obs: Observations, recipe: Recipe) -> Check:
+    c = _Collector("G6")
+    r7, _ = _failed_detail(obs, "doc7")
+    r8, _ = _failed_detail(obs, "doc8")
+    c.expect(r7 == "soft_timeout", f"doc7 {r7 or 'not failed'}", "soft_timeout")
+    c.expect(r8 == "hard_timeout", f"doc8 {r8 or 'not failed'}", "hard_timeout")
+    p = obs.probe_seconds
+    c.expect(p is not None and p <= PROBE_AT_ONCE_SECONDS, f"probe {'lost' if p is None else f'{p:.2f}s'}", f"<= {PROBE_AT_ONCE_SECONDS}s")
+    return c.result()
+
+
+GUARANTEES: tuple[Callable[[Observations, Recipe], Check], ...] = (g1, g2, g3, g4, g5, g6)
+
+
+def guarantees(n: int, obs: Observations, recipe: Recipe) -> list[Check]:
+    """G1..Gn on FM n's run of scenario n."""
+    return [check(obs, recipe) for check in GUARANTEES[:n]]
+
+
+# ---- symptoms: scenario n on FM n-1's code ----
+
+
+def _chord_error(c: _Collector, obs: Observations, must_name: str) -> None:
+    ch = obs.chord
+    c.expect(
+        ch.state == "FAILURE" and ch.error_type == "ChordError" and must_name in (ch.error or ""),
+        f"chord result {ch.state} {ch.error_type}: {ch.error!r}",
+        f"FAILURE ChordError naming {must_name}",
+    )
+
+
+def _notify_never(c: _Collector, obs: Observations) -> None:
+    runs = obs.notify_runs.get("chord", 0)
+    c.expect(runs == 0, f"notify ran {runs}x", "0")
+
+
+def s1(obs: Observations, fixed: Recipe) -> Check:
+    c = _Collector("S1")
+    _notify_never(c, obs)
+    _chord_error(c, obs, "doc1 is malformed")
+    return c.result()
+
+
+def s2(obs: Observations, fixed: Recipe) -> Check:
+    c = _Collector("S2")
+    a3 = obs.attempts.get("doc3", 0)
+    c.expect(a3 == 1, f"doc3 attempts {a3}", "1")
+    _chord_error(c, obs, "WorkerLostError")
+    _notify_never(c, obs)
+    return c.result()
+
+
+def _bound(fixed: Recipe) -> int:
+    return fixed.dead_letter.attempts_bound if fixed.dead_letter else 0
+
+
+def s3(obs: Observations, fixed: Recipe) -> Check:
+    c = _Collector("S3")
+    a4, bound = obs.attempts.get("doc4", 0), _bound(fixed)
+    c.expect(a4 > bound, f"doc4 attempts {a4}", f"past the bound {bound}")
+    _notify_never(c, obs)
+    return c.result()
+
+
+def s4(obs: Observations, fixed: Recipe) -> Check:
+    c = _Collector("S4")
+    c.expect(len(obs.emails) == 2, f"emails {len(obs.emails)}", "2")
+    return c.result()
+
+
+def s5(obs: Observations, fixed: Recipe) -> Check:
+    c = _Collector("S5")
+    reason, _ = _failed_detail(obs, "doc5")
+    a5 = obs.attempts.get("doc5", 0)
+    c.expect(bool(reason) and a5 == 1, f"doc5 {reason or 'not failed'} after {a5}", "failed after 1")
+    return c.result()
+
+
+def _hard_deadline(fixed: Recipe) -> float:
+    return fixed.hard_timeout or HARD_HANG_CAP_SECONDS
+
+
+def s6(obs: Observations, fixed: Recipe) -> Check:
+    c = _Collector("S6")
+    starts = obs.attempt_times("doc8")
+    ended = any(e.kind == "attempt_end" and e.get("doc") == "doc8" for e in obs.events)
+    deadline = _hard_deadline(fixed)
+    ran_for = (obs.submitted_at + obs.elapsed - starts[0]) if starts else 0.0
+    c.expect(
+        bool(starts) and not ended and ran_for > deadline,
+        f"doc8 {'still running' if starts and not ended else 'not running'} after {ran_for:.2f}s",
+        f"running past {deadline}s",
+    )
+    _notify_never(c, obs)
+    return c.result()
+
+
+SYMPTOMS: tuple[Callable[[Observations, Recipe], Check], ...] = (s1, s2, s3, s4, s5, s6)
+
+
+def symptom(n: int, obs: Observations, fixed: Recipe) -> Check:
+    return SYMPTOMS[n - 1](obs, fixed)
+
+
+def symptom_stop(n: int, fixed: Recipe) -> tuple[str, StopCondition] | None:
+    """Where a broken run stops when its chord never completes (S3, S6); else None."""
+    if n == 3:
+        bound = _bound(fixed)
+        return ("doc4 passed the bound", lambda r, _t: r.attempts("doc4") > bound + 1)
+    if n == 6:
+        deadline = _hard_deadline(fixed)
+        return ("doc8 outlived the hard deadline", lambda r, _t: _outlived(r, "doc8", deadline))
+    return None
+
+
+def _outlived(r: Reader, doc: str, seconds: float) -> bool:
+    import time
+
+    starts = [e.t for e in r.events() if e.kind == "attempt_start" and e.get("doc") == doc]
+    return bool(starts) and time.time() - starts[0] > seconds + 0.5

@@ -1,0 +1,154 @@
+"""The ``Result`` envelope and ``@enveloped`` (the FM-1 fix).
+
+Why: with the Redis result backend a chord counts its header members in
+``celery.backends.redis.RedisBackend.on_chord_part_return``. When every member
+has returned it decodes their states (``_unpack_chord_result``); one member in
+a FAILURE state turns the whole chord into ``ChordError`` through
+``celery.backends.base.Backend.chord_error_from_stack``, which calls the
+body's errbacks and stores the body as FAILURE. The body itself never runs.
+
+``@enveloped`` makes every exit of a task body a SUCCESS state whose value is a
+``Result`` with ``status`` ``"FAILURE"`` and a ``reason`` a dashboard can split
+on. The chord then always fires its body, and the body sees every failure.
+
+What passes through untouched: Celery's control-flow exceptions (``Retry``,
+``Ignore``, ``Reject``) and ``BaseException`` that is not an ``Exception``
+(``SystemExit``, ``KeyboardInterrupt``). Catching ``Retry`` would turn a retry
+into a terminal failure.
+
+Reasons: an exception class may carry ``envelope_reason``; Celery's
+``SoftTimeLimitExceeded`` is ``soft_timeout``; anything else is ``error``.
+
+Attempts: a body may call ``note_attempt(n)`` with its own count (the lab
+counts attempts per document in Redis, which survives redelivery); otherwise
+the envelope says ``request.retries + 1``, which does not count redeliveries.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast, get_args
+
+from celery import Task
+from celery.exceptions import Ignore, Reject, Retry, SoftTimeLimitExceeded
+
+Status = Literal["SUCCESS", "FAILURE"]
+Reason = Literal["error", "dead_lettered", "retries_exhausted", "soft_timeout", "hard_timeout"]
+REASONS: tuple[Reason, ...] = get_args(Reason)
+Wire = dict[str, Any]
+
+P = TypeVar("P")
+Params = ParamSpec("Params")
+
+_attempt: ContextVar[int | None] = ContextVar("rcl_attempt", default=None)
+
+
+def note_attempt(n: int) -> None:
+    """Tell ``@enveloped`` which attempt the current body is (1-based)."""
+    _attempt.set(n)
+
+
+@dataclass(frozen=True)
+class Result(Generic[P]):
+    """What every enveloped task returns, in a SUCCESS state."""
+
+    status: Status
+    payload: P | None
+    error: str | None
+    reason: Reason | None
+    attempts: int
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "SUCCESS"
+
+    @classmethod
+    def success(cls, payload: P, attempts: int) -> Result[P]:
+        return cls("SUCCESS", payload, None, None, attempts)
+
+    @classmethod
+    def failure(cls, error: str, reason: Reason, attempts: int) -> Result[P]:
+        return cls("FAILURE", None, error, reason, attempts)
+
+    def to_wire(self) -> Wire:
+        """A JSON-ready dict (the lab accepts JSON only)."""
+        return {
+            "status": self.status,
+            "payload": self.payload,
+            "error": self.error,
+            "reason": self.reason,
+            "attempts": self.attempts,
+        }
+
+    @staticmethod
+    def from_wire(raw: object) -> Result[Any]:
+        """Parse a wire dict; raises ``ValueError`` when ``raw`` is no envelope."""
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"not an envelope: {raw!r}")
+        data = cast(Mapping[str, Any], raw)
+        status = data.get("status")
+        reason = data.get("reason")
+        attempts = data.get("attempts")
+        if status not in ("SUCCESS", "FAILURE") or not isinstance(attempts, int):
+            raise ValueError(f"not an envelope: {raw!r}")
+        if reason is not None and reason not in REASONS:
+            raise ValueError(f"unknown failure reason {reason!r}")
+        error = data.get("error")
+        return Result(
+            status=cast(Status, status),
+            payload=data.get("payload"),
+            error=str(error) if error is not None else None,
+            reason=cast(Reason | None, reason),
+            attempts=attempts,
+        )
+
+
+def reason_of(exc: BaseException) -> Reason:
+    """The envelope reason for an exception (see the module docstring)."""
+    declared = getattr(type(exc), "envelope_reason", None)
+    if isinstance(declared, str) and declared in REASONS:
+        return cast(Reason, declared)
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return "soft_timeout"
+    return "error"
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+PASS_THROUGH: tuple[type[BaseException], ...] = (Retry, Ignore, Reject)
+
+
+def enveloped(
+    fn: Callable[Concatenate[Task[Any, Any], Params], P],
+) -> Callable[Concatenate[Task[Any, Any], Params], Wire]:
+    """Wrap a bound task body so that it always returns a ``Result`` wire dict."""
+
+    @functools.wraps(fn)
+    def wrapper(task: Task[Any, Any], *args: Params.args, **kwargs: Params.kwargs) -> Wire:
+        token = _attempt.set(None)
+        try:
+            try:
+                payload = fn(task, *args, **kwargs)
+            except PASS_THROUGH:
+                raise
+            except Exception as exc:  # every other exit becomes a FAILURE envelope
+                return Result[P].failure(describe(exc), reason_of(exc), _attempts(task)).to_wire()
+            return Result.success(payload, _attempts(task)).to_wire()
+        finally:
+            _attempt.reset(token)
+
+    return wrapper
+
+
+def _attempts(task: Task[Any, Any]) -> int:
+    noted = _attempt.get()
+    if noted is not None:
+        return noted
+    retries = task.request.retries
+    return (retries if isinstance(retries, int) else 0) + 1

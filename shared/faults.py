@@ -1,0 +1,115 @@
+"""Fault sentinels and the one ``inject()`` every ``parse_document`` calls.
+
+A scenario maps documents to faults; the fault travels with the submitted work
+(inside the run context), so the same task code meets every fault unchanged.
+On the wire a fault is a short string: ``FAIL``, ``CRASH_ONCE``, ``POISON``,
+``FLAKY:2``, ``FLAKE_FOREVER``, ``SOFT_HANG``, ``HARD_HANG``.
+
+Limits: ``CRASH_ONCE`` and ``POISON`` SIGKILL the current process, which under
+the prefork pool is one pool child. Under ``--pool solo`` they would kill the
+worker itself; the lab always runs prefork.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from celery.exceptions import SoftTimeLimitExceeded
+
+Kind = Literal["FAIL", "CRASH_ONCE", "POISON", "FLAKY", "FLAKE_FOREVER", "SOFT_HANG", "HARD_HANG"]
+KINDS: tuple[Kind, ...] = ("FAIL", "CRASH_ONCE", "POISON", "FLAKY", "FLAKE_FOREVER", "SOFT_HANG", "HARD_HANG")
+
+SOFT_HANG_SECONDS = 2.0
+"""How long ``SOFT_HANG`` sleeps when nothing interrupts it (well past fm6's soft limit)."""
+CRASH_AFTER_SECONDS = {"CRASH_ONCE": 0.1, "POISON": 0.3}
+"""How long ``CRASH_ONCE``/``POISON`` work before the kill: a crash mid-task. Two pool
+children killed within a few milliseconds of each other are not both noticed at once
+by Celery 5.7's prefork pool: the second waits for the periodic pool maintenance
+(``AsynPool.timers``, every 5 s). Different delays keep the lab's two crashes apart."""
+HARD_HANG_CAP_SECONDS = 60.0
+"""``HARD_HANG`` gives up after this long, so a forgotten worker does not hang for ever."""
+
+
+class PermanentError(Exception):
+    """A document that can never be parsed (``FAIL``)."""
+
+
+class TransientError(Exception):
+    """A downstream hiccup (an HTTP 503, say) that a later attempt may not meet."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: Kind
+    times: int = 0  # FLAKY only: how many attempts fail before one succeeds
+
+    def to_wire(self) -> str:
+        return f"{self.kind}:{self.times}" if self.kind == "FLAKY" else self.kind
+
+    @staticmethod
+    def from_wire(text: str) -> Fault:
+        kind, _, times = text.partition(":")
+        for known in KINDS:
+            if kind == known:
+                if known == "FLAKY":
+                    if not times.isdigit() or int(times) < 1:
+                        raise ValueError(f"FLAKY needs a positive count: {text!r}")
+                    return Fault("FLAKY", int(times))
+                if times:
+                    raise ValueError(f"{kind} takes no count: {text!r}")
+                return Fault(known)
+        raise ValueError(f"unknown fault {text!r}; known: {', '.join(KINDS)}")
+
+
+FAIL = Fault("FAIL")
+CRASH_ONCE = Fault("CRASH_ONCE")
+POISON = Fault("POISON")
+FLAKE_FOREVER = Fault("FLAKE_FOREVER")
+SOFT_HANG = Fault("SOFT_HANG")
+HARD_HANG = Fault("HARD_HANG")
+
+
+def FLAKY(times: int) -> Fault:  # noqa: N802 - reads like the other sentinels
+    return Fault("FLAKY", times)
+
+
+def inject(fault: Fault | None, attempt: int, *, doc: str = "") -> None:
+    """Misbehave as ``fault`` says on this (1-based) ``attempt``; return when it is over."""
+    if fault is None:
+        return
+    match fault.kind:
+        case "FAIL":
+            raise PermanentError(f"{doc or 'document'} is malformed")
+        case "CRASH_ONCE":
+            if attempt == 1:
+                _sigkill_self(CRASH_AFTER_SECONDS["CRASH_ONCE"])
+        case "POISON":
+            _sigkill_self(CRASH_AFTER_SECONDS["POISON"])
+        case "FLAKY":
+            if attempt <= fault.times:
+                raise TransientError(f"503 from the parser service (attempt {attempt})")
+        case "FLAKE_FOREVER":
+            raise TransientError(f"503 from the parser service (attempt {attempt})")
+        case "SOFT_HANG":
+            time.sleep(SOFT_HANG_SECONDS)  # a soft time limit interrupts this sleep
+        case "HARD_HANG":
+            _hang_ignoring_soft_limit()
+
+
+def _sigkill_self(after: float) -> None:
+    time.sleep(after)  # the work done before the crash
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _hang_ignoring_soft_limit() -> None:
+    deadline = time.monotonic() + HARD_HANG_CAP_SECONDS
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            time.sleep(left)
+        except SoftTimeLimitExceeded:
+            continue  # the badly behaved code this fault stands for swallows it
+    raise RuntimeError(f"HARD_HANG gave up after {HARD_HANG_CAP_SECONDS:.0f}s")

@@ -1,0 +1,314 @@
+"""The harness behind ``run_all_fms.py`` (DESIGN.md §3).
+
+It learns everything about an FM from the FM module (``RECIPE``, ``app``,
+``tasks``): there is no second table of FM specs here. FM modules are found by
+file name (``fm<N>_<name>.py`` next to ``run_all_fms.py``).
+
+One run: reset the FM's own namespace (its queues and exchanges over AMQP, its
+``rcl:<fm>:*`` Redis keys), start ``celery -A <module> worker`` with the FM's
+flags in its own process group, wait until it answers a probe task, run the
+scenario, check, stop the worker (TERM, then KILL) and keep its log in
+``.lab/logs/``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Literal
+
+from kombu import Connection
+
+from shared import checks
+from shared.checks import Check
+from shared.observe import client
+from shared.recipe import Recipe
+from shared.runner import Lab, Observations, StopCondition, new_run_id, run_scenario
+from shared.scenarios import scenario
+from shared.settings import broker_url, redis_prefix
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB_DIR = ROOT / ".lab"
+LOG_DIR = LAB_DIR / "logs"
+WORKERS_DIR = LAB_DIR / "workers"
+READY_TIMEOUT = 60.0
+RUN_TIMEOUT = 90.0
+STOP_GRACE = 5.0
+
+Kind = Literal["fixed", "broken", "bug"]
+
+
+class HarnessError(Exception):
+    """Something the user must fix (exit 2), said without a traceback."""
+
+
+class WorkerFailed(Exception):
+    """The worker exited or never became ready; carries the tail of its log."""
+
+
+# ---- finding FMs -------------------------------------------------------------
+
+
+def fm_modules() -> dict[str, str]:
+    """Short name -> module name, for every ``fm<N>_*.py`` beside run_all_fms.py."""
+    found: dict[str, str] = {}
+    for path in sorted(ROOT.glob("fm[0-9]_*.py")):
+        found[path.stem.split("_", 1)[0]] = path.stem
+    return found
+
+
+def resolve(names: list[str]) -> list[str]:
+    """Short names for ``--only`` arguments given as short or full names."""
+    modules = fm_modules()
+    short_of = {**{s: s for s in modules}, **{m: s for s, m in modules.items()}}
+    unknown = [n for n in names if n not in short_of]
+    if unknown:
+        valid = ", ".join(f"{s} ({m})" for s, m in modules.items())
+        raise HarnessError(f"unknown FM {', '.join(unknown)}; valid: {valid}")
+    return [short_of[n] for n in names]
+
+
+def load(short: str) -> Lab:
+    module: ModuleType = importlib.import_module(fm_modules()[short])
+    lab = Lab(module.RECIPE, module.app, module.tasks)
+    _refuse_foreign_names(lab.recipe)
+    return lab
+
+
+def _refuse_foreign_names(recipe: Recipe) -> None:
+    own = f"rcl.{recipe.fm}."
+    foreign = [n for n in (*recipe.queue_names, *recipe.exchange_names) if not n.startswith(own)]
+    if foreign:
+        raise HarnessError(f"{recipe.fm} declares names outside its namespace {own}*: {', '.join(foreign)}")
+
+
+def number(short: str) -> int:
+    return int(short[2:])
+
+
+# ---- namespace reset -----------------------------------------------------------
+
+
+def reset(recipe: Recipe) -> None:
+    """Delete the FM's own queues, exchanges and Redis keys; nothing else."""
+    with Connection(broker_url()) as conn:
+        for name in recipe.queue_names:
+            conn.default_channel.queue_delete(queue=name)
+        for name in recipe.exchange_names:
+            conn.default_channel.exchange_delete(exchange=name)
+    r = client()
+    batch: list[str] = []
+    for key in r.scan_iter(match=f"{redis_prefix(recipe.fm)}*", count=500):
+        batch.append(str(key))
+        if len(batch) >= 500:
+            r.delete(*batch)
+            batch.clear()
+    if batch:
+        r.delete(*batch)
+
+
+# ---- workers -------------------------------------------------------------------
+
+
+@dataclass
+class Worker:
+    recipe: Recipe
+    run_id: str
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        WORKERS_DIR.mkdir(parents=True, exist_ok=True)
+        r = self.recipe
+        cmd = [sys.executable, "-m", "celery", "-A", r.module, "worker", "--loglevel=INFO",
+               "-n", f"{r.fm}-{self.run_id}@%h", *r.worker_args()]
+        if r.beat:
+            cmd += ["--schedule", str(LAB_DIR / f"beat-{r.fm}-{self.run_id}")]
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        (WORKERS_DIR / str(self.proc.pid)).write_text(json.dumps({"fm": r.fm, "run": self.run_id}))
+
+    def tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def wait_ready(self, lab: Lab, timeout: float = READY_TIMEOUT) -> None:
+        """Ready means: it took a probe task from the FM's queue and answered."""
+        assert self.proc is not None
+        res = lab.tasks.probe.apply_async()
+        deadline = time.monotonic() + timeout
+        while not res.ready():
+            if self.proc.poll() is not None:
+                raise WorkerFailed(f"worker exited with {self.proc.returncode} before it was ready; log tail:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise WorkerFailed(f"worker not ready after {timeout:.0f}s; log tail:\n{self.tail()}")
+            time.sleep(0.05)  # polling the probe's result, bounded by the deadline
+        res.forget()
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(proc.pid, signal.SIGKILL)  # pool children and beat too
+        proc.wait()
+        (WORKERS_DIR / str(proc.pid)).unlink(missing_ok=True)
+        self.proc = None
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_leftover_workers(say: Callable[[str], None] = print) -> int:
+    """Kill every worker group this harness started and did not stop (``--down``)."""
+    stopped = 0
+    for entry in sorted(WORKERS_DIR.glob("*")) if WORKERS_DIR.exists() else []:
+        if entry.name.isdigit():
+            _signal_group(int(entry.name), signal.SIGKILL)
+            stopped += 1
+        entry.unlink(missing_ok=True)
+    if stopped:
+        say(f"stopped {stopped} worker group(s)")
+    return stopped
+
+
+@contextmanager
+def running_worker(lab: Lab, run_id: str, label: str, grace: float) -> Iterator[Worker]:
+    worker = Worker(lab.recipe, run_id, LOG_DIR / f"{label}-{run_id}.log")
+    worker.start()
+    try:
+        worker.wait_ready(lab)
+        yield worker
+    finally:
+        worker.stop(grace)
+
+
+# ---- runs ----------------------------------------------------------------------
+
+
+@dataclass
+class RunReport:
+    fm: str  # the FM this cell belongs to (for a broken run: the later FM)
+    kind: Kind
+    code: str  # the FM whose code ran
+    scenario: int
+    checks: list[Check] = field(default_factory=lambda: [])
+    observations: Observations | None = None
+    error: str | None = None
+    log: Path | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
+
+    @property
+    def verdict(self) -> str:
+        if self.kind == "fixed":
+            return "PASS" if self.ok else "FAIL"
+        if self.kind == "bug":
+            return "BUG REPRODUCED" if self.ok else "BUG NOT REPRODUCED"
+        return "REPRODUCED" if self.ok else "NOT REPRODUCED"
+
+
+def run_one(fm: str, kind: Kind, say: Callable[[str], None]) -> RunReport:
+    """fixed: scenario N on FM N; broken: scenario N on FM N-1; bug: scenario 1 on fm0."""
+    n = number(fm)
+    code = fm if kind == "fixed" else f"fm{n - 1}" if kind == "broken" else "fm0"
+    sc_n = 1 if kind == "bug" else n
+    report = RunReport(fm, kind, code, sc_n)
+    started = time.monotonic()
+    try:
+        lab = load(code)
+        fixed = load(fm).recipe if kind == "broken" else lab.recipe
+        stop: tuple[str, StopCondition] | None = checks.symptom_stop(n, fixed) if kind == "broken" else None
+        run_id = new_run_id()
+        say(f"{fm} {kind}: scenario {sc_n} on {code}'s code (run {run_id}): resetting, starting the worker ...")
+        reset(lab.recipe)
+        label = f"{fm}-{kind}-{code}"
+        report.log = LOG_DIR / f"{label}-{run_id}.log"
+        with running_worker(lab, run_id, label, grace=0.5 if stop else STOP_GRACE):
+            say(f"{fm} {kind}: worker ready, running scenario {sc_n} ...")
+            obs = run_scenario(lab, scenario(sc_n), run_id, RUN_TIMEOUT, stop=stop)
+        report.observations = obs
+        if kind == "fixed":
+            report.checks = checks.guarantees(n, obs, lab.recipe)
+        else:
+            report.checks = [checks.symptom(n if kind == "broken" else 1, obs, fixed)]
+        if stop is not None:
+            reset(lab.recipe)  # the looping message goes with the FM's own queues
+    except WorkerFailed as exc:
+        report.error = str(exc)
+    except HarnessError:
+        raise
+    except Exception as exc:  # one broken run must not hide the others
+        report.error = f"{type(exc).__name__}: {exc}"
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str, Kind]]:
+    runs: list[tuple[str, Kind]] = []
+    for fm in selected:
+        n = number(fm)
+        if n == 0:
+            continue
+        runs.append((fm, "fixed"))
+        if prove:
+            runs.append((fm, "broken"))
+    if include_fm0 or "fm0" in selected:
+        runs.insert(0, ("fm0", "bug"))
+    return runs
+
+
+def run_by_hand(fm: str) -> int:
+    """``python fmN_*.py``: run scenario N against a worker the user started."""
+    from shared import services
+
+    try:
+        services.ensure()
+        lab = load(fm)
+    except (services.ServiceError, HarnessError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    recipe = lab.recipe
+    flags = " ".join(recipe.worker_args())
+    if checks_probe(lab) is None:
+        print(f"no worker answers on {recipe.task_queue.name}; start one in another shell:\n"
+              f"  celery -A {recipe.module} worker {flags}", file=sys.stderr)
+        return 2
+    obs = run_scenario(lab, scenario(recipe.scenario), new_run_id(), RUN_TIMEOUT)
+    found = checks.guarantees(number(fm), obs, recipe) if number(fm) else [checks.symptom(1, obs, recipe)]
+    print(f"{fm}: scenario {recipe.scenario}, chord result {obs.chord.state}, attempts {dict(obs.attempts)}, "
+          f"emails {len(obs.emails)}")
+    for c in found:
+        print(f"  {'ok  ' if c.ok else 'FAIL'} {c.label}: {c.detail}")
+    return 0 if all(c.ok for c in found) else 1
+
+
+def checks_probe(lab: Lab) -> float | None:
+    from shared.runner import probe_seconds
+
+    return probe_seconds(lab, timeout=10.0)

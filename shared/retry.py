@@ -1,0 +1,94 @@
+"""``@transient_retryable``: bounded retries with exponential backoff and jitter (the FM-5 fix).
+
+Knobs (``RetryPolicy``):
+
+- ``retry_on``: the exception types worth another attempt (default ``TransientError``);
+  everything else goes straight through to ``@enveloped`` as a terminal failure;
+- ``max_retries``: retries after the first attempt, so at most ``max_retries + 1`` attempts;
+- ``base``, ``factor``, ``cap``: the delay before retry ``k`` (0-based) is
+  ``min(cap, base * factor**k)`` times the jitter;
+- ``jitter``: a random factor in ``[1, 2)``, proportional to the delay, which
+  de-synchronises a fleet that failed together better than a fixed extra second.
+  With ``factor >= 2`` the bands ``[d_k, 2 d_k)`` do not overlap: every delay is
+  longer than the one before, whatever the jitter drew.
+
+How: the retry is Celery's own ``Task.retry(countdown=...)``, which publishes the
+same task id again (its chord membership with it) and raises ``Retry``;
+``@enveloped`` lets ``Retry`` through. On exhaustion it raises
+``RetriesExhausted`` (``envelope_reason = "retries_exhausted"``) from the last
+error, so ``@enveloped`` records why the document failed.
+
+Limits: a countdown is held by the worker until it is due (with quorum queues
+and a direct exchange, as in this lab, Celery 5.7's ``Celery.send_task`` logs
+that native delayed delivery does not apply and publishes the countdown as an
+ETA); a worker that dies while holding it returns the message to the queue,
+where it is delivered again at once. Retries count in ``request.retries``,
+which a redelivery does not increase.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from celery import Task
+
+from shared.envelope import describe
+from shared.faults import TransientError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+OnRetry = Callable[[Task[Any, Any], tuple[Any, ...], BaseException, int, float], None]
+
+
+class RetriesExhausted(Exception):
+    envelope_reason = "retries_exhausted"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 3
+    base: float = 0.1
+    factor: float = 2.0
+    cap: float = 60.0
+    retry_on: tuple[type[BaseException], ...] = (TransientError,)
+
+    def planned(self, k: int) -> float:
+        """The delay before retry ``k`` (0-based), before jitter."""
+        return min(self.cap, self.base * self.factor**k)
+
+    def bounds(self, k: int) -> tuple[float, float]:
+        """Where the jittered delay before retry ``k`` falls: ``[low, high)``."""
+        d = self.planned(k)
+        return d, 2 * d
+
+    def delay(self, k: int, rng: random.Random | None = None) -> float:
+        low, high = self.bounds(k)
+        return (rng or random).uniform(low, high)
+
+
+def transient_retryable(
+    policy: RetryPolicy, on_retry: OnRetry | None = None
+) -> Callable[[Callable[Concatenate[Task[Any, Any], P], R]], Callable[Concatenate[Task[Any, Any], P], R]]:
+    """Retry ``policy.retry_on`` errors with backoff; ``on_retry(task, args, exc, n, delay)`` sees each retry."""
+
+    def decorate(fn: Callable[Concatenate[Task[Any, Any], P], R]) -> Callable[Concatenate[Task[Any, Any], P], R]:
+        @functools.wraps(fn)
+        def wrapper(task: Task[Any, Any], *args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return fn(task, *args, **kwargs)
+            except policy.retry_on as exc:
+                done = int(task.request.retries or 0)
+                if done >= policy.max_retries:
+                    raise RetriesExhausted(f"gave up after {done + 1} attempts: {describe(exc)}") from exc
+                wait = policy.delay(done)
+                if on_retry is not None:
+                    on_retry(task, tuple(args), exc, done + 1, wait)
+                raise task.retry(exc=exc, countdown=wait, max_retries=policy.max_retries) from exc
+
+        return wrapper
+
+    return decorate

@@ -1,0 +1,217 @@
+"""Submit one scenario's chord to a running worker and observe what happens.
+
+``run_scenario`` returns a typed ``Observations``; it never sleeps blindly: it
+polls Redis (the run's events and counters) and the result backend until the
+run's stop condition holds or its deadline passes. The stop condition is the
+chord's result being ready, unless the caller gives another (a broken run
+whose chord never completes stops on its symptom instead).
+
+FM-4's interleaving is made deterministic with a gate: every ``notify`` that
+reaches "send" waits until the runner opens it; the runner fires the duplicate
+``notify`` only when the chord's own ``notify`` is waiting, and opens the gate
+only when the duplicate has met the claim (or, without a claim, reached the gate).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from celery import Celery, chain, chord, group
+from celery.result import AsyncResult
+
+from shared.dlq import dead_letter_queue, declare_dead_letter_path
+from shared.envelope import Result
+from shared.observe import Event, Reader, Recorder
+from shared.recipe import Recipe, Tasks
+from shared.scenarios import RunContext, Scenario
+from shared.waiting import wait_until
+
+NOT_RUN_WINDOW = 0.5
+"""To show that ``notify`` did not run, the runner watches this long after the chord ended."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one ``notify`` (chord body or duplicate) ended."""
+
+    state: str  # Celery state: SUCCESS, FAILURE, PENDING (never finished) ...
+    envelope: Result[Any] | None  # the value, when it is a Result envelope
+    error_type: str | None  # the exception class, when the state is FAILURE
+    error: str | None
+
+    @staticmethod
+    def of(res: AsyncResult) -> Outcome:
+        state = str(res.state)
+        if not res.ready():
+            return Outcome(state, None, None, None)
+        value: object = res.result
+        if state == "SUCCESS":
+            try:
+                return Outcome(state, Result.from_wire(value), None, None)
+            except ValueError:
+                return Outcome(state, None, None, repr(value))
+        if isinstance(value, BaseException):
+            return Outcome(state, None, type(value).__name__, str(value))
+        return Outcome(state, None, None, repr(value))
+
+
+@dataclass(frozen=True)
+class Observations:
+    fm: str
+    run_id: str
+    scenario: int
+    docs: tuple[str, ...]
+    attempts: Mapping[str, int]
+    events: tuple[Event, ...]
+    notify_runs: Mapping[str, int]  # role ("chord", "duplicate") -> executions
+    emails: tuple[str, ...]
+    chord: Outcome
+    duplicate: Outcome | None
+    dlq_depth: int | None  # messages left in the DLQ, when the FM has one
+    probe_seconds: float | None  # round trip of a probe task after the run
+    stopped_by: str  # "chord finished", a symptom's name, or "deadline"
+    submitted_at: float
+    elapsed: float
+
+    def summary(self) -> Mapping[str, Any] | None:
+        env = self.chord.envelope
+        return cast(Mapping[str, Any], env.payload) if env is not None and env.ok and env.payload else None
+
+    def failed(self, doc: str) -> Mapping[str, Any] | None:
+        summary = self.summary()
+        for f in cast(list[Mapping[str, Any]], summary["failed"] if summary else []):
+            if f.get("doc") == doc:
+                return f
+        return None
+
+    def attempt_times(self, doc: str) -> list[float]:
+        return [e.t for e in self.events if e.kind == "attempt_start" and e.get("doc") == doc]
+
+
+StopCondition = Callable[[Reader, float], bool]
+"""``(reader, seconds since submission) -> stop now?``"""
+
+
+@dataclass(frozen=True)
+class Lab:
+    """One FM as the harness sees it: its recipe, app and tasks."""
+
+    recipe: Recipe
+    app: Celery
+    tasks: Tasks
+
+
+def new_run_id() -> str:
+    return time.strftime("%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def probe_seconds(lab: Lab, timeout: float) -> float | None:
+    """Round trip of one probe task (None if it did not come back in time)."""
+    started = time.monotonic()
+    res = lab.tasks.probe.apply_async()
+    try:
+        res.get(timeout=timeout)
+    except Exception:
+        return None
+    finally:
+        res.forget()
+    return time.monotonic() - started
+
+
+def dlq_depth(lab: Lab) -> int | None:
+    if lab.recipe.dead_letter is None:
+        return None
+    with lab.app.connection_for_write() as conn:
+        declared = dead_letter_queue(lab.recipe.fm).bind(conn.default_channel).queue_declare(passive=True)
+        return int(declared.message_count)
+
+
+def run_scenario(
+    lab: Lab,
+    sc: Scenario,
+    run_id: str,
+    timeout: float,
+    stop: tuple[str, StopCondition] | None = None,
+    probe_after: bool = True,
+) -> Observations:
+    recipe, tasks = lab.recipe, lab.tasks
+    ctx = RunContext.for_scenario(run_id, recipe.fm, sc)
+    wire = ctx.to_wire()
+    reader = Reader(recipe.fm, run_id)
+    if recipe.dead_letter is not None:
+        declare_dead_letter_path(lab.app, recipe.fm)
+
+    header = group(chain(tasks.fetch_document.s(doc, ctx=wire), tasks.parse_document.s(ctx=wire)) for doc in sc.docs)
+    submitted_at = time.time()
+    started = time.monotonic()
+    body_result = cast(AsyncResult, chord(header)(tasks.notify.s(ctx=wire, role="chord")))
+    duplicate: AsyncResult | None = None
+    gate_opened = False
+
+    def step() -> str | None:
+        """One look at the run; returns why to stop, or None to go on."""
+        nonlocal duplicate, gate_opened
+        if sc.duplicate_notify:
+            if duplicate is None and reader.has_event("gate_wait", role="chord"):
+                duplicate = _fire_duplicate(lab, body_result, wire)
+            elif duplicate is not None and not gate_opened and _duplicate_met_claim(reader):
+                Recorder(recipe.fm, run_id).open_gate()
+                gate_opened = True
+        elapsed = time.monotonic() - started
+        if stop is not None:
+            return stop[0] if stop[1](reader, elapsed) else None
+        if body_result.ready() and (not sc.duplicate_notify or (duplicate is not None and duplicate.ready())):
+            return "chord finished"
+        return None
+
+    reasons: list[str] = []
+
+    def should_stop() -> bool:
+        reason = step()
+        if reason is not None:
+            reasons.append(reason)
+        return reason is not None
+
+    wait_until(should_stop, timeout)
+    stopped_by = reasons[0] if reasons else "deadline"
+    chord_outcome = Outcome.of(body_result)
+    if chord_outcome.state != "SUCCESS":
+        # Proving that the body did not run: watch a bounded window, then read.
+        wait_until(lambda: reader.notify_runs("chord") > 0, NOT_RUN_WINDOW)
+    healthy = stop is None and stopped_by != "deadline"
+    return Observations(
+        fm=recipe.fm,
+        run_id=run_id,
+        scenario=sc.number,
+        docs=sc.docs,
+        attempts={doc: reader.attempts(doc) for doc in sc.docs},
+        events=tuple(reader.events()),
+        notify_runs={role: reader.notify_runs(role) for role in ("chord", "duplicate")},
+        emails=tuple(reader.emails()),
+        chord=chord_outcome,
+        duplicate=Outcome.of(duplicate) if duplicate is not None else None,
+        dlq_depth=dlq_depth(lab),
+        probe_seconds=probe_seconds(lab, timeout=10.0) if probe_after and healthy else None,
+        stopped_by=stopped_by,
+        submitted_at=submitted_at,
+        elapsed=time.monotonic() - started,
+    )
+
+
+def _fire_duplicate(lab: Lab, body_result: AsyncResult, wire: dict[str, Any]) -> AsyncResult:
+    """Re-fire ``notify`` for the same pipeline, as an operator (or a redelivery) would."""
+    header = body_result.parent
+    results = [r.result for r in header.results] if header is not None and header.results else []
+    return lab.tasks.notify.apply_async(args=[results], kwargs={"ctx": wire, "role": "duplicate"})
+
+
+def _duplicate_met_claim(reader: Reader) -> bool:
+    events = reader.events()
+    return any(
+        e.get("role") == "duplicate" and (e.kind == "gate_wait" or (e.kind == "claim" and e.get("state") == "busy"))
+        for e in events
+    )
