@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import cast
 
 from shared.faults import HARD_HANG_CAP_SECONDS
 from shared.observe import Reader
@@ -97,8 +98,8 @@ def g4(obs: Observations, recipe: Recipe) -> Check:
     c.expect(len(obs.emails) == 1, f"emails {len(obs.emails)}", "exactly 1")
     dup = obs.duplicate
     env = dup.envelope if dup else None
-    payload: Any = env.payload if env is not None and env.ok else None
-    sent = payload.get("sent") if isinstance(payload, dict) else None
+    payload = cast(object, env.payload if env is not None and env.ok else None)
+    sent = cast(Mapping[str, object], payload).get("sent") if isinstance(payload, Mapping) else None
     c.expect(sent is False, f"duplicate returned sent={sent}", "sent=False")
     saw = any(e.kind == "claim" and e.get("role") == "duplicate" and e.get("state") in ("busy", "done") for e in obs.events)
     c.expect(saw, f"duplicate {'saw' if saw else 'did not see'} the claim", "saw the claim")
@@ -237,7 +238,7 @@ def symptom_stop(n: int, fixed: Recipe) -> tuple[str, StopCondition] | None:
     """Where a broken run stops when its chord never completes (S3, S6); else None."""
     if n == 3:
         bound = _bound(fixed)
-        return ("doc4 passed the bound", lambda r, _t: r.attempts("doc4") > bound + 1)
+        return ("doc4 passed the bound", lambda r, _t: r.attempts("doc4") > bound)
     if n == 6:
         deadline = _hard_deadline(fixed)
         return ("doc8 outlived the hard deadline", lambda r, _t: _outlived(r, "doc8", deadline))

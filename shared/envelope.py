@@ -98,19 +98,25 @@ class Result(Generic[P]):
             raise ValueError(f"unknown failure reason {reason!r}")
         error = data.get("error")
         return Result(
-            status=cast(Status, status),
+            status=status,
             payload=data.get("payload"),
             error=str(error) if error is not None else None,
-            reason=cast(Reason | None, reason),
+            reason=reason,
             attempts=attempts,
         )
+
+
+def is_envelope(raw: object) -> bool:
+    """Does ``raw`` look like a ``Result`` on the wire (as opposed to a bare payload)?"""
+    return isinstance(raw, Mapping) and "status" in cast(Mapping[str, object], raw)
 
 
 def reason_of(exc: BaseException) -> Reason:
     """The envelope reason for an exception (see the module docstring)."""
     declared = getattr(type(exc), "envelope_reason", None)
-    if isinstance(declared, str) and declared in REASONS:
-        return cast(Reason, declared)
+    for reason in REASONS:
+        if declared == reason:
+            return reason
     if isinstance(exc, SoftTimeLimitExceeded):
         return "soft_timeout"
     return "error"
@@ -139,7 +145,7 @@ def enveloped(
                 raise
             except Exception as exc:  # every other exit becomes a FAILURE envelope
                 return Result[P].failure(describe(exc), reason_of(exc), _attempts(task)).to_wire()
-            return Result.success(payload, _attempts(task)).to_wire()
+            return Result[P].success(payload, _attempts(task)).to_wire()
         finally:
             _attempt.reset(token)
 
@@ -150,5 +156,4 @@ def _attempts(task: Task[Any, Any]) -> int:
     noted = _attempt.get()
     if noted is not None:
         return noted
-    retries = task.request.retries
-    return (retries if isinstance(retries, int) else 0) + 1
+    return int(task.request.retries or 0) + 1

@@ -25,11 +25,8 @@ KINDS: tuple[Kind, ...] = ("FAIL", "CRASH_ONCE", "POISON", "FLAKY", "FLAKE_FOREV
 
 SOFT_HANG_SECONDS = 2.0
 """How long ``SOFT_HANG`` sleeps when nothing interrupts it (well past fm6's soft limit)."""
-CRASH_AFTER_SECONDS = {"CRASH_ONCE": 0.1, "POISON": 0.3}
-"""How long ``CRASH_ONCE``/``POISON`` work before the kill: a crash mid-task. Two pool
-children killed within a few milliseconds of each other are not both noticed at once
-by Celery 5.7's prefork pool: the second waits for the periodic pool maintenance
-(``AsynPool.timers``, every 5 s). Different delays keep the lab's two crashes apart."""
+CRASH_AFTER_SECONDS = 0.1
+"""How long ``CRASH_ONCE``/``POISON`` work before the kill: the crash comes mid-task."""
 HARD_HANG_CAP_SECONDS = 60.0
 """``HARD_HANG`` gives up after this long, so a forgotten worker does not hang for ever."""
 
@@ -86,9 +83,9 @@ def inject(fault: Fault | None, attempt: int, *, doc: str = "") -> None:
             raise PermanentError(f"{doc or 'document'} is malformed")
         case "CRASH_ONCE":
             if attempt == 1:
-                _sigkill_self(CRASH_AFTER_SECONDS["CRASH_ONCE"])
+                _sigkill_self(CRASH_AFTER_SECONDS)
         case "POISON":
-            _sigkill_self(CRASH_AFTER_SECONDS["POISON"])
+            _sigkill_self(CRASH_AFTER_SECONDS)
         case "FLAKY":
             if attempt <= fault.times:
                 raise TransientError(f"503 from the parser service (attempt {attempt})")

@@ -20,17 +20,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
+from typing import Any, Literal, cast
 
 from kombu import Connection
 
 from shared import checks
 from shared.checks import Check
+from shared.dlq import dead_letter_queue
 from shared.observe import client
 from shared.recipe import Recipe
 from shared.runner import Lab, Observations, StopCondition, new_run_id, run_scenario
@@ -100,15 +101,27 @@ def number(short: str) -> int:
 
 
 def reset(recipe: Recipe) -> None:
-    """Delete the FM's own queues, exchanges and Redis keys; nothing else."""
+    """Delete the FM's own queues, exchanges and Redis keys (nothing else), then declare
+    its queues afresh.
+
+    Declaring again matters: kombu remembers, per connection, what it has declared
+    (``maybe_declare``), so a publisher that used the queue before the reset would
+    otherwise publish to a deleted exchange, and RabbitMQ would drop the message.
+    A queue left with other arguments (``PRECONDITION_FAILED`` on declare) is gone too.
+    """
     with Connection(broker_url()) as conn:
+        channel = cast(Any, conn.default_channel)  # amqp's Channel; kombu's stubs name only the base
         for name in recipe.queue_names:
-            conn.default_channel.queue_delete(queue=name)
+            channel.queue_delete(queue=name)
         for name in recipe.exchange_names:
-            conn.default_channel.exchange_delete(exchange=name)
+            channel.exchange_delete(exchange=name)
+        recipe.task_queue.bind(channel).declare()
+        if recipe.dead_letter is not None:
+            dead_letter_queue(recipe.fm).bind(channel).declare()
     r = client()
     batch: list[str] = []
-    for key in r.scan_iter(match=f"{redis_prefix(recipe.fm)}*", count=500):
+    scan = cast(Callable[..., Iterator[str]], cast(Any, r).scan_iter)
+    for key in scan(match=f"{redis_prefix(recipe.fm)}*", count=500):
         batch.append(str(key))
         if len(batch) >= 500:
             r.delete(*batch)
@@ -195,7 +208,7 @@ def stop_leftover_workers(say: Callable[[str], None] = print) -> int:
 
 
 @contextmanager
-def running_worker(lab: Lab, run_id: str, label: str, grace: float) -> Iterator[Worker]:
+def running_worker(lab: Lab, run_id: str, label: str, grace: float) -> Generator[Worker, None, None]:
     worker = Worker(lab.recipe, run_id, LOG_DIR / f"{label}-{run_id}.log")
     worker.start()
     try:

@@ -31,11 +31,16 @@ TTL_SECONDS = 3600
 _client: tuple[int, redis.Redis] | None = None
 
 
+def connect(url: str, **options: Any) -> redis.Redis:
+    """A Redis client for ``url`` that answers ``str`` (redis-py's ``from_url`` is untyped)."""
+    return cast(Any, redis.Redis).from_url(url, decode_responses=True, **options)
+
+
 def client() -> redis.Redis:
     """One Redis client per process (pool children fork: a new one after fork)."""
     global _client
     if _client is None or _client[0] != os.getpid():
-        _client = (os.getpid(), redis.Redis.from_url(backend_url(), decode_responses=True))
+        _client = (os.getpid(), connect(backend_url()))
     return _client[1]
 
 
@@ -72,14 +77,14 @@ class Recorder:
 
     def begin_attempt(self, doc: str) -> int:
         key = self.prefix + f"attempts:{doc}"
-        n = int(cast(int, self.r.incr(key)))
+        n = int(self.r.incr(key))
         self._touch(key)
         self.event("attempt_start", doc=doc, attempt=n)
         return n
 
     def notify_ran(self, role: str) -> int:
         key = self.prefix + f"notify:{role}"
-        n = int(cast(int, self.r.incr(key)))
+        n = int(self.r.incr(key))
         self._touch(key)
         return n
 

@@ -13,7 +13,7 @@ from typing import Any, TypedDict, cast
 
 from celery import Task
 
-from shared.envelope import Result, Wire, describe, note_attempt, reason_of
+from shared.envelope import Result, Wire, describe, is_envelope, note_attempt, reason_of
 from shared.faults import inject
 from shared.observe import Recorder
 from shared.scenarios import RunContext
@@ -58,7 +58,7 @@ def fetch_document(task: Task[Any, Any], doc: str, *, ctx: Wire) -> Fetched:
 
 def doc_of(fetched: object) -> str:
     """The document a ``parse_document`` call is about, from its first argument."""
-    if isinstance(fetched, Mapping) and "status" in fetched:
+    if is_envelope(fetched):
         envelope = Result.from_wire(fetched)
         if not envelope.ok:
             raise UpstreamFailed(envelope.error or "fetch failed")
@@ -93,7 +93,7 @@ def summarise(results: Sequence[object], docs: Sequence[str]) -> Summary:
     failed: list[Failed] = []
     for i, raw in enumerate(results):
         doc = docs[i] if i < len(docs) else "?"
-        if isinstance(raw, Mapping) and "status" in raw:
+        if is_envelope(raw):
             envelope = Result.from_wire(raw)
             if envelope.ok:
                 ok.append(doc)

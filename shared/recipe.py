@@ -83,7 +83,7 @@ class Recipe:
 
     def worker_args(self) -> list[str]:
         """The flags of ``celery -A <module> worker`` for this FM."""
-        args = ["-c", str(self.concurrency), "-P", "prefork", "-Q", str(self.task_queue.name)]
+        args = ["-c", str(self.concurrency), "-Q", str(self.task_queue.name)]
         args += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
         return args + (["-B"] if self.beat else [])
 
@@ -114,6 +114,7 @@ def build(recipe: Recipe) -> tuple[Celery, Tasks]:
         event_exchange=amqp_name(recipe.fm, "events"),
         broker_connection_retry_on_startup=True,
         worker_consumer="shared.dlq:NamespacedConsumer",
+        worker_pool="shared.pool:LabPool",  # prefork, noticing dead children sooner
         worker_redirect_stdouts_level="INFO",
     )
     app.conf.update(dict(recipe.conf))

@@ -54,7 +54,7 @@ class RetryPolicy:
     base: float = 0.1
     factor: float = 2.0
     cap: float = 60.0
-    retry_on: tuple[type[BaseException], ...] = (TransientError,)
+    retry_on: tuple[type[Exception], ...] = (TransientError,)
 
     def planned(self, k: int) -> float:
         """The delay before retry ``k`` (0-based), before jitter."""

@@ -44,11 +44,11 @@ class Outcome:
     error: str | None
 
     @staticmethod
-    def of(res: AsyncResult) -> Outcome:
+    def of(res: AsyncResult[Any]) -> Outcome:
         state = str(res.state)
         if not res.ready():
             return Outcome(state, None, None, None)
-        value: object = res.result
+        value = cast(object, res.result)
         if state == "SUCCESS":
             try:
                 return Outcome(state, Result.from_wire(value), None, None)
@@ -126,7 +126,7 @@ def dlq_depth(lab: Lab) -> int | None:
     if lab.recipe.dead_letter is None:
         return None
     with lab.app.connection_for_write() as conn:
-        declared = dead_letter_queue(lab.recipe.fm).bind(conn.default_channel).queue_declare(passive=True)
+        declared = cast(Any, dead_letter_queue(lab.recipe.fm).bind(conn.default_channel).queue_declare(passive=True))
         return int(declared.message_count)
 
 
@@ -148,8 +148,8 @@ def run_scenario(
     header = group(chain(tasks.fetch_document.s(doc, ctx=wire), tasks.parse_document.s(ctx=wire)) for doc in sc.docs)
     submitted_at = time.time()
     started = time.monotonic()
-    body_result = cast(AsyncResult, chord(header)(tasks.notify.s(ctx=wire, role="chord")))
-    duplicate: AsyncResult | None = None
+    body_result = chord(header)(tasks.notify.s(ctx=wire, role="chord"))
+    duplicate: AsyncResult[Any] | None = None
     gate_opened = False
 
     def step() -> str | None:
@@ -202,11 +202,12 @@ def run_scenario(
     )
 
 
-def _fire_duplicate(lab: Lab, body_result: AsyncResult, wire: dict[str, Any]) -> AsyncResult:
+def _fire_duplicate(lab: Lab, body_result: AsyncResult[Any], wire: dict[str, Any]) -> AsyncResult[Any]:
     """Re-fire ``notify`` for the same pipeline, as an operator (or a redelivery) would."""
-    header = body_result.parent
-    results = [r.result for r in header.results] if header is not None and header.results else []
-    return lab.tasks.notify.apply_async(args=[results], kwargs={"ctx": wire, "role": "duplicate"})
+    header = cast(Any, body_result.parent)  # the chord's header GroupResult
+    members = cast(list[AsyncResult[Any]], header.results if header is not None else [])
+    results = [cast(object, r.result) for r in members]
+    return lab.tasks.notify.apply_async(args=(results,), kwargs={"ctx": wire, "role": "duplicate"})
 
 
 def _duplicate_met_claim(reader: Reader) -> bool:

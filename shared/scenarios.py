@@ -86,7 +86,7 @@ class RunContext:
         if not isinstance(raw, Mapping):
             raise ValueError(f"not a run context: {raw!r}")
         data = cast(Mapping[str, Any], raw)
-        faults = data.get("faults") or {}
+        faults = cast(object, data.get("faults") or {})
         if not isinstance(faults, Mapping):
             raise ValueError(f"faults must be a mapping: {faults!r}")
         return RunContext(

@@ -24,11 +24,12 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
-import redis
 from kombu import Connection
 
 from shared import settings
+from shared.observe import connect
 from shared.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,9 +53,9 @@ def broker_answers(url: str | None = None, timeout: float = 3.0) -> bool:
 
 def backend_answers(url: str | None = None, timeout: float = 3.0) -> bool:
     try:
-        client = redis.Redis.from_url(url or settings.backend_url(), socket_connect_timeout=timeout, socket_timeout=timeout)
+        client = connect(url or settings.backend_url(), socket_connect_timeout=timeout, socket_timeout=timeout)
         try:
-            return bool(client.ping())
+            return bool(cast(Any, client).ping())
         finally:
             client.close()
     except Exception:

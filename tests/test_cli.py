@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import pytest
+
+import run_all_fms
+from shared import harness, services
+from shared.harness import HarnessError
+from shared.settings import mask_url
+
+
+def test_short_and_full_names_resolve() -> None:
+    assert harness.resolve(["fm3", "fm4_duplicated_runs"]) == ["fm3", "fm4"]
+
+
+def test_every_fm_file_is_found() -> None:
+    assert list(harness.fm_modules()) == [f"fm{i}" for i in range(7)]
+
+
+def test_unknown_name_exits_2_with_the_valid_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_all_fms.main(["--only", "fm9"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown FM fm9" in err and "fm3 (fm3_dlq_reconciliation)" in err
+    with pytest.raises(HarnessError):
+        harness.resolve(["fm3", "nope"])
+
+
+def test_default_selection_is_fm1_to_fm6() -> None:
+    assert run_all_fms.selected(run_all_fms.parse_args([])) == [f"fm{i}" for i in range(1, 7)]
+
+
+def test_plan_orders_runs() -> None:
+    assert harness.plan(["fm1", "fm3"], include_fm0=True, prove=True) == [
+        ("fm0", "bug"), ("fm1", "fixed"), ("fm1", "broken"), ("fm3", "fixed"), ("fm3", "broken")]
+    assert harness.plan(["fm0"], include_fm0=False, prove=False) == [("fm0", "bug")]
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("amqp://guest:guest@127.0.0.1:5672//", "amqp://guest:***@127.0.0.1:5672//"),
+        ("redis://:s3cret@cache:6379/0", "redis://:***@cache:6379/0"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ],
+)
+def test_passwords_are_masked(url: str, masked: str) -> None:
+    assert mask_url(url) == masked
+
+
+def test_a_user_url_that_does_not_answer_is_an_error_naming_it_masked(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("CELERY_BROKER_URL", "amqp://lab:hunter2@127.0.0.1:1//")
+    with pytest.raises(services.ServiceError) as info:
+        services.ensure(say=lambda _: None)
+    assert "amqp://lab:***@127.0.0.1:1//" in str(info.value) and "hunter2" not in str(info.value)
+    assert run_all_fms.main(["--only", "fm1"]) == 2
+    assert "hunter2" not in capsys.readouterr().err

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import multiprocessing
+import signal
+
+import pytest
+
+from shared.faults import CRASH_ONCE, FAIL, FLAKE_FOREVER, FLAKY, HARD_HANG, POISON, SOFT_HANG, Fault, PermanentError, TransientError, inject
+
+
+@pytest.mark.parametrize("fault", [FAIL, CRASH_ONCE, POISON, FLAKY(2), FLAKE_FOREVER, SOFT_HANG, HARD_HANG])
+def test_faults_round_trip_through_the_wire(fault: Fault) -> None:
+    assert Fault.from_wire(fault.to_wire()) == fault
+
+
+@pytest.mark.parametrize("text", ["NOPE", "FLAKY", "FLAKY:0", "FLAKY:x", "FAIL:2"])
+def test_bad_fault_text_is_rejected(text: str) -> None:
+    with pytest.raises(ValueError):
+        Fault.from_wire(text)
+
+
+def test_no_fault_and_fail() -> None:
+    inject(None, 1)
+    with pytest.raises(PermanentError, match="doc1 is malformed"):
+        inject(FAIL, 1, doc="doc1")
+
+
+def test_flaky_fails_exactly_its_count_then_succeeds() -> None:
+    for attempt in (1, 2):
+        with pytest.raises(TransientError):
+            inject(FLAKY(2), attempt)
+    inject(FLAKY(2), 3)
+    with pytest.raises(TransientError):
+        inject(FLAKE_FOREVER, 9)
+
+
+def _inject_in_child(fault_wire: str, attempt: int) -> None:
+    inject(Fault.from_wire(fault_wire), attempt)
+
+
+@pytest.mark.parametrize(("fault", "attempt", "exitcode"), [(CRASH_ONCE, 1, -signal.SIGKILL), (CRASH_ONCE, 2, 0), (POISON, 5, -signal.SIGKILL)])
+def test_crashes_sigkill_their_own_process(fault: Fault, attempt: int, exitcode: int) -> None:
+    child = multiprocessing.get_context("fork").Process(target=_inject_in_child, args=(fault.to_wire(), attempt))
+    child.start()
+    child.join(timeout=10)
+    assert child.exitcode == exitcode

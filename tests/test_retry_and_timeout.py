@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import random
+import signal
+import time
+from typing import Any
+
+import pytest
+from celery import Celery, Task
+
+from shared.envelope import Result, enveloped
+from shared.faults import FLAKY, PermanentError, TransientError, inject
+from shared.retry import RetryPolicy, transient_retryable
+from shared.timeouts import HardTimeout, hard_timeout
+
+
+def test_delays_double_and_jitter_stays_in_its_band() -> None:
+    policy = RetryPolicy(max_retries=5, base=0.1, factor=2.0)
+    rng = random.Random(7)
+    delays = [policy.delay(k, rng) for k in range(5)]
+    for k, d in enumerate(delays):
+        low, high = policy.bounds(k)
+        assert low == pytest.approx(0.1 * 2**k) and high == pytest.approx(2 * low)
+        assert low <= d < high
+    assert delays == sorted(delays) and len(set(delays)) == 5
+
+
+def test_cap_bounds_the_delay() -> None:
+    assert RetryPolicy(base=1.0, cap=3.0).planned(10) == 3.0
+
+
+def _task(app: Celery, body: Any) -> Task[Any, Any]:
+    return app.task(bind=True, shared=False)(body)
+
+
+def test_transient_errors_retry_until_success(local_app: Celery) -> None:
+    seen: list[tuple[int, float]] = []
+    attempts: list[int] = []
+
+    def body(task: Task[Any, Any]) -> str:
+        attempts.append(1)
+        inject(FLAKY(2), len(attempts))
+        return "parsed"
+
+    policy = RetryPolicy(max_retries=3, base=0.1)
+    wrapped = enveloped(transient_retryable(policy, lambda t, a, e, n, d: seen.append((n, d)))(body))
+    result = _task(local_app, wrapped).apply()  # eager: Celery runs each retry at once
+    env = Result.from_wire(result.get())
+    assert env.ok and env.payload == "parsed" and len(attempts) == 3
+    assert [n for n, _ in seen] == [1, 2]
+    assert all(policy.bounds(n - 1)[0] <= d < policy.bounds(n - 1)[1] for n, d in seen)
+
+
+def test_exhaustion_is_recorded_as_retries_exhausted(local_app: Celery) -> None:
+    attempts: list[int] = []
+
+    def body(task: Task[Any, Any]) -> str:
+        attempts.append(1)
+        raise TransientError("503")
+
+    wrapped = enveloped(transient_retryable(RetryPolicy(max_retries=3, base=0.01))(body))
+    env = Result.from_wire(_task(local_app, wrapped).apply().get())
+    assert (env.status, env.reason, len(attempts)) == ("FAILURE", "retries_exhausted", 4)
+    assert "gave up after 4 attempts" in (env.error or "")
+
+
+def test_permanent_errors_are_not_retried(local_app: Celery) -> None:
+    attempts: list[int] = []
+
+    def body(task: Task[Any, Any]) -> str:
+        attempts.append(1)
+        raise PermanentError("bad")
+
+    wrapped = enveloped(transient_retryable(RetryPolicy())(body))
+    env = Result.from_wire(_task(local_app, wrapped).apply().get())
+    assert (env.reason, len(attempts)) == ("error", 1)
+
+
+def test_hard_timeout_interrupts_the_body_and_restores_the_handler(local_app: Celery) -> None:
+    def body(task: Task[Any, Any]) -> None:
+        time.sleep(5)
+
+    before = signal.getsignal(signal.SIGALRM)
+    task = _task(local_app, body)
+    started = time.monotonic()
+    with pytest.raises(HardTimeout):
+        hard_timeout(0.2)(body)(task)
+    assert time.monotonic() - started < 2
+    assert signal.getsignal(signal.SIGALRM) == before
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_hard_timeout_refuses_a_non_positive_deadline() -> None:
+    with pytest.raises(ValueError):
+        hard_timeout(0)
+
+
+def test_only_the_hard_timeout_stops_a_hang_that_ignores_the_soft_limit(local_app: Celery) -> None:
+    """The soft limit arrives as a signal that raises SoftTimeLimitExceeded (as billiard's does)."""
+    import os
+    import threading
+
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from shared.faults import HARD_HANG
+
+    def on_soft(signum: int, frame: object) -> None:
+        raise SoftTimeLimitExceeded()
+
+    previous = signal.signal(signal.SIGUSR1, on_soft)
+    soft = threading.Timer(0.1, os.kill, args=(os.getpid(), signal.SIGUSR1))
+
+    def body(task: Task[Any, Any]) -> None:
+        inject(HARD_HANG, 1)
+
+    try:
+        soft.start()
+        started = time.monotonic()
+        with pytest.raises(HardTimeout):
+            hard_timeout(0.5)(body)(_task(local_app, body))
+        assert 0.45 < time.monotonic() - started < 3
+    finally:
+        soft.cancel()
+        signal.signal(signal.SIGUSR1, previous)
