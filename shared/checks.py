@@ -61,7 +61,7 @@ def g1(obs: Observations, recipe: Recipe) -> Check:
     env = obs.chord.envelope
     c.expect(
         obs.chord.state == "SUCCESS" and env is not None and env.ok,
-        f"chord result {obs.chord.state} {env.status if env else obs.chord.error_type}",
+        f"chord state {obs.chord.state}, envelope {env.status if env else obs.chord.error_type}",
         "a SUCCESS envelope",
     )
     summary = obs.summary()

@@ -1,0 +1,120 @@
+"""Integration: every cell of the matrix, through the harness's own code, on the real
+RabbitMQ and Redis. Each test asserts the exact numbers, not only the verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import run_all_fms
+from shared import harness
+from shared.harness import RunReport, Worker
+from shared.runner import Observations
+from shared.waiting import wait_until
+
+pytestmark = pytest.mark.usefixtures("real_services")
+
+# attempts per document of scenario N on FM N's (fixed) code
+FIXED_ATTEMPTS = {"doc1": 1, "doc2": 1, "doc3": 2, "doc4": 3, "doc5": 3, "doc6": 4, "doc7": 1, "doc8": 1}
+FAILED_REASONS = {"doc1": "error", "doc4": "dead_lettered", "doc6": "retries_exhausted", "doc7": "soft_timeout", "doc8": "hard_timeout"}
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def observed(report: RunReport) -> Observations:
+    assert report.error is None, report.error
+    assert report.observations is not None
+    return report.observations
+
+
+@pytest.mark.parametrize("n", range(1, 7))
+def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int) -> None:
+    report = harness.run_one(f"fm{n}", "fixed", quiet)
+    obs = observed(report)
+    assert [c.label for c in report.checks] == [f"G{i}" for i in range(1, n + 1)]
+    assert [c for c in report.checks if not c.ok] == []
+    assert dict(obs.attempts) == {doc: FIXED_ATTEMPTS[doc] for doc in obs.docs}
+    summary = obs.summary()
+    assert summary is not None
+    assert {f["doc"]: f["reason"] for f in summary["failed"]} == {d: r for d, r in FAILED_REASONS.items() if d in obs.docs}
+    assert obs.notify_runs["chord"] == 1 and len(obs.emails) == 1
+    if n >= 4:
+        assert obs.duplicate is not None and obs.duplicate.envelope is not None
+        assert obs.duplicate.envelope.payload is not None and obs.duplicate.envelope.payload["sent"] is False
+
+
+def test_fm0_reproduces_its_bug() -> None:
+    report = harness.run_one("fm0", "bug", quiet)
+    obs = observed(report)
+    assert report.verdict == "BUG REPRODUCED", report.checks
+    assert obs.notify_runs["chord"] == 0 and obs.emails == ()
+    assert obs.chord.error_type == "ChordError" and "doc1 is malformed" in (obs.chord.error or "")
+
+
+@pytest.mark.parametrize("n", range(1, 7))
+def test_earlier_code_shows_the_symptom_of_the_later_scenario(n: int) -> None:
+    report = harness.run_one(f"fm{n}", "broken", quiet)
+    obs = observed(report)
+    assert report.code == f"fm{n - 1}" and obs.scenario == n
+    assert [(c.label, c.ok) for c in report.checks] == [(f"S{n}", True)], report.checks
+    if n == 2:
+        assert obs.attempts["doc3"] == 1 and "WorkerLostError" in (obs.chord.error or "")
+    if n == 3:
+        assert obs.attempts["doc4"] > 3 and obs.notify_runs["chord"] == 0
+    if n == 4:
+        assert len(obs.emails) == 2
+    if n == 5:
+        assert obs.attempts["doc5"] == 1
+    if n == 6:
+        assert obs.notify_runs["chord"] == 0 and obs.stopped_by == "doc8 outlived the hard deadline"
+
+
+def test_cli_reports_bug_reproduced_and_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_all_fms.main(["--include-fm0", "--only", "fm0", "fm1"]) == 0
+    out = capsys.readouterr().out
+    assert "fm0   BUG REPRODUCED S1" in out and "fm1   PASS G1" in out
+
+
+def test_a_worker_that_cannot_start_is_reported_with_its_log() -> None:
+    lab = harness.load("fm1")
+    broken = dataclasses.replace(lab.recipe, module="no_such_module_here")
+    worker = Worker(broken, "t-" + str(os.getpid()), harness.LOG_DIR / f"unready-{os.getpid()}.log")
+    worker.start()
+    try:
+        with pytest.raises(harness.WorkerFailed, match="exited with .* before it was ready"):
+            worker.wait_ready(lab, timeout=60)
+    finally:
+        worker.stop(grace=1)
+
+
+def test_ctrl_c_stops_the_worker_and_exits_130(tmp_path: Path) -> None:
+    before: set[Path] = set(harness.WORKERS_DIR.glob("*")) if harness.WORKERS_DIR.exists() else set()
+    proc = subprocess.Popen([sys.executable, "run_all_fms.py", "--only", "fm6"], cwd=harness.ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert wait_until(lambda: bool(set(harness.WORKERS_DIR.glob("*")) - before), timeout=60)
+        started = {int(p.name) for p in set(harness.WORKERS_DIR.glob("*")) - before}
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    for pgid in started:
+        assert wait_until(lambda: not _group_alive(pgid), timeout=10), f"worker group {pgid} left running"
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
