@@ -95,7 +95,7 @@ def test_a_worker_that_cannot_start_is_reported_with_its_log() -> None:
         worker.stop(grace=1)
 
 
-def test_ctrl_c_stops_the_worker_and_exits_130(tmp_path: Path) -> None:
+def test_ctrl_c_stops_the_worker_and_exits_130() -> None:
     before: set[Path] = set(harness.WORKERS_DIR.glob("*")) if harness.WORKERS_DIR.exists() else set()
     proc = subprocess.Popen([sys.executable, "run_all_fms.py", "--only", "fm6"], cwd=harness.ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
