@@ -16,9 +16,12 @@ Fix: ``task_acks_late=True`` (ack after the task returns) plus
 rejected with ``requeue=True`` and *not* marked failed: RabbitMQ delivers it
 again, ``doc3`` succeeds on attempt 2, the chord completes. Without
 ``reject_on_worker_lost``, ``acks_late`` alone acks the lost message
-(``acks_on_failure``) and marks it failed: the chord still breaks.
-Concurrency 2, so a surviving pool process keeps serving while the killed one
-is replaced.
+(``acks_on_failure``) and marks it failed: the chord still breaks (tried:
+removing either setting fails G2 with ``doc3 attempts 1``).
+
+From here on the lab runs two pool processes (``-c 2``). This fix does not need
+them: with ``-c 1`` the replacement process takes the requeued message and G2
+still holds. FM-4 does: its two overlapping ``notify`` calls need two slots.
 
 Delta from fm1: those two settings and ``-c 2``.
 

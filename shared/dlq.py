@@ -16,6 +16,10 @@ count includes only failed deliveries (reject/nack with requeue, a consumer or
 channel gone), so a message returned by a consumer shutting down cleanly is no
 longer counted against it.
 
+What RabbitMQ 3.x hands the DLQ: the message with its Celery headers, plus
+``x-death`` and ``x-first-death-reason: delivery_limit``; it does not carry
+``x-delivery-count`` over, so the envelope states the policy's bound as attempts.
+
 The drain (``drain``): a beat task reads the DLQ with ``basic_get``, and for
 each message that is a chord member it writes a SUCCESS-state ``Result``
 (reason ``dead_lettered``) through ``backend.mark_as_done`` with a request
@@ -100,13 +104,13 @@ class DeadLetter:
     task_name: str
     args: list[Any]
     kwargs: dict[str, Any]
-    deliveries: int  # x-delivery-count as RabbitMQ stamped it (0 when absent)
+    death_reason: str  # x-first-death-reason: "delivery_limit" for a poison message
 
 
 Finalised = Callable[[DeadLetter], None]
 
 
-def drain(app: Celery, fm: str, on_finalised: Finalised | None = None, batch: int = 100) -> int:
+def drain(app: Celery, fm: str, policy: DeadLetterPolicy, on_finalised: Finalised | None = None, batch: int = 100) -> int:
     """Finalise what sits in the DLQ; return how many chord members it finalised."""
     finalised = 0
     with app.connection_for_write() as conn:
@@ -117,7 +121,7 @@ def drain(app: Celery, fm: str, on_finalised: Finalised | None = None, batch: in
             if message is None:
                 break
             try:
-                letter = _finalise(app, message)
+                letter = _finalise(app, message, policy)
             except Exception:  # a message the drain cannot read must not stop the drain
                 log.exception("dead letter %r could not be finalised; acked and dropped", message.headers)
                 letter = None
@@ -129,7 +133,7 @@ def drain(app: Celery, fm: str, on_finalised: Finalised | None = None, batch: in
     return finalised
 
 
-def _finalise(app: Celery, message: Message) -> DeadLetter | None:
+def _finalise(app: Celery, message: Message, policy: DeadLetterPolicy) -> DeadLetter | None:
     headers = cast(Mapping[str, Any], message.headers or {})
     body = message.decode()
     if not (isinstance(body, list) and len(cast(list[Any], body)) == 3):
@@ -140,12 +144,12 @@ def _finalise(app: Celery, message: Message) -> DeadLetter | None:
     if not task_id or not chord:
         log.warning("dead letter %s (%s) is not a chord member; acked", task_id, headers.get("task"))
         return None
-    deliveries = int(headers.get("x-delivery-count") or 0)
-    letter = DeadLetter(str(task_id), str(headers.get("task")), args, kwargs, deliveries)
-    attempts = deliveries + 1 if deliveries else 0
-    envelope = Result[Any].failure(
-        f"dead-lettered by the broker after {attempts or 'too many'} deliveries", "dead_lettered", attempts
-    )
+    death = str(headers.get("x-first-death-reason") or "unknown")
+    letter = DeadLetter(str(task_id), str(headers.get("task")), args, kwargs, death)
+    # RabbitMQ does not carry x-delivery-count into the dead letter; when the reason is
+    # delivery_limit, the message was delivered exactly the policy's bound.
+    attempts = policy.attempts_bound if death == "delivery_limit" else 0
+    envelope = Result[Any].failure(f"dead-lettered by the broker ({death}) after {attempts} deliveries", "dead_lettered", attempts)
     request = Context(
         id=task_id,
         task=headers.get("task"),

@@ -212,11 +212,11 @@ def _add_dead_letter_path(app: Celery, recipe: Recipe, policy: DeadLetterPolicy)
             return
         run = RunContext.from_wire(ctx)
         doc = pipeline.doc_of(letter.args[0]) if letter.args else "?"
-        Recorder(run.fm, run.run_id).event("dead_lettered", doc=doc, deliveries=letter.deliveries)
+        Recorder(run.fm, run.run_id).event("dead_lettered", doc=doc, death=letter.death_reason)
 
     @app.task(shared=False, name=drain_name, ignore_result=True)
     def drain_dead_letters() -> int:
-        return dlq.drain(app, fm, on_finalised)
+        return dlq.drain(app, fm, policy, on_finalised)
 
     app.conf.beat_schedule = {"drain-dead-letters": {"task": drain_name, "schedule": policy.drain_every}}
 

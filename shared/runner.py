@@ -164,8 +164,11 @@ def run_scenario(
         elapsed = time.monotonic() - started
         if stop is not None:
             return stop[0] if stop[1](reader, elapsed) else None
-        if body_result.ready() and (not sc.duplicate_notify or (duplicate is not None and duplicate.ready())):
-            return "chord finished"
+        if body_result.ready():
+            # A failed chord never reaches the gate, so no duplicate will come.
+            waiting_for_duplicate = sc.duplicate_notify and body_result.state == "SUCCESS"
+            if not waiting_for_duplicate or (duplicate is not None and duplicate.ready()):
+                return "chord finished"
         return None
 
     reasons: list[str] = []

@@ -4,20 +4,25 @@ Knobs (environment variables):
 
 - ``CELERY_BROKER_URL``: AMQP URL of RabbitMQ (default ``amqp://guest:guest@127.0.0.1:5672//``).
 - ``CELERY_RESULT_BACKEND``: Redis URL (default ``redis://127.0.0.1:6379/0``).
+- ``RCL_NAMESPACE``: the prefix of every name the lab owns (default ``rcl``); two
+  people sharing one development broker give themselves different namespaces.
 
-Every queue, exchange and Redis key the lab creates starts with ``NAMESPACE``
-(``rcl``), then the FM's short name: ``rcl.fm3.tasks`` on the broker,
-``rcl:fm3:...`` in Redis. The lab only ever deletes names under that prefix.
+Every queue, exchange and Redis key the lab creates starts with the namespace,
+then the FM's short name: ``rcl.fm3.tasks`` on the broker, ``rcl:fm3:...`` in
+Redis. The lab only ever deletes names under that prefix.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"
 DEFAULT_BACKEND_URL = "redis://127.0.0.1:6379/0"
-NAMESPACE = "rcl"
+NAMESPACE = os.environ.get("RCL_NAMESPACE") or "rcl"
+if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", NAMESPACE):
+    raise SystemExit(f"RCL_NAMESPACE must be lowercase letters, digits and '-', got {NAMESPACE!r}")
 
 
 def broker_url() -> str:
