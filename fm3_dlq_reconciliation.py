@@ -12,8 +12,8 @@ Fix (``shared/dlq.py``):
 - the task queue becomes a RabbitMQ quorum queue with ``x-delivery-limit: 2``
   and a dead-letter exchange; RabbitMQ 3.x delivers ``doc4`` 3 times (limit + 1)
   and then dead-letters it to ``rcl.fm3.dlq`` instead of delivering it again.
-  (RabbitMQ 4.0 gives every quorum queue a limit of 20 unless set, and counts
-  only failed deliveries; ``shared/dlq.py`` says more.)
+  (RabbitMQ 4.0 gives every quorum queue a limit of 20 unless one is set, and
+  later 4.x releases changed which returns count; ``shared/dlq.py`` says more.)
 - nobody consumes the DLQ as a task queue. A beat task, ``drain_dead_letters``,
   reads it every 0.25 s and, for a chord member, writes a SUCCESS-state
   ``Result`` with reason ``dead_lettered`` through ``backend.mark_as_done`` with

@@ -8,13 +8,16 @@ Topology, all inside the FM's namespace:
 - ``x-dead-letter-exchange`` routes it to ``<ns>.dlx`` and from there to the
   dead-letter queue ``<ns>.dlq``. No worker consumes the DLQ: it is not a task queue.
 
-How many attempts: RabbitMQ 3.x counts every return of the message
-(``x-delivery-count``); with ``x-delivery-limit = L`` the message is delivered
-``L + 1`` times, then dead-lettered. RabbitMQ 4.0 changes this: every quorum
-queue gets a delivery limit of 20 unless one is set (``-1`` for none), and the
-count includes only failed deliveries (reject/nack with requeue, a consumer or
-channel gone), so a message returned by a consumer shutting down cleanly is no
-longer counted against it.
+How many attempts: RabbitMQ 3.x counts every return of the message to the
+queue (Celery returns a lost worker's message with ``basic.reject(requeue=True)``);
+with ``x-delivery-limit = L`` the message is delivered ``L + 1`` times, then
+dead-lettered (G3 measures it on the broker you run: 3 deliveries for L = 2).
+RabbitMQ 4.0 changes the default: every quorum queue gets a delivery limit of 20
+when none is set, and only ``x-delivery-limit: -1`` at declaration removes it;
+so on 4.x a queue without this FM's fix still dead-letters (or drops, without a
+dead-letter exchange) a poison message after 20 deliveries. Later 4.x releases
+also changed which returns count (4.3 counts ``basic.reject`` and ``basic.nack``
+differently), so measure the bound again when you upgrade.
 
 What RabbitMQ 3.x hands the DLQ: the message with its Celery headers, plus
 ``x-death`` and ``x-first-death-reason: delivery_limit``; it does not carry
