@@ -36,7 +36,7 @@ from shared.observe import client
 from shared.recipe import Recipe
 from shared.runner import Lab, Observations, StopCondition, new_run_id, run_scenario
 from shared.scenarios import scenario
-from shared.settings import broker_url, redis_prefix
+from shared.settings import amqp_name, broker_url, redis_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB_DIR = ROOT / ".lab"
@@ -87,7 +87,7 @@ def load(short: str) -> Lab:
 
 
 def _refuse_foreign_names(recipe: Recipe) -> None:
-    own = f"rcl.{recipe.fm}."
+    own = amqp_name(recipe.fm, "")
     foreign = [n for n in (*recipe.queue_names, *recipe.exchange_names) if not n.startswith(own)]
     if foreign:
         raise HarnessError(f"{recipe.fm} declares names outside its namespace {own}*: {', '.join(foreign)}")

@@ -7,7 +7,6 @@ context as ``ctx``; ``parse_document`` is the only place a fault is injected.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict, cast
 
@@ -17,6 +16,7 @@ from shared.envelope import Result, Wire, describe, is_envelope, note_attempt, r
 from shared.faults import inject
 from shared.observe import Recorder
 from shared.scenarios import RunContext
+from shared.waiting import wait_until
 
 GATE_TIMEOUT_SECONDS = 30.0
 """A ``notify`` waiting at the runner's gate gives up after this long (then fails)."""
@@ -113,10 +113,7 @@ def send_email(run: RunContext, rec: Recorder, role: str, summary: Summary) -> N
     """
     if run.duplicate_notify:
         rec.event("gate_wait", role=role)
-        deadline = time.monotonic() + GATE_TIMEOUT_SECONDS
-        while not rec.gate_is_open():
-            if time.monotonic() > deadline:
-                raise GateTimeout(f"gate not opened within {GATE_TIMEOUT_SECONDS:.0f}s")
-            time.sleep(0.01)  # polling an observable condition, bounded by the deadline
+        if not wait_until(rec.gate_is_open, GATE_TIMEOUT_SECONDS, interval=0.01):
+            raise GateTimeout(f"gate not opened within {GATE_TIMEOUT_SECONDS:.0f}s")
     ok, failed = len(summary["ok"]), len(summary["failed"])
     rec.email(role, f"pipeline {run.pipeline_id}: {ok} ok, {failed} failed")
