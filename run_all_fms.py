@@ -4,19 +4,29 @@
     python run_all_fms.py --only fm3           # one FM (short or full name)
     python run_all_fms.py --include-fm0        # also show fm0's bug (S1)
     python run_all_fms.py --prove              # also run scenario N on FM N-1 (symptom SN)
+    python run_all_fms.py --prove --include-fm0 --report lab-report.html
+                                               # also write the workshop report (one HTML file)
     python run_all_fms.py --down               # stop what the lab started
 
+While it works it shows the FM, the stage and the elapsed time (live on a
+terminal, one line per stage elsewhere); after each FM, what happened to each
+document of its runs (``shared.timeline``).
+
 Exit status: 0 when every selected check holds, 1 when one does not, 2 for
-bad input or missing services, 130 on Ctrl-C (workers are stopped first).
+bad input, missing services or a report that cannot be written, 130 on Ctrl-C
+(workers are stopped first).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from pathlib import Path
 
-from shared import harness, services
+from shared import harness, report, services
 from shared.harness import HarnessError, RunReport
+from shared.progress import Board
 from shared.settings import backend_url, broker_url, mask_url
 
 
@@ -25,6 +35,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--only", nargs="+", metavar="FM", help="FMs to run, short (fm3) or full (fm3_dlq_reconciliation) names")
     p.add_argument("--include-fm0", action="store_true", help="also run fm0 and expect its bug (S1)")
     p.add_argument("--prove", action="store_true", help="also run scenario N on FM N-1's code and expect symptom SN")
+    p.add_argument("--report", type=Path, metavar="PATH", help="write the workshop report (one self-contained HTML file) to PATH")
     p.add_argument("--down", action="store_true", help="stop workers and services the lab started, then exit")
     return p.parse_args(argv)
 
@@ -68,17 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fms = selected(args)
         services.ensure()
-        print(f"broker {mask_url(broker_url())}, backend {mask_url(backend_url())}")
-        reports: list[RunReport] = []
-        bug: RunReport | None = None
-        for fm, kind in harness.plan(fms, args.include_fm0, args.prove):
-            if kind == "broken" and fm == "fm1" and bug is not None:
-                report = RunReport("fm1", "broken", bug.code, bug.scenario, bug.checks, bug.observations, bug.error, bug.log, bug.seconds)
-            else:
-                report = harness.run_one(fm, kind, print)
-            bug = report if kind == "bug" else bug
-            reports.append(report)
-            print(describe(report), flush=True)
+        print(f"broker {mask_url(broker_url())}, backend {mask_url(backend_url())}", flush=True)
+        runs = harness.plan(fms, args.include_fm0, args.prove)
+        reports = run_plan(runs)
     except (HarnessError, services.ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -88,7 +91,31 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print()
     print(summary_table(reports, args.prove))
+    if args.report is not None:
+        try:
+            print(f"report: {report.write(args.report, reports)}")
+        except OSError as exc:
+            print(f"error: cannot write the report: {exc}", file=sys.stderr)
+            return 2
     return 0 if reports and all(r.ok for r in reports) else 1
+
+
+def run_plan(runs: list[tuple[str, harness.Kind]]) -> list[RunReport]:
+    """Every run of the plan, with live progress, and each FM's timelines once its runs are done."""
+    reports: list[RunReport] = []
+    bug: RunReport | None = None
+    with Board(len(runs)) as board:
+        for i, (fm, kind) in enumerate(runs):
+            if kind == "broken" and fm == "fm1" and bug is not None:  # fm0's run is fm1's broken cell
+                r = RunReport("fm1", "broken", bug.code, bug.scenario, bug.checks, bug.observations, bug.error, bug.log, bug.seconds)
+            else:
+                r = harness.run_one(fm, kind, functools.partial(board.stage, fm, kind))
+            bug = r if kind == "bug" else bug
+            reports.append(r)
+            board.finished(describe(r), r.ok)
+            if i + 1 == len(runs) or runs[i + 1][0] != fm:
+                board.timelines(fm, [x for x in reports if x.fm == fm])
+    return reports
 
 
 if __name__ == "__main__":

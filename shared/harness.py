@@ -47,6 +47,10 @@ RUN_TIMEOUT = 90.0
 STOP_GRACE = 5.0
 
 Kind = Literal["fixed", "broken", "bug"]
+Stage = Literal["resetting", "starting the worker", "waiting for the worker", "running the scenario",
+                "stopping the worker", "checking", "cleaning up"]
+OnStage = Callable[[Stage], None]
+"""Told each stage of a run as it begins (``print`` will do; ``shared.progress`` draws it)."""
 
 
 class HarnessError(Exception):
@@ -208,13 +212,17 @@ def stop_leftover_workers(say: Callable[[str], None] = print) -> int:
 
 
 @contextmanager
-def running_worker(lab: Lab, run_id: str, label: str, grace: float) -> Generator[Worker, None, None]:
+def running_worker(lab: Lab, run_id: str, label: str, grace: float,
+                   on_stage: OnStage = lambda _: None) -> Generator[Worker, None, None]:
     worker = Worker(lab.recipe, run_id, LOG_DIR / f"{label}-{run_id}.log")
+    on_stage("starting the worker")
     worker.start()
     try:
+        on_stage("waiting for the worker")
         worker.wait_ready(lab)
         yield worker
     finally:
+        on_stage("stopping the worker")
         worker.stop(grace)
 
 
@@ -246,8 +254,13 @@ class RunReport:
         return "REPRODUCED" if self.ok else "NOT REPRODUCED"
 
 
-def run_one(fm: str, kind: Kind, say: Callable[[str], None]) -> RunReport:
-    """fixed: scenario N on FM N; broken: scenario N on FM N-1; bug: scenario 1 on fm0."""
+def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
+    """fixed: scenario N on FM N; broken: scenario N on FM N-1; bug: scenario 1 on fm0.
+
+    ``on_stage`` hears each stage as it begins: resetting, starting the worker,
+    waiting for the worker, running the scenario, stopping the worker, checking
+    (and cleaning up, after a broken run that left a looping message behind).
+    """
     n = number(fm)
     code = fm if kind == "fixed" else f"fm{n - 1}" if kind == "broken" else "fm0"
     sc_n = 1 if kind == "bug" else n
@@ -258,19 +271,21 @@ def run_one(fm: str, kind: Kind, say: Callable[[str], None]) -> RunReport:
         fixed = load(fm).recipe if kind == "broken" else lab.recipe
         stop: tuple[str, StopCondition] | None = checks.symptom_stop(n, fixed) if kind == "broken" else None
         run_id = new_run_id()
-        say(f"{fm} {kind}: scenario {sc_n} on {code}'s code (run {run_id}): resetting, starting the worker ...")
+        on_stage("resetting")
         reset(lab.recipe)
         label = f"{fm}-{kind}-{code}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
-        with running_worker(lab, run_id, label, grace=0.5 if stop else STOP_GRACE):
-            say(f"{fm} {kind}: worker ready, running scenario {sc_n} ...")
+        with running_worker(lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage):
+            on_stage("running the scenario")
             obs = run_scenario(lab, scenario(sc_n), run_id, RUN_TIMEOUT, stop=stop)
         report.observations = obs
+        on_stage("checking")
         if kind == "fixed":
             report.checks = checks.guarantees(n, obs, lab.recipe)
         else:
             report.checks = [checks.symptom(n if kind == "broken" else 1, obs, fixed)]
         if stop is not None:
+            on_stage("cleaning up")
             reset(lab.recipe)  # the looping message goes with the FM's own queues
     except WorkerFailed as exc:
         report.error = str(exc)

@@ -1,0 +1,205 @@
+"""The workshop report: one self-contained HTML file (``run_all_fms.py --report PATH``).
+
+A section per FM (``<section class="fm" id="fm3">``): what its module's docstring
+says (its Symptom, Root cause, Fix and Tradeoffs paragraphs), its matrix cells
+(the fixed run's verdict with its guarantees, the broken run's with its symptom)
+and, per run, the timeline as SVG swimlanes (``shared.swimlanes``).
+
+Self-contained: inline CSS and SVG, no script, no font, no image to fetch, and a
+Content-Security-Policy that forbids the page any request, so it reads the same
+offline. Everything taken from a run or a docstring is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+
+from shared import swimlanes, timeline
+from shared.harness import ROOT, RunReport, fm_modules
+
+SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
+"""The docstring paragraphs the report shows, in this order."""
+_HEADING = re.compile(r"^(?P<name>[A-Z][\w -]{1,30}?)\s*(?P<note>\([^)]*\))?:(\s|$)")
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """What an FM module's docstring teaches."""
+
+    fm: str
+    module: str
+    summary: str  # the first line
+    sections: Mapping[str, str]  # a name of SECTIONS -> its text (paragraphs kept)
+
+
+def parse_docstring(fm: str, module: str, doc: str) -> Lesson:
+    """Split a docstring into its headed paragraphs ("Symptom (fm0 on scenario 1): ...").
+
+    A paragraph that starts with ``Name:`` or ``Name (note):`` opens a section that
+    runs until the next headed paragraph; only the names in ``SECTIONS`` are kept
+    (``Tradeoff``, ``Trade-offs`` count as ``Tradeoffs``).
+    """
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", doc.strip()) if p.strip()]
+    summary = paragraphs[0].splitlines()[0] if paragraphs else fm
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for para in paragraphs[1:]:
+        m = _HEADING.match(para)
+        if m:
+            name = _canonical(m.group("name"))
+            current = found.setdefault(name, []) if name in SECTIONS else None
+            if current is not None:
+                rest = para[m.end():].strip()
+                current.append(" ".join(part for part in (m.group("note") or "", rest) if part))
+        elif current is not None:
+            current.append(para)
+    return Lesson(fm, module, summary, {name: "\n\n".join(found[name]) for name in SECTIONS if name in found})
+
+
+def _canonical(name: str) -> str:
+    lowered = name.lower().replace("-", "").strip()
+    if lowered.startswith("tradeoff"):
+        return "Tradeoffs"
+    return next((s for s in SECTIONS if s.lower() == lowered), name)
+
+
+def lesson(fm: str) -> Lesson:
+    module = fm_modules()[fm]
+    tree = ast.parse((ROOT / f"{module}.py").read_text())  # read, not imported: no app is built
+    return parse_docstring(fm, module, ast.get_docstring(tree) or "")
+
+
+def render(reports: Sequence[RunReport], lessons: Mapping[str, Lesson], generated: str = "") -> str:
+    by_fm: dict[str, list[RunReport]] = {}
+    for r in reports:
+        by_fm.setdefault(r.fm, []).append(r)
+    sections = "".join(_section(fm, runs, lessons.get(fm)) for fm, runs in by_fm.items())
+    return (_HEAD + '<body><header><h1>reliable-celery-lab: workshop report</h1>'
+            f'<p class="meta">{escape(generated)}</p></header>'
+            f'<nav><h2>Matrix</h2>{_matrix(by_fm)}</nav>'
+            f'<aside><h2>How to read a timeline</h2><p>One lane per document, time in seconds since '
+            f'the chord was submitted; hover a bar or a mark for its details.</p>{swimlanes.legend()}</aside>'
+            f"<main>{sections}</main></body></html>\n")
+
+
+def write(path: Path, reports: Sequence[RunReport]) -> Path:
+    lessons = {fm: lesson(fm) for fm in dict.fromkeys(r.fm for r in reports)}
+    generated = time.strftime("generated %Y-%m-%d %H:%M:%S by run_all_fms.py")
+    path.write_text(render(reports, lessons, generated), encoding="utf-8")
+    return path
+
+
+def _fixed(runs: Sequence[RunReport]) -> RunReport | None:
+    return next((r for r in runs if r.kind in ("fixed", "bug")), None)
+
+
+def _broken(runs: Sequence[RunReport]) -> RunReport | None:
+    return next((r for r in runs if r.kind == "broken"), None)
+
+
+def _matrix(by_fm: Mapping[str, Sequence[RunReport]]) -> str:
+    rows = "".join(
+        f'<tr><th><a href="#{escape(fm)}">{escape(fm)}</a></th><td>{_verdict(_fixed(runs))}</td>'
+        f"<td>{_verdict(_broken(runs), fm)}</td></tr>"
+        for fm, runs in by_fm.items())
+    return f'<table class="matrix"><tr><th>FM</th><th>fixed (guarantees)</th><th>broken (symptom)</th></tr>{rows}</table>'
+
+
+def _verdict(r: RunReport | None, fm: str = "") -> str:
+    if r is None:
+        return "–" if fm == "fm0" else '<span class="verdict none">not run</span>'  # fm0 has no earlier code
+    labels = " ".join(c.label for c in r.checks)
+    return f'<span class="verdict {"ok" if r.ok else "bad"}">{escape(r.verdict)}</span> {escape(labels)}'
+
+
+def _section(fm: str, runs: Sequence[RunReport], lesson: Lesson | None) -> str:
+    head = f"<h2>{escape(fm)}: {_inline(lesson.summary) if lesson else ''}</h2>"
+    module = f'<p class="module"><code>{escape(lesson.module)}.py</code></p>' if lesson else ""
+    lessons = "".join(f'<div class="lesson" data-part="{escape(name.lower())}"><h3>{escape(name)}</h3>{_prose(text)}</div>'
+                      for name, text in (lesson.sections.items() if lesson else ()))
+    cells = "".join(_cell(r) for r in (_fixed(runs), _broken(runs)) if r is not None)
+    figures = "".join(_figure(r) for r in (_fixed(runs), _broken(runs)) if r is not None)
+    return (f'<section class="fm" id="{escape(fm)}">{head}{module}<div class="lessons">{lessons}</div>'
+            f'<div class="cells">{cells}</div><div class="timelines">{figures}</div></section>')
+
+
+def _cell(r: RunReport) -> str:
+    checks = "".join(f'<li class="check {"ok" if c.ok else "bad"}" data-label="{escape(c.label)}"><b>{escape(c.label)}</b> '
+                     f"{'holds' if c.ok else 'FAILS'}: {escape(c.detail)}</li>" for c in r.checks)
+    error = f'<p class="error">{escape(r.error)}</p>' if r.error else ""
+    return (f'<div class="cell" data-kind="{escape(r.kind)}"><h3>{escape(r.kind)}: scenario {r.scenario} on '
+            f"<code>{escape(r.code)}</code>'s code</h3><p>{_verdict(r)} <span class=\"secs\">{r.seconds:.1f}s</span></p>"
+            f"<ul>{checks}</ul>{error}</div>")
+
+
+def _figure(r: RunReport) -> str:
+    caption = f"{r.kind} run: what happened to each document"
+    if r.observations is None:
+        body = f'<p class="error">no observations: {escape(r.error or "the run did not get that far")}</p>'
+    else:
+        tl = timeline.build(r.observations)
+        body = (f'<p class="stop">run {escape(tl.run_id)}; stopped: {escape(tl.stopped_by)} at {tl.span:.2f}s; '
+                f"chord: {escape(tl.chord)}</p>{swimlanes.render(tl)}")
+    return f'<figure class="timeline" data-kind="{escape(r.kind)}"><figcaption>{escape(caption)}</figcaption>{body}</figure>'
+
+
+def _prose(text: str) -> str:
+    """Docstring paragraphs as HTML: ``code``, *emphasis* and ``- `` lists."""
+    out: list[str] = []
+    for para in re.split(r"\n\s*\n", text):
+        lines = [ln.strip() for ln in para.splitlines() if ln.strip()]
+        if lines and lines[0].startswith("- "):
+            items: list[str] = []
+            for ln in lines:
+                if ln.startswith("- "):
+                    items.append(ln[2:])
+                else:
+                    items[-1] += " " + ln
+            out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in items) + "</ul>")
+        elif lines:
+            out.append(f"<p>{_inline(' '.join(lines))}</p>")
+    return "".join(out)
+
+
+def _inline(text: str) -> str:
+    html = escape(text)
+    html = re.sub(r"``(.+?)``", r"<code>\1</code>", html)
+    return re.sub(r"(?<![\w*])\*(\w[^*]*?)\*(?![\w*])", r"<em>\1</em>", html)
+
+
+_HEAD = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>reliable-celery-lab: workshop report</title>
+<style>
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;color:#222;background:#fafafa}
+header,nav,aside,main{max-width:1400px;margin:0 auto;padding:0 24px}
+header h1{margin:20px 0 0;font-size:24px} .meta{color:#666;margin:2px 0 8px}
+h2{font-size:19px;margin:18px 0 8px} h3{font-size:15px;margin:8px 0 4px}
+code{font:13px ui-monospace,"DejaVu Sans Mono",monospace;background:#eef;padding:0 3px;border-radius:3px}
+table.matrix{border-collapse:collapse;background:#fff} .matrix td,.matrix th{border:1px solid #ddd;padding:4px 10px;text-align:left}
+.verdict{font-weight:700;padding:1px 6px;border-radius:4px;color:#fff} .verdict.ok{background:#2e7d32} .verdict.bad{background:#c62828}
+.verdict.none{background:#9e9e9e}
+svg.legend{max-width:100%;height:auto} svg.legend text{fill:#222;stroke:none;font:13px system-ui,"DejaVu Sans",sans-serif}
+section.fm{background:#fff;border:1px solid #ddd;border-radius:8px;margin:22px 0;padding:4px 20px 16px}
+.lessons{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:4px 22px;font-size:14px}
+.lesson p,.lesson ul{margin:4px 0} .module{margin:0;color:#555}
+.cells{display:flex;flex-wrap:wrap;gap:12px;margin-top:8px} .cell{flex:1 1 420px;border:1px solid #e3e3e3;border-radius:6px;padding:2px 12px}
+.cell{font-size:14px} .cell ul{padding-left:18px;margin:4px 0} .check.bad{color:#c62828} .secs{color:#777} .error{color:#c62828;white-space:pre-wrap}
+.timelines{display:flex;flex-wrap:wrap;gap:12px;margin-top:10px} figure.timeline{margin:0;flex:1 1 500px;min-width:0;max-width:620px}
+figcaption{font-weight:600} .stop{margin:2px 0 4px;color:#555;font-size:13px;min-height:2.9em}
+svg.swimlanes{background:#fff;max-width:100%;height:auto;font:12px system-ui,"DejaVu Sans",sans-serif}
+svg .axis line{stroke:#e6e6e6} svg .axis text{fill:#888;font-size:10px}
+svg .lane-bg{fill:#fff} svg .lane:nth-of-type(even) .lane-bg{fill:#f6f7f9} svg text.doc{font-weight:600;fill:#333}
+svg text.final{font-size:11px;font-weight:600} svg text.delay{font-size:9.5px;fill:#1565c0}
+svg .attempt-killed{fill-opacity:.15;stroke:#212121;stroke-dasharray:3 2} svg .attempt-running{fill-opacity:.35}
+svg line.backoff{stroke-dasharray:2 3;stroke-width:1.6}
+</style></head>
+"""

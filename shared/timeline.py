@@ -1,0 +1,218 @@
+"""What happened to each document of one run, rebuilt from its ``Observations``.
+
+``build(obs)`` turns the run's event stream into a ``Timeline``: per document
+every attempt of ``parse_document`` (start and end in seconds since the chord was
+submitted) and how it ended, the DLQ drain's finalisation, and the document's
+final state; then every ``notify`` execution (roles ``chord`` and ``duplicate``)
+and every email. The console (``shared.timeline_text``) and the HTML report
+(``shared.swimlanes``) draw the same model, with the same ``MARKS``.
+
+How an attempt ends (``Attempt.end``):
+
+- ``ok``: the body returned;
+- ``raised``: the body raised; ``reason`` is what ``@enveloped`` calls it
+  (``error``, ``soft_timeout``, ``hard_timeout``) and ``error`` the exception;
+- ``retried``: it raised and ``@transient_retryable`` planned a retry in ``retry_in`` s;
+- ``killed``: no end was recorded, yet the run went on without it: a later attempt
+  of the same document, the DLQ drain finalising it, or the chord finishing. The
+  process died under it (a SIGKILL, an OOM kill, Celery's own ``time_limit``);
+- ``running``: no end was recorded and nothing followed: still running when the
+  run stopped (a pinned slot, or a kill the run did not live to see).
+
+A document's final state (``DocTimeline.final``) comes from the chord's summary
+when ``notify`` ran (it holds the envelope reason, e.g. ``retries_exhausted``);
+otherwise from its events: ``killed`` (the process died and nothing redelivered
+the message), ``running``, ``retrying`` (a retry not yet served) or ``not started``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from shared.envelope import REASONS
+from shared.observe import Event
+from shared.runner import Observations
+
+End = Literal["ok", "raised", "retried", "killed", "running"]
+Final = Literal["ok", "failed", "killed", "running", "retrying", "not started"]
+NotifyEnd = Literal["sent", "skipped", "retried", "running"]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How one kind of ending looks: a glyph for the terminal, a colour for both."""
+
+    glyph: str
+    colour: str
+    label: str
+
+
+MARKS: Mapping[str, Mark] = {
+    "ok": Mark("✓", "#2e7d32", "ok: the attempt returned"),
+    "error": Mark("✗", "#d32f2f", "error: raised (reason error)"),
+    "retries_exhausted": Mark("⊗", "#ef6c00", "retries_exhausted: the last retry failed too"),
+    "soft_timeout": Mark("◔", "#c79100", "soft_timeout: soft time limit, the body gave up"),
+    "hard_timeout": Mark("◆", "#ad1457", "hard_timeout: @hard_timeout raised inside the body"),
+    "dead_lettered": Mark("⊘", "#6a1b9a", "dead_lettered: the broker gave up, the drain finalised it"),
+    "killed": Mark("†", "#212121", "killed: the process died mid-attempt"),
+    "retried": Mark("↻", "#1565c0", "retried: a retry was planned after a delay"),
+    "running": Mark("…", "#757575", "running: no end when the run stopped"),
+    "email": Mark("✉", "#00838f", "email sent"),
+}
+"""Every mark, keyed by an envelope reason (``shared.envelope.REASONS``) or an ending."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    n: int
+    start: float  # seconds since submission
+    end: float | None  # None: no end recorded (killed or running)
+    how: End
+    reason: str | None = None  # for ``raised``: error, soft_timeout, hard_timeout
+    error: str = ""
+    retry_in: float | None = None  # for ``retried``: the planned delay in seconds
+
+    @property
+    def mark(self) -> str:
+        return (self.reason or "error") if self.how == "raised" else self.how
+
+
+@dataclass(frozen=True)
+class DocTimeline:
+    doc: str
+    attempts: tuple[Attempt, ...]
+    dead_lettered_at: float | None
+    final: Final
+    reason: str | None = None  # the envelope reason when ``final`` is failed
+    error: str = ""
+
+    @property
+    def mark(self) -> str:
+        if self.final == "failed":
+            return self.reason or "error"
+        return {"retrying": "retried", "not started": "running"}.get(self.final, self.final)
+
+
+@dataclass(frozen=True)
+class NotifyRun:
+    role: str  # chord or duplicate
+    start: float
+    end: float | None
+    how: NotifyEnd
+    claim: str | None = None  # won, busy, done (FM-4's claim), when there is one
+    gate_wait: float | None = None  # when it began waiting at the runner's gate
+
+
+@dataclass(frozen=True)
+class Email:
+    t: float
+    role: str
+
+
+@dataclass(frozen=True)
+class Timeline:
+    fm: str  # the FM whose code ran
+    run_id: str
+    scenario: int
+    docs: tuple[DocTimeline, ...]
+    notifies: tuple[NotifyRun, ...]
+    emails: tuple[Email, ...]
+    span: float  # seconds from submission to the last thing seen
+    stopped_by: str
+    chord: str  # the chord result in a few words
+
+
+def build(obs: Observations) -> Timeline:
+    events = sorted(obs.events, key=lambda e: e.t)
+    at = obs.submitted_at
+    chord_over = obs.chord.state in ("SUCCESS", "FAILURE")
+    docs = tuple(_doc(obs, doc, [e for e in events if e.get("doc") == doc], at, chord_over) for doc in obs.docs)
+    notifies = _notifies(events, at)
+    emails = tuple(Email(e.t - at, e.get("role")) for e in events if e.kind == "email")
+    last = max((e.t - at for e in events), default=0.0)
+    return Timeline(obs.fm, obs.run_id, obs.scenario, docs, notifies, emails,
+                    max(obs.elapsed, last), obs.stopped_by, _chord_words(obs))
+
+
+def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over: bool) -> DocTimeline:
+    starts = [e for e in events if e.kind == "attempt_start"]
+    ends = {e.get("attempt"): e for e in events if e.kind == "attempt_end"}
+    retries = {e.get("retry"): e for e in events if e.kind == "retry"}
+    dead = next((e.t - at for e in events if e.kind == "dead_lettered"), None)
+    attempts: list[Attempt] = []
+    for i, start in enumerate(starts):
+        n = int(start.get("attempt") or i + 1)
+        end = ends.get(str(n))
+        followed = i + 1 < len(starts) or dead is not None or chord_over
+        attempts.append(_attempt(n, start.t - at, end, retries.get(str(n)), at, followed))
+    final, reason, error = _final(obs, doc, attempts, dead)
+    return DocTimeline(doc, tuple(attempts), dead, final, reason, error)
+
+
+def _attempt(n: int, start: float, end: Event | None, retry: Event | None, at: float, followed: bool) -> Attempt:
+    if end is None:
+        return Attempt(n, start, None, "killed" if followed else "running")
+    outcome, t = end.get("outcome"), end.t - at
+    if outcome == "ok":
+        return Attempt(n, start, t, "ok")
+    reason = outcome if outcome in REASONS else "error"
+    if retry is not None:
+        return Attempt(n, start, t, "retried", reason, end.get("error"), float(retry.get("delay") or 0.0))
+    return Attempt(n, start, t, "raised", reason, end.get("error"))
+
+
+def _final(obs: Observations, doc: str, attempts: list[Attempt], dead: float | None) -> tuple[Final, str | None, str]:
+    summary = obs.summary()
+    if summary is not None:
+        failed = obs.failed(doc)
+        if failed is not None:
+            return "failed", str(failed.get("reason") or "error"), str(failed.get("error") or "")
+        if doc in [str(d) for d in summary["ok"]]:
+            return "ok", None, ""
+    if dead is not None:
+        return "failed", "dead_lettered", "dead-lettered by the broker"
+    if not attempts:
+        return "not started", None, ""
+    last = attempts[-1]
+    if last.how == "ok":
+        return "ok", None, ""
+    if last.how == "retried":
+        return "retrying", None, ""  # its retry was not due (or not served) before the run stopped
+    if last.how == "raised":
+        return "failed", last.reason or "error", last.error
+    return last.how, None, ""
+
+
+def _notifies(events: list[Event], at: float) -> tuple[NotifyRun, ...]:
+    done: list[NotifyRun] = []
+    open_runs: dict[str, NotifyRun] = {}
+    for e in events:
+        role = e.get("role")
+        current = open_runs.get(role)
+        if e.kind == "notify_start":
+            if current is not None:  # a new start before an end: the earlier one retried
+                done.append(replace(current, how="retried"))
+            open_runs[role] = NotifyRun(role, e.t - at, None, "running")
+        elif current is None:
+            continue
+        elif e.kind == "claim":
+            open_runs[role] = replace(current, claim=e.get("state"), end=e.t - at)
+        elif e.kind == "gate_wait":
+            open_runs[role] = replace(current, gate_wait=e.t - at)
+        elif e.kind == "notify_end":
+            done.append(replace(current, end=e.t - at, how="sent" if e.get("sent") == "True" else "skipped"))
+            del open_runs[role]
+    done.extend(replace(r, end=None) for r in open_runs.values())
+    return tuple(sorted(done, key=lambda r: r.start))
+
+
+def _chord_words(obs: Observations) -> str:
+    ch = obs.chord
+    if ch.state == "SUCCESS":
+        env = ch.envelope
+        return "SUCCESS envelope" if env is not None and env.ok else f"SUCCESS {ch.error or ''}".strip()
+    if ch.state == "FAILURE":
+        return f"FAILURE {ch.error_type or ''}: {ch.error or ''}".strip()
+    return f"not finished ({ch.state})"

@@ -1,0 +1,109 @@
+"""A ``Timeline`` as lines of text for the console.
+
+``lines(tl, title)`` gives one line per document's final state, one per attempt
+(start and end in seconds since submission, and how it ended), the DLQ drain's
+finalisation, then every ``notify`` and email. A line is a tuple of ``Piece``:
+text plus, where it shows an ending, the key of its mark in ``timeline.MARKS``,
+so a terminal can colour it and put the glyph in front, and a log can print the
+words alone (``plain``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from shared.timeline import MARKS, Attempt, DocTimeline, NotifyRun, Timeline
+
+ERROR_WIDTH = 48
+"""Exception texts longer than this are cut (the report keeps them whole)."""
+
+
+class Piece(NamedTuple):
+    text: str
+    mark: str | None = None  # a key of MARKS
+
+
+Line = tuple[Piece, ...]
+
+FINAL_WORDS = {
+    "killed": "lost: killed and never delivered again",
+    "running": "unfinished: no end when the run stopped",
+    "retrying": "unfinished: a retry was still to come",
+}
+
+
+def seconds(t: float | None) -> str:
+    return "?" if t is None else f"{t:.3f}"
+
+
+def span(start: float, end: float | None) -> str:
+    return (f"{start:.3f}→{end:.3f}s" if end is not None else f"{start:.3f}s→").ljust(14)
+
+
+def short(text: str, width: int = ERROR_WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def lines(tl: Timeline, title: str) -> list[Line]:
+    out: list[Line] = [(Piece(title),),
+                       (Piece(f"stopped: {tl.stopped_by} at {tl.span:.2f}s; chord: {short(tl.chord, 60)}"),)]
+    for doc in tl.docs:
+        out.extend(_doc(doc, tl.span))
+    out.extend(_notify(tl))
+    return out
+
+
+def _doc(d: DocTimeline, stopped_at: float) -> list[Line]:
+    what = f"failed: {d.reason}" if d.final == "failed" else FINAL_WORDS.get(d.final, d.final)
+    out: list[Line] = [(Piece(f"  {d.doc:<6}"), Piece(what, d.mark))]
+    for a in d.attempts:
+        out.append((Piece(f"    #{a.n} {span(a.start, a.end)} "), Piece(_ending(a, stopped_at), a.mark)))
+    if d.dead_lettered_at is not None:
+        out.append((Piece(f"       {seconds(d.dead_lettered_at)}s".ljust(22)),
+                    Piece("dead-lettered: finalised by the DLQ drain", "dead_lettered")))
+    return out
+
+
+def _ending(a: Attempt, stopped_at: float) -> str:
+    if a.how == "ok":
+        return "ok"
+    if a.how == "killed":
+        return "killed: the process died"
+    if a.how == "running":
+        return f"no end when the run stopped ({stopped_at:.2f}s)"
+    if a.how == "retried":
+        return f"raised {a.reason}, retried after {1000 * (a.retry_in or 0.0):.0f} ms"
+    return f"raised {a.reason}: {short(a.error)}"
+
+
+def _notify(tl: Timeline) -> list[Line]:
+    if not tl.notifies:
+        return [(Piece("  notify  "), Piece("never ran", "running"))]
+    out: list[Line] = []
+    for n in tl.notifies:
+        out.append((Piece(f"  notify {n.role:<9} {span(n.start, n.end)} "), Piece(*_notify_ending(n))))
+    for e in tl.emails:
+        out.append((Piece(f"  email  {e.role:<9} {seconds(e.t)}s".ljust(34)), Piece("email sent", "email")))
+    return out
+
+
+def _notify_ending(n: NotifyRun) -> tuple[str, str]:
+    claim = f" (claim {n.claim})" if n.claim else ""
+    gate = f", waited at the gate from {n.gate_wait:.3f}s" if n.gate_wait is not None else ""
+    if n.how == "sent":
+        return f"sent{claim}{gate}", "ok"
+    if n.how == "skipped":
+        return f"skipped, sent=False{claim}", "ok"
+    if n.how == "retried":
+        return f"retried{claim}", "retried"
+    return f"no end when the run stopped{claim}{gate}", "running"
+
+
+def plain(line: Line) -> str:
+    """A line as a log shows it: words only."""
+    return "".join(p.text for p in line).rstrip()
+
+
+def glyph(mark: str | None) -> str:
+    found = MARKS.get(mark) if mark is not None else None
+    return found.glyph if found is not None else ""

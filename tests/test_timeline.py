@@ -1,0 +1,137 @@
+"""Timelines from synthetic Observations (no broker): every ending, and how the console shows it."""
+
+from __future__ import annotations
+
+import io
+
+from shared import timeline, timeline_text
+from shared.envelope import REASONS
+from shared.harness import RunReport
+from shared.progress import Board
+from shared.runner import Outcome
+from shared.timeline import MARKS, DocTimeline, Timeline
+from tests.synthetic import broken_run, end, ev, fixed_run, lost_run, observations, start
+
+
+def doc(tl: Timeline, name: str) -> DocTimeline:
+    return next(d for d in tl.docs if d.doc == name)
+
+
+def ms(t: float | None) -> int | None:
+    """Seconds to whole milliseconds (the synthetic events are placed to the millisecond)."""
+    return None if t is None else round(t * 1000)
+
+
+def endings(tl: Timeline, name: str) -> list[str]:
+    return [a.how for a in doc(tl, name).attempts]
+
+
+def test_each_attempt_is_placed_relative_to_submission_and_ends_as_observed() -> None:
+    tl = timeline.build(fixed_run())
+    first = doc(tl, "doc1").attempts[0]
+    assert (first.n, ms(first.start), ms(first.end), first.how, first.reason) == (1, 20, 21, "raised", "error")
+    assert first.error == "PermanentError: doc1 is malformed"
+    assert endings(tl, "doc2") == ["ok"]
+    assert endings(tl, "doc3") == ["killed", "ok"]  # no end, then another attempt: the process died
+    assert endings(tl, "doc4") == ["killed", "killed", "killed"]
+    assert ms(doc(tl, "doc4").dead_lettered_at) == 900
+    assert endings(tl, "doc5") == ["retried", "retried", "ok"]
+    assert [ms(a.retry_in) for a in doc(tl, "doc5").attempts] == [140, 250, None]
+    assert endings(tl, "doc6") == ["retried", "retried", "retried", "raised"]
+    assert [(a.how, a.reason) for a in doc(tl, "doc7").attempts + doc(tl, "doc8").attempts] == [
+        ("raised", "soft_timeout"), ("raised", "hard_timeout")]
+
+
+def test_a_documents_final_state_carries_the_envelope_reason_from_the_summary() -> None:
+    tl = timeline.build(fixed_run())
+    finals = {d.doc: (d.final, d.reason) for d in tl.docs}
+    assert finals == {
+        "doc1": ("failed", "error"), "doc2": ("ok", None), "doc3": ("ok", None), "doc4": ("failed", "dead_lettered"),
+        "doc5": ("ok", None), "doc6": ("failed", "retries_exhausted"), "doc7": ("failed", "soft_timeout"),
+        "doc8": ("failed", "hard_timeout")}
+    assert {d.mark for d in tl.docs if d.final == "failed"} == set(REASONS)
+
+
+def test_notify_runs_pair_starts_with_ends_and_a_busy_claim_is_a_retry() -> None:
+    tl = timeline.build(fixed_run())
+    seen = [(n.role, n.how, n.claim) for n in tl.notifies]
+    assert seen == [("chord", "sent", "won"), ("duplicate", "retried", "busy"), ("duplicate", "skipped", "done")]
+    assert ms(tl.notifies[0].gate_wait) == 1601
+    assert [(e.role, ms(e.t)) for e in tl.emails] == [("chord", 1640)]
+
+
+def test_a_run_stopped_on_its_symptom_shows_what_was_still_running() -> None:
+    tl = timeline.build(broken_run())
+    assert endings(tl, "doc3") == ["running"]  # no end and nothing after it
+    assert endings(tl, "doc4") == ["killed", "running"]
+    assert endings(tl, "doc8") == ["running"]
+    finals = {d.doc: d.final for d in tl.docs}
+    assert finals["doc5"] == "retrying" and finals["doc6"] == "not started" and finals["doc7"] == "ok"
+    assert finals["doc1"] == "failed" and doc(tl, "doc1").reason == "error"
+    assert tl.notifies == () and tl.chord == "not finished (PENDING)"
+    assert ms(tl.span) == 2400
+
+
+def test_an_attempt_the_chord_finished_without_was_killed_and_lost() -> None:
+    tl = timeline.build(lost_run())
+    assert endings(tl, "doc3") == ["killed"] and doc(tl, "doc3").final == "killed"
+    assert tl.chord.startswith("FAILURE ChordError")
+
+
+def test_every_ending_has_its_own_mark() -> None:
+    for key in (*REASONS, "ok", "killed", "retried", "running", "email"):
+        assert key in MARKS
+    assert len({m.glyph for m in MARKS.values()}) == len(MARKS)
+    assert len({m.colour for m in MARKS.values()}) == len(MARKS)
+
+
+def test_text_lines_say_how_each_attempt_ended() -> None:
+    text = "\n".join(timeline_text.plain(line) for line in timeline_text.lines(timeline.build(fixed_run()), "fm6 fixed"))
+    assert "killed: the process died" in text
+    assert "dead-lettered: finalised by the DLQ drain" in text
+    assert "raised error, retried after 140 ms" in text
+    assert "failed: retries_exhausted" in text and "failed: soft_timeout" in text and "failed: hard_timeout" in text
+    assert "skipped, sent=False (claim done)" in text and "email sent" in text
+    broken = "\n".join(timeline_text.plain(line) for line in timeline_text.lines(timeline.build(broken_run()), "fm6 broken"))
+    assert "no end when the run stopped (2.40s)" in broken and "never ran" in broken
+
+
+def _reports() -> list[RunReport]:
+    return [RunReport("fm6", "fixed", "fm6", 6, observations=fixed_run()),
+            RunReport("fm6", "broken", "fm5", 6, observations=broken_run())]
+
+
+def test_plain_console_prints_a_line_per_stage_and_the_timelines_one_after_the_other() -> None:
+    out = io.StringIO()
+    with Board(2, file=out) as board:
+        board.stage("fm6", "fixed", "resetting")
+        board.stage("fm6", "fixed", "running the scenario")
+        board.finished("fm6 fixed (scenario 6 on fm6, 1.0s): PASS", ok=True)
+        board.timelines("fm6", _reports())
+    text = out.getvalue()
+    assert "fm6 fixed [ 0.0s] resetting ..." in text and "running the scenario ..." in text
+    assert "\x1b[" not in text  # no terminal codes in a log
+    fixed_at, broken_at = text.index("fm6 fixed: scenario 6"), text.index("fm6 broken: scenario 6")
+    assert fixed_at < broken_at
+
+
+def test_a_wide_terminal_shows_the_fixed_and_broken_timelines_side_by_side() -> None:
+    out = io.StringIO()
+    board = Board(2, file=out, live=True)
+    board.console.width = 220
+    board.timelines("fm6", _reports())
+    lines = out.getvalue().splitlines()
+    assert any("fm6 fixed: scenario 6" in ln and "fm6 broken: scenario 6" in ln for ln in lines)
+    narrow = io.StringIO()
+    board = Board(2, file=narrow, live=True)
+    board.console.width = 100
+    board.timelines("fm6", _reports())
+    assert not any("fm6 fixed: scenario 6" in ln and "fm6 broken: scenario 6" in ln for ln in narrow.getvalue().splitlines())
+
+
+def test_an_outcome_no_envelope_reason_names_is_drawn_as_an_error() -> None:
+    obs = observations([start(0.01, "doc1", 1), end(0.02, "doc1", 1, "exploded", "Boom"),
+                        ev(0.03, "notify_start", role="chord")], Outcome("PENDING", None, None, None))
+    tl = timeline.build(obs)
+    assert [(a.how, a.reason, a.mark) for a in doc(tl, "doc1").attempts] == [("raised", "error", "error")]
+    assert [(n.role, n.how) for n in tl.notifies] == [("chord", "running")]
