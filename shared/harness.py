@@ -37,6 +37,7 @@ from shared.recipe import Recipe
 from shared.runner import Lab, Observations, StopCondition, new_run_id, run_scenario
 from shared.scenarios import scenario
 from shared.settings import amqp_name, broker_url, redis_prefix
+from shared.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB_DIR = ROOT / ".lab"
@@ -165,15 +166,18 @@ class Worker:
 
     def wait_ready(self, lab: Lab, timeout: float = READY_TIMEOUT) -> None:
         """Ready means: it took a probe task from the FM's queue and answered."""
-        assert self.proc is not None
+        proc = self.proc
+        if proc is None:
+            raise WorkerFailed("worker was never started")
         res = lab.tasks.probe.apply_async()
-        deadline = time.monotonic() + timeout
-        while not res.ready():
-            if self.proc.poll() is not None:
-                raise WorkerFailed(f"worker exited with {self.proc.returncode} before it was ready; log tail:\n{self.tail()}")
-            if time.monotonic() > deadline:
-                raise WorkerFailed(f"worker not ready after {timeout:.0f}s; log tail:\n{self.tail()}")
-            time.sleep(0.05)  # polling the probe's result, bounded by the deadline
+
+        def answered() -> bool:
+            if proc.poll() is not None:
+                raise WorkerFailed(f"worker exited with {proc.returncode} before it was ready; log tail:\n{self.tail()}")
+            return res.ready()
+
+        if not wait_until(answered, timeout, interval=0.05):
+            raise WorkerFailed(f"worker not ready after {timeout:.0f}s; log tail:\n{self.tail()}")
         res.forget()
 
     def stop(self, grace: float = STOP_GRACE) -> None:
