@@ -16,7 +16,7 @@ Fix: none here. FM-1 (``fm1_mid_pipeline_error.py``) adds ``@enveloped``.
 
 Run it alone (two shells, services up):
 
-    celery -A fm0_naive worker -c 1 -P prefork -Q rcl.fm0.tasks --without-gossip --without-mingle --without-heartbeat
+    celery -A fm0_naive worker -c 1 -Q rcl.fm0.tasks --without-gossip --without-mingle --without-heartbeat
     python fm0_naive.py
 
 or ``python run_all_fms.py --include-fm0 --only fm0`` (reported as BUG REPRODUCED).

@@ -25,7 +25,7 @@ Still open: a worker that dies mid-task loses the message (FM-2).
 
 Run it alone (two shells, services up):
 
-    celery -A fm1_mid_pipeline_error worker -c 1 -P prefork -Q rcl.fm1.tasks --without-gossip --without-mingle --without-heartbeat
+    celery -A fm1_mid_pipeline_error worker -c 1 -Q rcl.fm1.tasks --without-gossip --without-mingle --without-heartbeat
     python fm1_mid_pipeline_error.py
 
 or ``python run_all_fms.py --only fm1``.

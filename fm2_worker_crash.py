@@ -31,7 +31,7 @@ its worker every time is redelivered for ever (FM-3).
 
 Run it alone (two shells, services up):
 
-    celery -A fm2_worker_crash worker -c 2 -P prefork -Q rcl.fm2.tasks --without-gossip --without-mingle --without-heartbeat
+    celery -A fm2_worker_crash worker -c 2 -Q rcl.fm2.tasks --without-gossip --without-mingle --without-heartbeat
     python fm2_worker_crash.py
 
 or ``python run_all_fms.py --only fm2``.

@@ -34,7 +34,7 @@ Still open: a duplicated ``notify`` sends two emails (FM-4).
 
 Run it alone (two shells, services up):
 
-    celery -A fm3_dlq_reconciliation worker -c 2 -P prefork -Q rcl.fm3.tasks --without-gossip --without-mingle --without-heartbeat -B
+    celery -A fm3_dlq_reconciliation worker -c 2 -Q rcl.fm3.tasks --without-gossip --without-mingle --without-heartbeat -B
     python fm3_dlq_reconciliation.py
 
 or ``python run_all_fms.py --only fm3``.

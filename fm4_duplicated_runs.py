@@ -26,7 +26,7 @@ Still open: a transient error fails a document for good (FM-5).
 
 Run it alone (two shells, services up):
 
-    celery -A fm4_duplicated_runs worker -c 2 -P prefork -Q rcl.fm4.tasks --without-gossip --without-mingle --without-heartbeat -B
+    celery -A fm4_duplicated_runs worker -c 2 -Q rcl.fm4.tasks --without-gossip --without-mingle --without-heartbeat -B
     python fm4_duplicated_runs.py
 
 or ``python run_all_fms.py --only fm4``.

@@ -12,12 +12,13 @@ Fix: ``@transient_retryable(RetryPolicy(...))`` (``shared/retry.py``) between
 ``Task.retry`` after ``0.1 * 2**k`` seconds times a jitter in ``[1, 2)``, at
 most 3 times; then it raises ``RetriesExhausted`` and ``@enveloped`` records
 reason ``retries_exhausted``. ``doc5`` succeeds on attempt 3; ``doc6`` (503
-for ever) fails after 4 attempts; the gaps between attempts double.
+for ever) fails after 4 attempts; each planned delay falls in its doubling band
+and no observed gap is shorter than its planned delay.
 
 Delta from fm4: ``retry=RetryPolicy(...)`` on ``parse_document``.
 
 Tradeoffs: the lab's base delay is 0.1 s to stay fast; production uses
-seconds and a cap. A retry holds a pool slot of nothing, but its countdown is
+seconds and a cap. A waiting retry holds no pool slot, but its countdown is
 held in the worker's memory as an ETA task (Celery 5.7 logs that native delayed
 delivery does not apply to the lab's direct exchange), and a worker that dies
 returns it to the queue early. Only errors you declare transient are retried.
@@ -26,7 +27,7 @@ Still open: a hung call pins a worker slot for ever (FM-6).
 
 Run it alone (two shells, services up):
 
-    celery -A fm5_transient_failures worker -c 2 -P prefork -Q rcl.fm5.tasks --without-gossip --without-mingle --without-heartbeat -B
+    celery -A fm5_transient_failures worker -c 2 -Q rcl.fm5.tasks --without-gossip --without-mingle --without-heartbeat -B
     python fm5_transient_failures.py
 
 or ``python run_all_fms.py --only fm5``.

@@ -8,14 +8,17 @@ not enough: on expiry the worker kills the pool process, and
 ``celery.worker.request.Request.on_timeout`` (hard branch) calls
 ``backend.mark_as_failure`` with ``TimeLimitExceeded``. That puts the chord
 member in the FAILURE state, so the chord fails with ``ChordError`` (FM-1's
-symptom again) and ``notify`` does not run.
+symptom again) and ``notify`` does not run (``tests/test_celery_claims.py``
+runs exactly that: this recipe without ``@hard_timeout``).
 
 Fix: ``@hard_timeout(1.2)`` (``shared/timeouts.py``, ``SIGALRM`` through
 ``setitimer``) raises ``HardTimeout`` inside the body, which ``@enveloped``
 records as reason ``hard_timeout``. ``soft_time_limit=0.5`` asks first:
 ``SoftTimeLimitExceeded`` stops ``doc7``, which cooperates, and is recorded as
 ``soft_timeout``. ``time_limit=5`` stays as the backstop for what a signal
-cannot interrupt (C code that never returns to the interpreter).
+cannot interrupt (C code that never returns to the interpreter). Scenario 6 has
+no such code, so G6 holds without the backstop (tried); removing
+``@hard_timeout`` or ``soft_time_limit`` fails G6.
 
 Delta from fm5: ``hard_timeout=1.2`` and the two time limits on ``parse_document``.
 
@@ -25,7 +28,7 @@ timed-out document is not retried.
 
 Run it alone (two shells, services up):
 
-    celery -A fm6_task_timeouts worker -c 2 -P prefork -Q rcl.fm6.tasks --without-gossip --without-mingle --without-heartbeat -B
+    celery -A fm6_task_timeouts worker -c 2 -Q rcl.fm6.tasks --without-gossip --without-mingle --without-heartbeat -B
     python fm6_task_timeouts.py
 
 or ``python run_all_fms.py --only fm6``.

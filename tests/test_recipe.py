@@ -91,3 +91,11 @@ def test_run_context_round_trips() -> None:
     ctx = RunContext.for_scenario("r1", "fm5", scenario(5))
     back = RunContext.from_wire(ctx.to_wire())
     assert back == ctx and back.fault_for("doc5") is not None and back.fault_for("doc2") is None
+
+
+@pytest.mark.parametrize("module", FMS)
+def test_each_docstring_gives_the_worker_command_the_harness_runs(module: str) -> None:
+    r = recipe(module)
+    doc = importlib.import_module(module).__doc__ or ""
+    assert f"celery -A {r.module} worker {' '.join(r.worker_args())}\n" in doc
+    assert f"python {r.module}.py" in doc
