@@ -20,8 +20,8 @@ Delta from fm4: ``retry=RetryPolicy(...)`` on ``parse_document``.
 Tradeoffs: the lab's base delay is 0.1 s to stay fast; production uses
 seconds and a cap. A waiting retry holds no pool slot, but its countdown is
 held in the worker's memory as an ETA task (Celery 5.7 logs that native delayed
-delivery does not apply to the lab's direct exchange), and a worker that dies
-returns it to the queue early. Only errors you declare transient are retried.
+delivery does not apply to the lab's direct exchange). Only errors you declare
+transient are retried.
 
 Still open: a hung call pins a worker slot for ever (FM-6).
 

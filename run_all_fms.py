@@ -20,6 +20,7 @@ bad input, missing services or a report that cannot be written, 130 on Ctrl-C
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 from pathlib import Path
@@ -47,27 +48,13 @@ def selected(args: argparse.Namespace) -> list[str]:
 
 
 def summary_table(reports: list[RunReport], prove: bool) -> str:
-    rows: dict[str, dict[str, RunReport]] = {}
-    for r in reports:
-        rows.setdefault(r.fm, {})[r.kind] = r
     lines = [f"{'FM':<5} {'fixed (guarantees)':<34} {'broken (symptom)' if prove else ''}".rstrip()]
-    for fm, cells in rows.items():
-        fixed = cells.get("fixed") or cells.get("bug")
-        broken = cells.get("broken")
+    for row in harness.matrix(reports):
+        fixed, broken = row.fixed, row.broken
         left = f"{fixed.verdict} {' '.join(c.label for c in fixed.checks)}" if fixed else "-"
         right = f"{broken.verdict} {' '.join(c.label for c in broken.checks)} (on {broken.code})" if broken else ""
-        lines.append(f"{fm:<5} {left:<34} {right}".rstrip())
+        lines.append(f"{row.fm:<5} {left:<34} {right}".rstrip())
     return "\n".join(lines)
-
-
-def describe(r: RunReport) -> str:
-    head = f"{r.fm} {r.kind} (scenario {r.scenario} on {r.code}, {r.seconds:.1f}s): {r.verdict}"
-    body = [f"  {'ok  ' if c.ok else 'FAIL'} {c.label}: {c.detail}" for c in r.checks]
-    if r.error:
-        body.append(f"  error: {r.error}")
-    if not r.ok and r.log is not None:
-        body.append(f"  worker log: {r.log}")
-    return "\n".join([head, *body])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,12 +94,12 @@ def run_plan(runs: list[tuple[str, harness.Kind]]) -> list[RunReport]:
     with Board(len(runs)) as board:
         for i, (fm, kind) in enumerate(runs):
             if kind == "broken" and fm == "fm1" and bug is not None:  # fm0's run is fm1's broken cell
-                r = RunReport("fm1", "broken", bug.code, bug.scenario, bug.checks, bug.observations, bug.error, bug.log, bug.seconds)
+                r = dataclasses.replace(bug, fm="fm1", kind="broken")
             else:
                 r = harness.run_one(fm, kind, functools.partial(board.stage, fm, kind))
             bug = r if kind == "bug" else bug
             reports.append(r)
-            board.finished(describe(r), r.ok)
+            board.finished(harness.describe(r), r.ok)
             if i + 1 == len(runs) or runs[i + 1][0] != fm:
                 board.timelines(fm, [x for x in reports if x.fm == fm])
     return reports

@@ -9,13 +9,12 @@ run; ``symptom(n, obs, fixed)`` checks Sn of scenario n on FM n-1's code, where
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from collections.abc import Mapping
 from typing import cast
 
 from shared.faults import HARD_HANG_CAP_SECONDS
-from shared.observe import Reader
+from shared.observe import Reader, attempt_starts
 from shared.recipe import Recipe
 from shared.runner import Observations, StopCondition
 
@@ -50,11 +49,6 @@ def _failed_detail(obs: Observations, doc: str) -> tuple[str, str]:
     return (str(f.get("reason")), str(f.get("error"))) if f else ("", "")
 
 
-def _ok_docs(obs: Observations) -> list[str]:
-    summary = obs.summary()
-    return [str(d) for d in summary["ok"]] if summary else []
-
-
 def g1(obs: Observations, recipe: Recipe) -> Check:
     c = _Collector("G1")
     runs = obs.notify_runs.get("chord", 0)
@@ -78,7 +72,7 @@ def g2(obs: Observations, recipe: Recipe) -> Check:
     a3, a2 = obs.attempts.get("doc3", 0), obs.attempts.get("doc2", 0)
     c.expect(a3 == 2, f"doc3 attempts {a3}", "2")
     c.expect(a2 == 1, f"doc2 attempts {a2}", "1")
-    c.expect("doc3" in _ok_docs(obs), f"doc3 {'ok' if 'doc3' in _ok_docs(obs) else 'not ok'}", "ok")
+    c.expect("doc3" in obs.ok_docs(), f"doc3 {'ok' if 'doc3' in obs.ok_docs() else 'not ok'}", "ok")
     return c.result()
 
 
@@ -109,7 +103,7 @@ def g4(obs: Observations, recipe: Recipe) -> Check:
 def g5(obs: Observations, recipe: Recipe) -> Check:
     c = _Collector("G5")
     a5, a6 = obs.attempts.get("doc5", 0), obs.attempts.get("doc6", 0)
-    c.expect("doc5" in _ok_docs(obs) and a5 == 3, f"doc5 {'ok' if 'doc5' in _ok_docs(obs) else 'failed'} after {a5}", "ok after 3")
+    c.expect("doc5" in obs.ok_docs() and a5 == 3, f"doc5 {'ok' if 'doc5' in obs.ok_docs() else 'failed'} after {a5}", "ok after 3")
     policy = recipe.retry
     reason, _ = _failed_detail(obs, "doc6")
     limit = policy.max_retries + 1 if policy else -1
@@ -239,13 +233,13 @@ def symptom_stop(n: int, fixed: Recipe) -> tuple[str, StopCondition] | None:
     """Where a broken run stops when its chord never completes (S3, S6); else None."""
     if n == 3:
         bound = _bound(fixed)
-        return ("doc4 passed the bound", lambda r, _t: r.attempts("doc4") > bound)
+        return ("doc4 passed the bound", lambda r: r.attempts("doc4") > bound)
     if n == 6:
         deadline = _hard_deadline(fixed)
-        return ("doc8 outlived the hard deadline", lambda r, _t: _outlived(r, "doc8", deadline))
+        return ("doc8 outlived the hard deadline", lambda r: _outlived(r, "doc8", deadline))
     return None
 
 
 def _outlived(r: Reader, doc: str, seconds: float) -> bool:
-    starts = [e.t for e in r.events() if e.kind == "attempt_start" and e.get("doc") == doc]
+    starts = attempt_starts(r.events(), doc)
     return bool(starts) and time.time() - starts[0] > seconds + 0.5

@@ -29,12 +29,12 @@ from typing import Any, Literal, cast
 
 from kombu import Connection
 
-from shared import checks
+from shared import checks, services
 from shared.checks import Check
 from shared.dlq import dead_letter_queue
 from shared.observe import client
 from shared.recipe import Recipe
-from shared.runner import Lab, Observations, StopCondition, new_run_id, run_scenario
+from shared.runner import Lab, Observations, StopCondition, new_run_id, probe_seconds, run_scenario
 from shared.scenarios import scenario
 from shared.settings import amqp_name, broker_url, redis_prefix
 from shared.waiting import wait_until
@@ -284,10 +284,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
             obs = run_scenario(lab, scenario(sc_n), run_id, RUN_TIMEOUT, stop=stop)
         report.observations = obs
         on_stage("checking")
-        if kind == "fixed":
-            report.checks = checks.guarantees(n, obs, lab.recipe)
-        else:
-            report.checks = [checks.symptom(n if kind == "broken" else 1, obs, fixed)]
+        report.checks = _checks(kind, n, obs, fixed)
         if stop is not None:
             on_stage("cleaning up")
             reset(lab.recipe)  # the looping message goes with the FM's own queues
@@ -299,6 +296,39 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         report.error = f"{type(exc).__name__}: {exc}"
     report.seconds = time.monotonic() - started
     return report
+
+
+def _checks(kind: Kind, n: int, obs: Observations, fixed: Recipe) -> list[Check]:
+    """fixed: G1..Gn of FM n; broken: Sn; bug: S1 (fm0's own bug)."""
+    if kind == "fixed":
+        return checks.guarantees(n, obs, fixed)
+    return [checks.symptom(n if kind == "broken" else 1, obs, fixed)]
+
+
+def describe(r: RunReport) -> str:
+    """A run's verdict line and one line per check (and where its worker log is, if it failed)."""
+    head = f"{r.fm} {r.kind} (scenario {r.scenario} on {r.code}, {r.seconds:.1f}s): {r.verdict}"
+    body = [f"  {'ok  ' if c.ok else 'FAIL'} {c.label}: {c.detail}" for c in r.checks]
+    if r.error:
+        body.append(f"  error: {r.error}")
+    if not r.ok and r.log is not None:
+        body.append(f"  worker log: {r.log}")
+    return "\n".join([head, *body])
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    fm: str
+    fixed: RunReport | None  # the fixed run (fm0: its bug run)
+    broken: RunReport | None
+
+
+def matrix(reports: list[RunReport]) -> list[MatrixRow]:
+    """One row per FM, in the order the runs came, with its fixed and broken cells."""
+    cells: dict[str, dict[str, RunReport]] = {}
+    for r in reports:
+        cells.setdefault(r.fm, {})[r.kind] = r
+    return [MatrixRow(fm, c.get("fixed") or c.get("bug"), c.get("broken")) for fm, c in cells.items()]
 
 
 def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str, Kind]]:
@@ -317,8 +347,6 @@ def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str,
 
 def run_by_hand(fm: str) -> int:
     """``python fmN_*.py``: run scenario N against a worker the user started."""
-    from shared import services
-
     try:
         services.ensure()
         lab = load(fm)
@@ -326,21 +354,14 @@ def run_by_hand(fm: str) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     recipe = lab.recipe
-    flags = " ".join(recipe.worker_args())
-    if checks_probe(lab) is None:
+    if probe_seconds(lab, timeout=10.0) is None:
         print(f"no worker answers on {recipe.task_queue.name}; start one in another shell:\n"
-              f"  celery -A {recipe.module} worker {flags}", file=sys.stderr)
+              f"  celery -A {recipe.module} worker {' '.join(recipe.worker_args())}", file=sys.stderr)
         return 2
+    kind: Kind = "fixed" if number(fm) else "bug"
+    started = time.monotonic()
     obs = run_scenario(lab, scenario(recipe.scenario), new_run_id(), RUN_TIMEOUT)
-    found = checks.guarantees(number(fm), obs, recipe) if number(fm) else [checks.symptom(1, obs, recipe)]
-    print(f"{fm}: scenario {recipe.scenario}, chord result {obs.chord.state}, attempts {dict(obs.attempts)}, "
-          f"emails {len(obs.emails)}")
-    for c in found:
-        print(f"  {'ok  ' if c.ok else 'FAIL'} {c.label}: {c.detail}")
-    return 0 if all(c.ok for c in found) else 1
-
-
-def checks_probe(lab: Lab) -> float | None:
-    from shared.runner import probe_seconds
-
-    return probe_seconds(lab, timeout=10.0)
+    report = RunReport(fm, kind, fm, recipe.scenario, _checks(kind, number(fm), obs, recipe), obs,
+                       seconds=time.monotonic() - started)
+    print(describe(report))
+    return 0 if report.ok else 1

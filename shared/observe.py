@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -58,6 +58,11 @@ class Event:
         return self.fields.get(name, default)
 
 
+def attempt_starts(events: Iterable[Event], doc: str) -> list[float]:
+    """When each attempt of ``doc`` began (wall time), in order."""
+    return [e.t for e in events if e.kind == "attempt_start" and e.get("doc") == doc]
+
+
 class Recorder:
     """The write side, used inside tasks (one per task call; cheap)."""
 
@@ -75,18 +80,18 @@ class Recorder:
         self.r.xadd(key, cast(Any, entry))
         self._touch(key)
 
+    def _incr(self, key: str) -> int:
+        n = int(self.r.incr(self.prefix + key))
+        self._touch(self.prefix + key)
+        return n
+
     def begin_attempt(self, doc: str) -> int:
-        key = self.prefix + f"attempts:{doc}"
-        n = int(self.r.incr(key))
-        self._touch(key)
+        n = self._incr(f"attempts:{doc}")
         self.event("attempt_start", doc=doc, attempt=n)
         return n
 
     def notify_ran(self, role: str) -> int:
-        key = self.prefix + f"notify:{role}"
-        n = int(self.r.incr(key))
-        self._touch(key)
-        return n
+        return self._incr(f"notify:{role}")
 
     def email(self, role: str, text: str) -> None:
         key = self.prefix + "emails"
@@ -108,13 +113,15 @@ class Reader:
         self.prefix = run_prefix(fm, run_id)
         self.r = client()
 
-    def attempts(self, doc: str) -> int:
-        raw = self.r.get(self.prefix + f"attempts:{doc}")
+    def _count(self, key: str) -> int:
+        raw = self.r.get(self.prefix + key)
         return int(cast(str, raw)) if raw is not None else 0
 
+    def attempts(self, doc: str) -> int:
+        return self._count(f"attempts:{doc}")
+
     def notify_runs(self, role: str) -> int:
-        raw = self.r.get(self.prefix + f"notify:{role}")
-        return int(cast(str, raw)) if raw is not None else 0
+        return self._count(f"notify:{role}")
 
     def emails(self) -> list[str]:
         return [str(x) for x in cast(list[Any], self.r.lrange(self.prefix + "emails", 0, -1))]

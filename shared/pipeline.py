@@ -68,6 +68,14 @@ def doc_of(fetched: object) -> str:
     raise ValueError(f"parse_document got no document: {fetched!r}")
 
 
+def doc_named_by(args: Sequence[object]) -> str:
+    """``doc_of`` the first argument for a record, or ``?`` when it names none."""
+    try:
+        return doc_of(args[0]) if args else "?"
+    except (UpstreamFailed, ValueError):
+        return "?"
+
+
 def parse_document(task: Task[Any, Any], fetched: Wire, *, ctx: Wire) -> Parsed:
     run = RunContext.from_wire(ctx)
     doc = doc_of(fetched)

@@ -120,7 +120,7 @@ def build(recipe: Recipe) -> tuple[Celery, Tasks]:
     app.conf.update(dict(recipe.conf))
     tasks = _register(app, recipe)
     if recipe.dead_letter is not None:
-        tasks = tasks._replace(drain_dead_letters=_add_dead_letter_path(app, recipe, recipe.dead_letter))
+        tasks = tasks._replace(drain_dead_letters=_add_dead_letter_path(app, recipe.fm, recipe.dead_letter))
     return app, tasks
 
 
@@ -165,11 +165,15 @@ def _begin_notify(results: list[Any], ctx: Wire, role: str) -> tuple[RunContext,
     return run, rec, pipeline.summarise(results, run.docs)
 
 
+def _end_notify(rec: Recorder, role: str, summary: pipeline.Summary, sent: bool) -> pipeline.Summary:
+    rec.event("notify_end", role=role, sent=sent)
+    return {**summary, "sent": sent}
+
+
 def _plain_notify(task: Task[Any, Any], results: list[Any], *, ctx: Wire, role: str = "chord") -> pipeline.Summary:
     run, rec, summary = _begin_notify(results, ctx, role)
     pipeline.send_email(run, rec, role, summary)
-    rec.event("notify_end", role=role, sent=True)
-    return {**summary, "sent": True}
+    return _end_notify(rec, role, summary, sent=True)
 
 
 def _claimed_notify(policy: ClaimPolicy) -> Callable[..., pipeline.Summary]:
@@ -182,28 +186,24 @@ def _claimed_notify(policy: ClaimPolicy) -> Callable[..., pipeline.Summary]:
         if state == "busy":  # someone is sending: look again soon (they may still fail)
             raise task.retry(countdown=policy.busy_retry_delay, max_retries=policy.busy_max_retries)
         if state == "done":
-            rec.event("notify_end", role=role, sent=False)
-            return {**summary, "sent": False}
+            return _end_notify(rec, role, summary, sent=False)
         try:
             pipeline.send_email(run, rec, role, summary)
         except BaseException:
             claim.release(owner)  # let a retry or a duplicate send instead
             raise
         claim.mark_sent(owner)
-        rec.event("notify_end", role=role, sent=True)
-        return {**summary, "sent": True}
+        return _end_notify(rec, role, summary, sent=True)
 
     return notify
 
 
 def _record_retry(task: Task[Any, Any], args: tuple[Any, ...], exc: BaseException, n: int, delay: float) -> None:
     run = RunContext.from_wire(task.request.kwargs["ctx"] if task.request.kwargs else {})
-    doc = pipeline.doc_of(args[0]) if args else "?"
-    Recorder(run.fm, run.run_id).event("retry", doc=doc, retry=n, delay=f"{delay:.4f}")
+    Recorder(run.fm, run.run_id).event("retry", doc=pipeline.doc_named_by(args), retry=n, delay=f"{delay:.4f}")
 
 
-def _add_dead_letter_path(app: Celery, recipe: Recipe, policy: DeadLetterPolicy) -> Task[Any, Any]:
-    fm = recipe.fm
+def _add_dead_letter_path(app: Celery, fm: str, policy: DeadLetterPolicy) -> Task[Any, Any]:
     drain_name = f"{fm}.drain_dead_letters"
 
     def on_finalised(letter: DeadLetter) -> None:
@@ -211,8 +211,7 @@ def _add_dead_letter_path(app: Celery, recipe: Recipe, policy: DeadLetterPolicy)
         if ctx is None:
             return
         run = RunContext.from_wire(ctx)
-        doc = pipeline.doc_of(letter.args[0]) if letter.args else "?"
-        Recorder(run.fm, run.run_id).event("dead_lettered", doc=doc, death=letter.death_reason)
+        Recorder(run.fm, run.run_id).event("dead_lettered", doc=pipeline.doc_named_by(letter.args), death=letter.death_reason)
 
     @app.task(shared=False, name=drain_name, ignore_result=True)
     def drain_dead_letters() -> int:

@@ -21,7 +21,7 @@ from html import escape
 from pathlib import Path
 
 from shared import swimlanes, timeline
-from shared.harness import ROOT, RunReport, fm_modules
+from shared.harness import ROOT, MatrixRow, RunReport, fm_modules, matrix
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
 """The docstring paragraphs the report shows, in this order."""
@@ -76,13 +76,11 @@ def lesson(fm: str) -> Lesson:
 
 
 def render(reports: Sequence[RunReport], lessons: Mapping[str, Lesson], generated: str = "") -> str:
-    by_fm: dict[str, list[RunReport]] = {}
-    for r in reports:
-        by_fm.setdefault(r.fm, []).append(r)
-    sections = "".join(_section(fm, runs, lessons.get(fm)) for fm, runs in by_fm.items())
+    rows = matrix(list(reports))
+    sections = "".join(_section(row, lessons.get(row.fm)) for row in rows)
     return (_HEAD + '<body><header><h1>reliable-celery-lab: workshop report</h1>'
             f'<p class="meta">{escape(generated)}</p></header>'
-            f'<nav><h2>Matrix</h2>{_matrix(by_fm)}</nav>'
+            f'<nav><h2>Matrix</h2>{_matrix(rows)}</nav>'
             f'<aside><h2>How to read a timeline</h2><p>One lane per document, time in seconds since '
             f'the chord was submitted; hover a bar or a mark for its details.</p>{swimlanes.legend()}</aside>'
             f"<main>{sections}</main></body></html>\n")
@@ -95,19 +93,11 @@ def write(path: Path, reports: Sequence[RunReport]) -> Path:
     return path
 
 
-def _fixed(runs: Sequence[RunReport]) -> RunReport | None:
-    return next((r for r in runs if r.kind in ("fixed", "bug")), None)
-
-
-def _broken(runs: Sequence[RunReport]) -> RunReport | None:
-    return next((r for r in runs if r.kind == "broken"), None)
-
-
-def _matrix(by_fm: Mapping[str, Sequence[RunReport]]) -> str:
+def _matrix(matrix_rows: Sequence[MatrixRow]) -> str:
     rows = "".join(
-        f'<tr><th><a href="#{escape(fm)}">{escape(fm)}</a></th><td>{_verdict(_fixed(runs))}</td>'
-        f"<td>{_verdict(_broken(runs), fm)}</td></tr>"
-        for fm, runs in by_fm.items())
+        f'<tr><th><a href="#{escape(row.fm)}">{escape(row.fm)}</a></th><td>{_verdict(row.fixed)}</td>'
+        f"<td>{_verdict(row.broken, row.fm)}</td></tr>"
+        for row in matrix_rows)
     return f'<table class="matrix"><tr><th>FM</th><th>fixed (guarantees)</th><th>broken (symptom)</th></tr>{rows}</table>'
 
 
@@ -118,13 +108,15 @@ def _verdict(r: RunReport | None, fm: str = "") -> str:
     return f'<span class="verdict {"ok" if r.ok else "bad"}">{escape(r.verdict)}</span> {escape(labels)}'
 
 
-def _section(fm: str, runs: Sequence[RunReport], lesson: Lesson | None) -> str:
+def _section(row: MatrixRow, lesson: Lesson | None) -> str:
+    fm = row.fm
     head = f"<h2>{escape(fm)}: {_inline(lesson.summary) if lesson else ''}</h2>"
     module = f'<p class="module"><code>{escape(lesson.module)}.py</code></p>' if lesson else ""
     lessons = "".join(f'<div class="lesson" data-part="{escape(name.lower())}"><h3>{escape(name)}</h3>{_prose(text)}</div>'
                       for name, text in (lesson.sections.items() if lesson else ()))
-    cells = "".join(_cell(r) for r in (_fixed(runs), _broken(runs)) if r is not None)
-    figures = "".join(_figure(r) for r in (_fixed(runs), _broken(runs)) if r is not None)
+    runs = [r for r in (row.fixed, row.broken) if r is not None]
+    cells = "".join(_cell(r) for r in runs)
+    figures = "".join(_figure(r) for r in runs)
     return (f'<section class="fm" id="{escape(fm)}">{head}{module}<div class="lessons">{lessons}</div>'
             f'<div class="cells">{cells}</div><div class="timelines">{figures}</div></section>')
 

@@ -18,12 +18,12 @@ same task id again (its chord membership with it) and raises ``Retry``;
 ``RetriesExhausted`` (``envelope_reason = "retries_exhausted"``) from the last
 error, so ``@enveloped`` records why the document failed.
 
-Limits: a countdown is held by the worker until it is due (with quorum queues
-and a direct exchange, as in this lab, Celery 5.7's ``Celery.send_task`` logs
-that native delayed delivery does not apply and publishes the countdown as an
-ETA); a worker that dies while holding it returns the message to the queue,
-where it is delivered again at once. Retries count in ``request.retries``,
-which a redelivery does not increase.
+Limits: a countdown is held, unacknowledged, in the memory of the worker that
+received it until it is due (with quorum queues and a direct exchange, as in
+this lab, Celery 5.7's ``Celery.send_task`` logs that native delayed delivery
+does not apply and publishes the countdown as an ETA; the lab's fm5 test finds
+that line in the worker's log). Retries count in ``request.retries``, a header
+of the message, which a redelivery of the same message does not change.
 """
 
 from __future__ import annotations

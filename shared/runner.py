@@ -23,9 +23,9 @@ from typing import Any, cast
 from celery import Celery, chain, chord, group
 from celery.result import AsyncResult
 
-from shared.dlq import dead_letter_queue, declare_dead_letter_path
+from shared.dlq import dead_letter_queue
 from shared.envelope import Result
-from shared.observe import Event, Reader, Recorder
+from shared.observe import Event, Reader, Recorder, attempt_starts
 from shared.recipe import Recipe, Tasks
 from shared.scenarios import RunContext, Scenario
 from shared.waiting import wait_until
@@ -88,12 +88,16 @@ class Observations:
                 return f
         return None
 
+    def ok_docs(self) -> list[str]:
+        summary = self.summary()
+        return [str(d) for d in cast(list[object], summary["ok"])] if summary else []
+
     def attempt_times(self, doc: str) -> list[float]:
-        return [e.t for e in self.events if e.kind == "attempt_start" and e.get("doc") == doc]
+        return attempt_starts(self.events, doc)
 
 
-StopCondition = Callable[[Reader, float], bool]
-"""``(reader, seconds since submission) -> stop now?``"""
+StopCondition = Callable[[Reader], bool]
+"""``reader -> stop now?``, asked at every look at the run."""
 
 
 @dataclass(frozen=True)
@@ -142,8 +146,6 @@ def run_scenario(
     ctx = RunContext.for_scenario(run_id, recipe.fm, sc)
     wire = ctx.to_wire()
     reader = Reader(recipe.fm, run_id)
-    if recipe.dead_letter is not None:
-        declare_dead_letter_path(lab.app, recipe.fm)
 
     header = group(chain(tasks.fetch_document.s(doc, ctx=wire), tasks.parse_document.s(ctx=wire)) for doc in sc.docs)
     submitted_at = time.time()
@@ -161,9 +163,8 @@ def run_scenario(
             elif duplicate is not None and not gate_opened and _duplicate_met_claim(reader):
                 Recorder(recipe.fm, run_id).open_gate()
                 gate_opened = True
-        elapsed = time.monotonic() - started
         if stop is not None:
-            return stop[0] if stop[1](reader, elapsed) else None
+            return stop[0] if stop[1](reader) else None
         if body_result.ready():
             # A failed chord never reaches the gate, so no duplicate will come.
             waiting_for_duplicate = sc.duplicate_notify and body_result.state == "SUCCESS"
@@ -214,8 +215,4 @@ def _fire_duplicate(lab: Lab, body_result: AsyncResult[Any], wire: dict[str, Any
 
 
 def _duplicate_met_claim(reader: Reader) -> bool:
-    events = reader.events()
-    return any(
-        e.get("role") == "duplicate" and (e.kind == "gate_wait" or (e.kind == "claim" and e.get("state") == "busy"))
-        for e in events
-    )
+    return reader.has_event("gate_wait", role="duplicate") or reader.has_event("claim", role="duplicate", state="busy")
