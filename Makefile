@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 services: $(STAMP)
-	$(BIN)/python -m shared.services
+	$(BIN)/python -m lab.services
 
 lab: services
 	$(BIN)/python run_all_fms.py $(ARGS)

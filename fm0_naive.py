@@ -14,19 +14,63 @@ runs the body's errbacks and stores the body as FAILURE instead of calling it.
 
 Fix: none here. FM-1 (``fm1_mid_pipeline_error.py``) adds ``@enveloped``.
 
+The program: ``submit`` sends a chord whose header is one
+``fetch_document | parse_document`` chain per document and whose body is
+``notify``. ``lab_app`` is a plain Celery app with JSON only and every name
+under the FM's namespace (``lab/app.py``); ``fetch_text`` and ``send_email``
+stand in for a document store and a mail API (``lab/pipeline.py``); the one lab
+line, ``lab_fault``, does to a document what the scenario wrote into it.
+
 Run it alone (two shells, services up):
 
-    celery -A fm0_naive worker -c 1 -Q rcl.fm0.tasks --without-gossip --without-mingle --without-heartbeat
+    celery -A fm0_naive worker --without-gossip --without-mingle --without-heartbeat
     python fm0_naive.py
 
 or ``python run_all_fms.py --include-fm0 --only fm0`` (reported as BUG REPRODUCED).
 """
 
-from shared.harness import run_by_hand
-from shared.recipe import Recipe, build
+from __future__ import annotations
 
-RECIPE = Recipe(fm="fm0", module="fm0_naive", scenario=1, enveloped=False)
-app, tasks = build(RECIPE)
+from typing import Any
 
-if __name__ == "__main__":
-    raise SystemExit(run_by_hand(RECIPE.fm))
+from celery import Task, chain, chord, group
+from celery.result import AsyncResult
+
+from lab.app import lab_app
+from lab.faults import lab_fault
+from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
+
+app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+app.conf.task_acks_late = False  # Celery's default: ack as soon as a pool process takes the task
+app.conf.task_reject_on_worker_lost = False  # Celery's default: a lost process fails its task
+app.conf.worker_concurrency = 1  # one pool process
+
+
+@app.task(bind=True)
+def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
+    return {"doc": doc_id, "text": fetch_text(doc_id)}  # a document store stands in for S3
+
+
+@app.task(bind=True)
+def parse_document(self: Task[Any, Any], document: Fetched) -> Parsed:
+    lab_fault(self, document)  # the lab: what the scenario does to this document
+    return parse(document)
+
+
+@app.task(bind=True)
+def notify(self: Task[Any, Any], results: list[Parsed], doc_ids: list[str], pipeline_id: str) -> Summary:
+    summary = summarise(results, doc_ids)
+    send_email(pipeline_id, summary)
+    return {**summary, "sent": True}
+
+
+def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
+    """One ``fetch | parse`` chain per document; ``notify`` once every chain has returned."""
+    header = group(chain(fetch_document.s(d), parse_document.s()) for d in doc_ids)
+    return chord(header)(notify.s(doc_ids, pipeline_id))
+
+
+if __name__ == "__main__":  # submit the scenario to a worker you started, then check it
+    from lab.harness import run_by_hand
+
+    raise SystemExit(run_by_hand(__file__))

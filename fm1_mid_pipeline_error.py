@@ -10,12 +10,15 @@ last member returns and hands the chord to
 ``celery.backends.base.Backend.chord_error_from_stack``: the body's errbacks
 run, the body does not.
 
-Fix: ``@enveloped`` (``shared/envelope.py``) around every task body. Every exit
-becomes a SUCCESS state whose value is a ``Result`` with ``status`` FAILURE,
-``error`` and ``reason``; ``notify`` aggregates ok and failed documents.
-Celery's ``Retry`` (and ``Ignore``/``Reject``) pass through untouched.
+Fix: ``@enveloped`` (``shared/envelope.py``) under ``@app.task`` on every task.
+Every exit becomes a SUCCESS state whose value is a ``Result`` with ``status``
+FAILURE, ``error`` and ``reason``; ``notify`` aggregates ok and failed
+documents. Celery's ``Retry`` (and ``Ignore``/``Reject``) pass through untouched.
+The next task of a chain now receives an envelope: ``unwrap`` gives the payload,
+or raises ``UpstreamFailed`` when the fetch failed.
 
-Delta from fm0: ``enveloped=True``, nothing else.
+Delta from fm0: ``@enveloped`` on the three tasks; ``unwrap`` in parse_document, whose
+argument is now an envelope (``Wire``).
 
 Tradeoffs: Celery's own state no longer says FAILURE for a failed document
 (Flower shows SUCCESS); dashboards must read the envelope's ``status`` and
@@ -25,18 +28,59 @@ Still open: a worker that dies mid-task loses the message (FM-2).
 
 Run it alone (two shells, services up):
 
-    celery -A fm1_mid_pipeline_error worker -c 1 -Q rcl.fm1.tasks --without-gossip --without-mingle --without-heartbeat
+    celery -A fm1_mid_pipeline_error worker --without-gossip --without-mingle --without-heartbeat
     python fm1_mid_pipeline_error.py
 
 or ``python run_all_fms.py --only fm1``.
 """
 
-from fm0_naive import RECIPE as FM0
-from shared.harness import run_by_hand
-from shared.recipe import build
+from __future__ import annotations
 
-RECIPE = FM0.extend(fm="fm1", module="fm1_mid_pipeline_error", scenario=1, enveloped=True)
-app, tasks = build(RECIPE)
+from typing import Any
 
-if __name__ == "__main__":
-    raise SystemExit(run_by_hand(RECIPE.fm))
+from celery import Task, chain, chord, group
+from celery.result import AsyncResult
+
+from lab.app import lab_app
+from lab.faults import lab_fault
+from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
+from shared.envelope import Wire, enveloped, unwrap
+
+app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+app.conf.task_acks_late = False  # Celery's default: ack as soon as a pool process takes the task
+app.conf.task_reject_on_worker_lost = False  # Celery's default: a lost process fails its task
+app.conf.worker_concurrency = 1  # one pool process
+
+
+@app.task(bind=True)
+@enveloped  # FM-1: every exit is a SUCCESS-state envelope
+def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
+    return {"doc": doc_id, "text": fetch_text(doc_id)}  # a document store stands in for S3
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
+    document: Fetched = unwrap(fetched)  # FM-1: the fetch's envelope; UpstreamFailed if it failed
+    lab_fault(self, document)  # the lab: what the scenario does to this document
+    return parse(document)
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeline_id: str) -> Summary:
+    summary = summarise(results, doc_ids)
+    send_email(pipeline_id, summary)
+    return {**summary, "sent": True}
+
+
+def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
+    """One ``fetch | parse`` chain per document; ``notify`` once every chain has returned."""
+    header = group(chain(fetch_document.s(d), parse_document.s()) for d in doc_ids)
+    return chord(header)(notify.s(doc_ids, pipeline_id))
+
+
+if __name__ == "__main__":  # submit the scenario to a worker you started, then check it
+    from lab.harness import run_by_hand
+
+    raise SystemExit(run_by_hand(__file__))

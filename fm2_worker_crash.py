@@ -4,14 +4,15 @@ Symptom (fm1 on scenario 2): ``doc3``'s pool process is SIGKILLed on its first
 attempt (an OOM kill, a node drained). ``doc3`` is attempted once, never again;
 the chord result is ``ChordError`` naming ``WorkerLostError``; ``notify`` never runs.
 
-Root cause: early acknowledgement. By default the worker acks a message when it
-receives it, so RabbitMQ has already forgotten it when the process dies. The
-main process then reports ``WorkerLostError`` and, in Celery 5.7's
-``celery.worker.request.Request.on_failure``, stores it with
+Root cause: early acknowledgement. By default the worker acks a message as soon
+as a pool process accepts it (``celery.worker.request.Request.on_accepted``
+calls ``acknowledge`` unless the task is ``acks_late``), before the body runs,
+so RabbitMQ has already forgotten it when the process dies. The main process
+then reports ``WorkerLostError`` and ``Request.on_failure`` stores it with
 ``backend.mark_as_failure``, which also tells the chord (``on_chord_part_return``).
 
-Fix: ``task_acks_late=True`` (ack after the task returns) plus
-``task_reject_on_worker_lost=True``. In ``Request.on_failure``, a
+Fix: ``task_acks_late = True`` (ack after the body returns) plus
+``task_reject_on_worker_lost = True``. In ``Request.on_failure``, a
 ``WorkerLostError`` of an ``acks_late`` task with ``reject_on_worker_lost`` is
 rejected with ``requeue=True`` and *not* marked failed: RabbitMQ delivers it
 again, ``doc3`` succeeds on attempt 2, the chord completes. Without
@@ -19,11 +20,12 @@ again, ``doc3`` succeeds on attempt 2, the chord completes. Without
 (``acks_on_failure``) and marks it failed: the chord still breaks (tried:
 removing either setting fails G2 with ``doc3 attempts 1``).
 
-From here on the lab runs two pool processes (``-c 2``). This fix does not need
-them: with ``-c 1`` the replacement process takes the requeued message and G2
-still holds. FM-4 does: its two overlapping ``notify`` calls need two slots.
+From here on the lab runs two pool processes (``worker_concurrency = 2``). This
+fix does not need them: with one, the replacement process takes the requeued
+message and G2 still holds. The lab's scenario 4 does, and ``--prove`` runs it
+on fm3's code: two ``notify`` calls must overlap, which takes two slots.
 
-Delta from fm1: those two settings and ``-c 2``.
+Delta from fm1: ``task_acks_late``, ``task_reject_on_worker_lost`` and ``worker_concurrency``.
 
 Tradeoffs: at-least-once. A task can now run twice (its side effects too),
 so it must be idempotent (FM-4 deals with ``notify``). A message that kills
@@ -31,27 +33,59 @@ its worker every time is redelivered for ever (FM-3).
 
 Run it alone (two shells, services up):
 
-    celery -A fm2_worker_crash worker -c 2 -Q rcl.fm2.tasks --without-gossip --without-mingle --without-heartbeat
+    celery -A fm2_worker_crash worker --without-gossip --without-mingle --without-heartbeat
     python fm2_worker_crash.py
 
 or ``python run_all_fms.py --only fm2``.
 """
 
-from fm1_mid_pipeline_error import RECIPE as FM1
-from shared.harness import run_by_hand
-from shared.recipe import build
+from __future__ import annotations
 
-RECIPE = FM1.extend(
-    fm="fm2",
-    module="fm2_worker_crash",
-    scenario=2,
-    concurrency=2,
-    conf={
-        "task_acks_late": True,  # ack after the body returns, not on receipt
-        "task_reject_on_worker_lost": True,  # a lost worker requeues the message instead of failing it
-    },
-)
-app, tasks = build(RECIPE)
+from typing import Any
 
-if __name__ == "__main__":
-    raise SystemExit(run_by_hand(RECIPE.fm))
+from celery import Task, chain, chord, group
+from celery.result import AsyncResult
+
+from lab.app import lab_app
+from lab.faults import lab_fault
+from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
+from shared.envelope import Wire, enveloped, unwrap
+
+app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+app.conf.task_acks_late = True  # FM-2: ack when the body has returned
+app.conf.task_reject_on_worker_lost = True  # FM-2: a process that dies requeues its message
+app.conf.worker_concurrency = 2  # two pool processes: the lab's scenario 4 needs two slots
+
+
+@app.task(bind=True)
+@enveloped  # FM-1: every exit is a SUCCESS-state envelope
+def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
+    return {"doc": doc_id, "text": fetch_text(doc_id)}  # a document store stands in for S3
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
+    document: Fetched = unwrap(fetched)  # FM-1: the fetch's envelope; UpstreamFailed if it failed
+    lab_fault(self, document)  # the lab: what the scenario does to this document
+    return parse(document)
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeline_id: str) -> Summary:
+    summary = summarise(results, doc_ids)
+    send_email(pipeline_id, summary)
+    return {**summary, "sent": True}
+
+
+def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
+    """One ``fetch | parse`` chain per document; ``notify`` once every chain has returned."""
+    header = group(chain(fetch_document.s(d), parse_document.s()) for d in doc_ids)
+    return chord(header)(notify.s(doc_ids, pipeline_id))
+
+
+if __name__ == "__main__":  # submit the scenario to a worker you started, then check it
+    from lab.harness import run_by_hand
+
+    raise SystemExit(run_by_hand(__file__))

@@ -4,54 +4,108 @@ Symptom (fm2 on scenario 3): ``doc4`` SIGKILLs its process on every attempt.
 With FM-2's fix it is requeued every time: attempts climb past any bound, a
 pool slot is burnt on it for ever and ``notify`` never runs.
 
-Root cause: FM-2 has no bound on redelivery, and Celery has none for a lost
-worker (``request.retries`` does not count redeliveries).
+Root cause: FM-2 has no bound on redelivery: a message requeued by
+``reject_on_worker_lost`` comes back with the same headers, and
+``request.retries`` does not count redeliveries.
 
 Fix (``shared/dlq.py``):
 
 - the task queue becomes a RabbitMQ quorum queue with ``x-delivery-limit: 2``
   and a dead-letter exchange; RabbitMQ 3.x delivers ``doc4`` 3 times (limit + 1)
-  and then dead-letters it to ``rcl.fm3.dlq`` instead of delivering it again.
+  and then dead-letters it to the DLQ instead of delivering it again.
   (RabbitMQ 4.0 gives every quorum queue a limit of 20 unless one is set, and
-  later 4.x releases changed which returns count; ``shared/dlq.py`` says more.)
+  later 4.x releases changed which returns count; ``shared/dlq.py`` says more.
+  The lab runs RabbitMQ 3.x; the 4.x behaviour is stated, not run.)
 - nobody consumes the DLQ as a task queue. A beat task, ``drain_dead_letters``,
   reads it every 0.25 s and, for a chord member, writes a SUCCESS-state
   ``Result`` with reason ``dead_lettered`` through ``backend.mark_as_done`` with
   a request rebuilt from the message headers; ``Backend.mark_as_done`` calls
   ``on_chord_part_return``, the member counts, and ``notify`` fires.
+- the DLQ must exist before a message dies (RabbitMQ drops a dead letter it
+  cannot route): ``DeadLetteringQueue`` is a kombu ``Queue`` that declares its
+  ``dead_letters`` queue whenever it is declared itself, by the worker or anyone.
 
-Delta from fm2: the quorum queue arguments, the dead-letter path and the beat
-drain (worker flag ``-B``).
+Delta from fm2: the ``DLQ``, ``task_queues`` with a ``DeadLetteringQueue`` whose
+``queue_arguments`` say ``quorum``, ``x-delivery-limit`` and ``x-dead-letter-exchange``,
+and ``drain_dead_letters`` on ``beat_schedule`` (worker flag -B).
 
 Tradeoffs: a dead-lettered document is reported failed, not retried; an
 operator must look at why. The drain runs every 0.25 s here (seconds or
 minutes in production), which is how long a chord waits after the last
 delivery. Quorum queues have no global QoS and, in Celery 5.7, pull in the
-``DelayedDelivery`` bootstep; the lab's apps run without it (see
-``shared/dlq.py``) so that nothing outside ``rcl.fm3.*`` is declared.
+``DelayedDelivery`` bootstep; the lab's apps run without it (``lab/app.py``)
+so that nothing outside the FM's namespace is declared.
 
 Still open: a duplicated ``notify`` sends two emails (FM-4).
 
 Run it alone (two shells, services up):
 
-    celery -A fm3_dlq_reconciliation worker -c 2 -Q rcl.fm3.tasks --without-gossip --without-mingle --without-heartbeat -B
+    celery -A fm3_dlq_reconciliation worker --without-gossip --without-mingle --without-heartbeat -B
     python fm3_dlq_reconciliation.py
 
 or ``python run_all_fms.py --only fm3``.
 """
 
-from fm2_worker_crash import RECIPE as FM2
-from shared.dlq import DeadLetterPolicy
-from shared.harness import run_by_hand
-from shared.recipe import build
+from __future__ import annotations
 
-RECIPE = FM2.extend(
-    fm="fm3",
-    module="fm3_dlq_reconciliation",
-    scenario=3,
-    dead_letter=DeadLetterPolicy(delivery_limit=2, drain_every=0.25),
-)
-app, tasks = build(RECIPE)
+from typing import Any
 
-if __name__ == "__main__":
-    raise SystemExit(run_by_hand(RECIPE.fm))
+from celery import Task, chain, chord, group
+from celery.result import AsyncResult
+from kombu import Exchange, Queue
+
+from lab.app import lab_app
+from lab.faults import lab_fault
+from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
+from shared.dlq import DeadLetteringQueue, drain
+from shared.envelope import Wire, enveloped, unwrap
+
+app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+app.conf.task_acks_late = True  # FM-2: ack when the body has returned
+app.conf.task_reject_on_worker_lost = True  # FM-2: a process that dies requeues its message
+app.conf.worker_concurrency = 2  # two pool processes: the lab's scenario 4 needs two slots
+QUEUE = app.conf.task_default_queue  # FM-3: its dead letters go to QUEUE.dlq, which no worker consumes
+DLQ = Queue(f"{QUEUE}.dlq", Exchange(f"{QUEUE}.dlx"), routing_key=f"{QUEUE}.dlq")  # FM-3
+app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=QUEUE, dead_letters=DLQ,  # FM-3
+    queue_arguments={"x-queue-type": "quorum", "x-delivery-limit": 2,  # FM-3: RabbitMQ 3.x delivers 3 times at most
+                     "x-dead-letter-exchange": DLQ.exchange.name, "x-dead-letter-routing-key": DLQ.routing_key})]
+app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
+
+
+@app.task(bind=True)
+@enveloped  # FM-1: every exit is a SUCCESS-state envelope
+def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
+    return {"doc": doc_id, "text": fetch_text(doc_id)}  # a document store stands in for S3
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
+    document: Fetched = unwrap(fetched)  # FM-1: the fetch's envelope; UpstreamFailed if it failed
+    lab_fault(self, document)  # the lab: what the scenario does to this document
+    return parse(document)
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeline_id: str) -> Summary:
+    summary = summarise(results, doc_ids)
+    send_email(pipeline_id, summary)
+    return {**summary, "sent": True}
+
+
+@app.task(ignore_result=True)
+def drain_dead_letters() -> int:  # FM-3: finalise each dead-lettered chord member as a failure
+    return drain(app, DLQ)
+
+
+def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
+    """One ``fetch | parse`` chain per document; ``notify`` once every chain has returned."""
+    header = group(chain(fetch_document.s(d), parse_document.s()) for d in doc_ids)
+    return chord(header)(notify.s(doc_ids, pipeline_id))
+
+
+if __name__ == "__main__":  # submit the scenario to a worker you started, then check it
+    from lab.harness import run_by_hand
+
+    raise SystemExit(run_by_hand(__file__))

@@ -15,36 +15,93 @@ reason ``retries_exhausted``. ``doc5`` succeeds on attempt 3; ``doc6`` (503
 for ever) fails after 4 attempts; each planned delay falls in its doubling band
 and no observed gap is shorter than its planned delay.
 
-Delta from fm4: ``retry=RetryPolicy(...)`` on ``parse_document``.
+Delta from fm4: ``@transient_retryable`` with its ``RetryPolicy`` on parse_document.
 
 Tradeoffs: the lab's base delay is 0.1 s to stay fast; production uses
-seconds and a cap. A waiting retry holds no pool slot, but its countdown is
-held in the worker's memory as an ETA task (Celery 5.7 logs that native delayed
-delivery does not apply to the lab's direct exchange). Only errors you declare
+seconds and a cap. A waiting retry is an ETA message: the worker holds it,
+unacknowledged, until it is due (Celery 5.7 logs that native delayed delivery
+does not apply to the lab's direct exchange). Only errors you declare
 transient are retried.
 
 Still open: a hung call pins a worker slot for ever (FM-6).
 
 Run it alone (two shells, services up):
 
-    celery -A fm5_transient_failures worker -c 2 -Q rcl.fm5.tasks --without-gossip --without-mingle --without-heartbeat -B
+    celery -A fm5_transient_failures worker --without-gossip --without-mingle --without-heartbeat -B
     python fm5_transient_failures.py
 
 or ``python run_all_fms.py --only fm5``.
 """
 
-from fm4_duplicated_runs import RECIPE as FM4
-from shared.harness import run_by_hand
-from shared.recipe import build
-from shared.retry import RetryPolicy
+from __future__ import annotations
 
-RECIPE = FM4.extend(
-    fm="fm5",
-    module="fm5_transient_failures",
-    scenario=5,
-    retry=RetryPolicy(max_retries=3, base=0.1, factor=2.0),
-)
-app, tasks = build(RECIPE)
+from typing import Any
 
-if __name__ == "__main__":
-    raise SystemExit(run_by_hand(RECIPE.fm))
+from celery import Task, chain, chord, group
+from celery.result import AsyncResult
+from kombu import Exchange, Queue
+
+from lab.app import lab_app
+from lab.faults import lab_fault
+from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
+from shared.claim import NotifyClaim
+from shared.dlq import DeadLetteringQueue, drain
+from shared.envelope import Wire, enveloped, unwrap
+from shared.retry import RetryPolicy, transient_retryable
+
+app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+app.conf.task_acks_late = True  # FM-2: ack when the body has returned
+app.conf.task_reject_on_worker_lost = True  # FM-2: a process that dies requeues its message
+app.conf.worker_concurrency = 2  # two pool processes: the lab's scenario 4 needs two slots
+QUEUE = app.conf.task_default_queue  # FM-3: its dead letters go to QUEUE.dlq, which no worker consumes
+DLQ = Queue(f"{QUEUE}.dlq", Exchange(f"{QUEUE}.dlx"), routing_key=f"{QUEUE}.dlq")  # FM-3
+app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=QUEUE, dead_letters=DLQ,  # FM-3
+    queue_arguments={"x-queue-type": "quorum", "x-delivery-limit": 2,  # FM-3: RabbitMQ 3.x delivers 3 times at most
+                     "x-dead-letter-exchange": DLQ.exchange.name, "x-dead-letter-routing-key": DLQ.routing_key})]
+app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
+
+
+@app.task(bind=True)
+@enveloped  # FM-1: every exit is a SUCCESS-state envelope
+def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
+    return {"doc": doc_id, "text": fetch_text(doc_id)}  # a document store stands in for S3
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+@transient_retryable(RetryPolicy(max_retries=3, base=0.1))  # FM-5: TransientError, backoff with jitter
+def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
+    document: Fetched = unwrap(fetched)  # FM-1: the fetch's envelope; UpstreamFailed if it failed
+    lab_fault(self, document)  # the lab: what the scenario does to this document
+    return parse(document)
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeline_id: str) -> Summary:
+    summary = summarise(results, doc_ids)
+    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX in the backend's Redis
+    if (state := claim.acquire()) == "busy":  # FM-4: another notify is sending; it may still fail
+        raise self.retry(countdown=0.05, max_retries=400)
+    if state == "done":  # FM-4: already sent
+        return {**summary, "sent": False}
+    with claim.sending():  # FM-4: released if sending fails, marked sent if it succeeds
+        send_email(pipeline_id, summary)
+    return {**summary, "sent": True}
+
+
+@app.task(ignore_result=True)
+def drain_dead_letters() -> int:  # FM-3: finalise each dead-lettered chord member as a failure
+    return drain(app, DLQ)
+
+
+def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
+    """One ``fetch | parse`` chain per document; ``notify`` once every chain has returned."""
+    header = group(chain(fetch_document.s(d), parse_document.s()) for d in doc_ids)
+    return chord(header)(notify.s(doc_ids, pipeline_id))
+
+
+if __name__ == "__main__":  # submit the scenario to a worker you started, then check it
+    from lab.harness import run_by_hand
+
+    raise SystemExit(run_by_hand(__file__))

@@ -10,7 +10,7 @@
 
 While it works it shows the FM, the stage and the elapsed time (live on a
 terminal, one line per stage elsewhere); after each FM, what happened to each
-document of its runs (``shared.timeline``).
+document of its runs (``lab.show.timeline``).
 
 Exit status: 0 when every selected check holds, 1 when one does not, 2 for
 bad input, missing services or a report that cannot be written, 130 on Ctrl-C
@@ -25,10 +25,11 @@ import functools
 import sys
 from pathlib import Path
 
-from shared import harness, report, services
-from shared.harness import HarnessError, RunReport
-from shared.progress import Board
-from shared.settings import backend_url, broker_url, mask_url
+from lab import harness, services
+from lab.show import report
+from lab.harness import HarnessError, RunReport
+from lab.show.progress import Board
+from lab.settings import backend_url, broker_url, mask_url
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -1,9 +1,8 @@
-"""Shared building blocks of reliable-celery-lab.
+"""The fixes: small primitives a production codebase can take as they are.
 
-One concern per module: settings (URLs, names), envelope (``Result`` and
-``@enveloped``), faults, scenarios, observe (Redis observations), pipeline (the
-task bodies), recipe (how an FM file turns into a Celery app), pool (the prefork
-pool the lab runs), the fixes (dlq, claim, retry, timeouts), waiting, runner,
-checks, services and harness; and what shows a run: timeline (the model),
-timeline_text and progress (the console), report and swimlanes (the HTML).
+One primitive per module, its knobs and limits in its docstring:
+``envelope`` (FM-1, ``@enveloped`` and ``Result``), ``dlq`` (FM-3, the quorum
+queue's dead-letter path and its drain), ``claim`` (FM-4, one email per pipeline),
+``retry`` (FM-5, ``@transient_retryable``), ``timeouts`` (FM-6, ``@hard_timeout``).
+Nothing here imports the lab (``lab/``); the lab imports these.
 """

@@ -1,27 +1,33 @@
 """Bounded redelivery and the dead-letter drain (the FM-3 fix).
 
-Topology, all inside the FM's namespace:
+The topology is plain RabbitMQ, declared where the reader sees it (``fm3``):
 
-- the task queue is a RabbitMQ quorum queue with ``x-delivery-limit``: when a
-  message has been returned to the queue more often than the limit (a worker
-  died holding it), RabbitMQ dead-letters it instead of delivering it again;
-- ``x-dead-letter-exchange`` routes it to ``<ns>.dlx`` and from there to the
-  dead-letter queue ``<ns>.dlq``. No worker consumes the DLQ: it is not a task queue.
+- the task queue is a quorum queue with ``x-delivery-limit``: when a message has
+  been returned to the queue more often than the limit (a worker died holding
+  it), RabbitMQ dead-letters it instead of delivering it again;
+- ``x-dead-letter-exchange`` and ``x-dead-letter-routing-key`` route it to a
+  dead-letter queue that no worker consumes as a task queue. That queue must
+  exist before any message dies: RabbitMQ drops a dead letter whose exchange does
+  not exist or routes it nowhere. ``DeadLetteringQueue`` is a kombu ``Queue`` that
+  declares its ``dead_letters`` queue whenever it is declared itself (by the
+  worker at start, by a publisher, by the lab's reset), so the two cannot part.
 
-How many attempts: RabbitMQ 3.x counts every return of the message to the
+How many deliveries: RabbitMQ 3.x counts every return of the message to the
 queue (Celery returns a lost worker's message with ``basic.reject(requeue=True)``);
 with ``x-delivery-limit = L`` the message is delivered ``L + 1`` times, then
 dead-lettered (G3 measures it on the broker you run: 3 deliveries for L = 2).
 RabbitMQ 4.0 changes the default: every quorum queue gets a delivery limit of 20
 when none is set, and only ``x-delivery-limit: -1`` at declaration removes it;
-so on 4.x a queue without this FM's fix still dead-letters (or drops, without a
+so on 4.x a queue without this fix still dead-letters (or drops, without a
 dead-letter exchange) a poison message after 20 deliveries. Later 4.x releases
 also changed which returns count (4.3 counts ``basic.reject`` and ``basic.nack``
-differently), so measure the bound again when you upgrade.
+differently), so measure the bound again when you upgrade. (Stated from
+RabbitMQ's documentation; the lab runs 3.x only.)
 
 What RabbitMQ 3.x hands the DLQ: the message with its Celery headers, plus
-``x-death`` and ``x-first-death-reason: delivery_limit``; it does not carry
-``x-delivery-count`` over, so the envelope states the policy's bound as attempts.
+``x-death``, ``x-first-death-queue`` and ``x-first-death-reason: delivery_limit``;
+it does not carry ``x-delivery-count`` over, so the envelope states the source
+queue's bound (its ``x-delivery-limit`` + 1, read from the app's ``task_queues``).
 
 The drain (``drain``): a beat task reads the DLQ with ``basic_get``, and for
 each message that is a chord member it writes a SUCCESS-state ``Result``
@@ -29,74 +35,61 @@ each message that is a chord member it writes a SUCCESS-state ``Result``
 rebuilt from the message headers. ``celery.backends.base.Backend.mark_as_done``
 then calls the backend's ``on_chord_part_return``, the member counts, and the
 chord body fires. A message that is not a chord member (or cannot be decoded)
-is acked and logged: the drain never crashes on it.
+is acked and logged: the drain never crashes on it. Each finalised member is
+announced on the ``dead_lettered`` signal (``sender`` the app, ``letter`` a
+``DeadLetter``): attach an alert or a metric there.
 
 Celery 5.7 note: a quorum queue in ``task_queues`` makes the worker include the
 ``DelayedDelivery`` bootstep (``celery.worker.consumer.delayed_delivery``, see
 its ``include_if``), which declares broker-wide ``celery_delayed_*`` exchanges
 and queues and binds every app queue to them. The lab never touches names
-outside its namespace, so its apps run ``NamespacedConsumer`` without that step.
+outside its namespace, so its apps run without that step (``lab.app``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
 from celery import Celery
 from celery.app.task import Context
-from celery.worker.consumer import Consumer
-from kombu import Exchange, Queue
+from celery.utils.dispatch import Signal
+from kombu import Queue
 from kombu.message import Message
 
 from shared.envelope import Result
-from shared.settings import amqp_name
 
 log = logging.getLogger(__name__)
 
-
-class NamespacedConsumer(Consumer):
-    """Celery's consumer without ``DelayedDelivery`` (see the module docstring)."""
-
-    class Blueprint(Consumer.Blueprint):
-        # A list in Celery (the stubs say set): keep its order, drop one step.
-        default_steps = cast(Any, [s for s in Consumer.Blueprint.default_steps if not s.endswith(":DelayedDelivery")])
+dead_lettered = Signal(name="dead_lettered", providing_args=["letter"])
+"""Sent by ``drain`` for each chord member it finalised (``sender=app, letter=DeadLetter``)."""
 
 
-@dataclass(frozen=True)
-class DeadLetterPolicy:
-    delivery_limit: int = 2
-    drain_every: float = 0.25  # seconds between beat-driven drains
+class DeadLetteringQueue(Queue):
+    """A task queue that declares its dead-letter queue (``dead_letters``) with itself."""
 
-    @property
-    def attempts_bound(self) -> int:
-        """Deliveries before dead-lettering on RabbitMQ 3.x: ``x-delivery-limit + 1``."""
-        return self.delivery_limit + 1
+    attrs = (*Queue.attrs, ("dead_letters", None))
 
+    def __init__(self, *args: Any, dead_letters: Queue | None = None, **kwargs: Any) -> None:
+        self.dead_letters = dead_letters
+        super().__init__(*args, **kwargs)
 
-def dlx_exchange(fm: str) -> Exchange:
-    return Exchange(amqp_name(fm, "dlx"), type="direct", durable=True)
-
-
-def dead_letter_queue(fm: str) -> Queue:
-    return Queue(amqp_name(fm, "dlq"), dlx_exchange(fm), routing_key=amqp_name(fm, "dlq"), durable=True)
+    def declare(self, nowait: bool = False, channel: Any = None) -> str | None:
+        if self.dead_letters is not None and not getattr(self, "no_declare", False):
+            self.dead_letters.bind(channel or self.channel).declare(nowait=nowait)
+        return super().declare(nowait=nowait, channel=channel)
 
 
-def quorum_arguments(fm: str, policy: DeadLetterPolicy) -> dict[str, Any]:
-    return {
-        "x-queue-type": "quorum",
-        "x-delivery-limit": policy.delivery_limit,
-        "x-dead-letter-exchange": amqp_name(fm, "dlx"),
-        "x-dead-letter-routing-key": amqp_name(fm, "dlq"),
-    }
-
-
-def declare_dead_letter_path(app: Celery, fm: str) -> None:
-    """Declare the DLX and DLQ (idempotent): dead-lettering into nothing drops the message."""
-    with app.connection_for_write() as conn:
-        dead_letter_queue(fm).bind(conn.default_channel).declare()
+def delivery_bound(app: Celery, queue_name: str) -> int | None:
+    """Deliveries before dead-lettering on RabbitMQ 3.x: ``x-delivery-limit + 1`` of the
+    app's queue ``queue_name`` (None when it has no limit)."""
+    for queue in cast(list[Queue], list(app.conf.task_queues or [])):
+        limit = (queue.queue_arguments or {}).get("x-delivery-limit")
+        if queue.name == queue_name and isinstance(limit, int):
+            return limit + 1
+    return None
 
 
 @dataclass(frozen=True)
@@ -110,33 +103,29 @@ class DeadLetter:
     death_reason: str  # x-first-death-reason: "delivery_limit" for a poison message
 
 
-Finalised = Callable[[DeadLetter], None]
-
-
-def drain(app: Celery, fm: str, policy: DeadLetterPolicy, on_finalised: Finalised | None = None, batch: int = 100) -> int:
-    """Finalise what sits in the DLQ; return how many chord members it finalised."""
+def drain(app: Celery, dlq: Queue, batch: int = 100) -> int:
+    """Finalise what sits in ``dlq``; return how many chord members it finalised."""
     finalised = 0
     with app.connection_for_write() as conn:
-        queue = dead_letter_queue(fm).bind(conn.default_channel)
+        queue = dlq.bind(conn.default_channel)
         queue.declare()
         for _ in range(batch):
             message = queue.get(no_ack=False, accept=["json"])
             if message is None:
                 break
             try:
-                letter = _finalise(app, message, policy)
+                letter = _finalise(app, message)
             except Exception:  # a message the drain cannot read must not stop the drain
                 log.exception("dead letter %r could not be finalised; acked and dropped", message.headers)
                 letter = None
             message.ack()
             if letter is not None:
                 finalised += 1
-                if on_finalised is not None:
-                    on_finalised(letter)
+                dead_lettered.send(sender=app, letter=letter)
     return finalised
 
 
-def _finalise(app: Celery, message: Message, policy: DeadLetterPolicy) -> DeadLetter | None:
+def _finalise(app: Celery, message: Message) -> DeadLetter | None:
     headers = cast(Mapping[str, Any], message.headers or {})
     body = message.decode()
     if not (isinstance(body, list) and len(cast(list[Any], body)) == 3):
@@ -149,9 +138,10 @@ def _finalise(app: Celery, message: Message, policy: DeadLetterPolicy) -> DeadLe
         return None
     death = str(headers.get("x-first-death-reason") or "unknown")
     letter = DeadLetter(str(task_id), str(headers.get("task")), args, kwargs, death)
-    # RabbitMQ does not carry x-delivery-count into the dead letter; when the reason is
-    # delivery_limit, the message was delivered exactly the policy's bound.
-    attempts = policy.attempts_bound if death == "delivery_limit" else 0
+    # RabbitMQ 3.x does not carry x-delivery-count into the dead letter; when the reason is
+    # delivery_limit, the message was delivered exactly its source queue's bound.
+    bound = delivery_bound(app, str(headers.get("x-first-death-queue") or ""))
+    attempts = bound if death == "delivery_limit" and bound is not None else 0
     envelope = Result[Any].failure(f"dead-lettered by the broker ({death}) after {attempts} deliveries", "dead_lettered", attempts)
     request = Context(
         id=task_id,

@@ -19,9 +19,15 @@ into a terminal failure.
 Reasons: an exception class may carry ``envelope_reason``; Celery's
 ``SoftTimeLimitExceeded`` is ``soft_timeout``; anything else is ``error``.
 
-Attempts: a body may call ``note_attempt(n)`` with its own count (the lab
-counts attempts per document in Redis, which survives redelivery); otherwise
-the envelope says ``request.retries + 1``, which does not count redeliveries.
+Attempts: whoever counts attempts better than Celery may call ``note_attempt(n)``
+before the body runs (the lab's observer does, from ``task_prerun``: it counts
+attempts per document in Redis, which survives redelivery); the note is good for
+one body; otherwise the envelope says ``request.retries + 1``,
+which does not count redeliveries.
+
+The next task of a chain receives the envelope, not the bare payload:
+``unwrap(envelope)`` gives the payload of a SUCCESS envelope and raises
+``UpstreamFailed`` (carrying the upstream error) for a FAILURE one.
 """
 
 from __future__ import annotations
@@ -46,9 +52,13 @@ Params = ParamSpec("Params")
 _attempt: ContextVar[int | None] = ContextVar("rcl_attempt", default=None)
 
 
-def note_attempt(n: int) -> None:
-    """Tell ``@enveloped`` which attempt the current body is (1-based)."""
+def note_attempt(n: int | None) -> None:
+    """Tell ``@enveloped`` which attempt the coming body is (1-based); ``None`` forgets it."""
     _attempt.set(n)
+
+
+class UpstreamFailed(Exception):
+    """``unwrap`` met a FAILURE envelope: the task before this one in the chain failed."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,14 @@ def is_envelope(raw: object) -> bool:
     return isinstance(raw, Mapping) and "status" in cast(Mapping[str, object], raw)
 
 
+def unwrap(raw: object) -> Any:
+    """The payload of a SUCCESS envelope; ``UpstreamFailed`` for a FAILURE one."""
+    envelope = Result.from_wire(raw)
+    if not envelope.ok:
+        raise UpstreamFailed(envelope.error or "the previous task failed")
+    return envelope.payload
+
+
 def reason_of(exc: BaseException) -> Reason:
     """The envelope reason for an exception (see the module docstring)."""
     declared = getattr(type(exc), "envelope_reason", None)
@@ -137,7 +155,6 @@ def enveloped(
 
     @functools.wraps(fn)
     def wrapper(task: Task[Any, Any], *args: Params.args, **kwargs: Params.kwargs) -> Wire:
-        token = _attempt.set(None)
         try:
             try:
                 payload = fn(task, *args, **kwargs)
@@ -147,7 +164,7 @@ def enveloped(
                 return Result[P].failure(describe(exc), reason_of(exc), _attempts(task)).to_wire()
             return Result[P].success(payload, _attempts(task)).to_wire()
         finally:
-            _attempt.reset(token)
+            _attempt.set(None)  # a note is good for one body
 
     return wrapper
 

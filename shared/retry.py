@@ -2,7 +2,8 @@
 
 Knobs (``RetryPolicy``):
 
-- ``retry_on``: the exception types worth another attempt (default ``TransientError``);
+- ``retry_on``: the exception types worth another attempt (default ``TransientError``,
+  defined here: raise it, or a subclass, for an error a later attempt may not meet);
   everything else goes straight through to ``@enveloped`` as a terminal failure;
 - ``max_retries``: retries after the first attempt, so at most ``max_retries + 1`` attempts;
 - ``base``, ``factor``, ``cap``: the delay before retry ``k`` (0-based) is
@@ -11,6 +12,8 @@ Knobs (``RetryPolicy``):
   de-synchronises a fleet that failed together better than a fixed extra second.
   With ``factor >= 2`` the bands ``[d_k, 2 d_k)`` do not overlap: every delay is
   longer than the one before, whatever the jitter drew.
+
+The wrapper keeps its policy as ``retry_policy`` (what a check or a dashboard reads).
 
 How: the retry is Celery's own ``Task.retry(countdown=...)``, which publishes the
 same task id again (its chord membership with it) and raises ``Retry``;
@@ -37,11 +40,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from celery import Task
 
 from shared.envelope import describe
-from shared.faults import TransientError
 
 P = ParamSpec("P")
 R = TypeVar("R")
-OnRetry = Callable[[Task[Any, Any], tuple[Any, ...], BaseException, int, float], None]
+
+
+class TransientError(Exception):
+    """A downstream hiccup (an HTTP 503, say) that a later attempt may not meet."""
 
 
 class RetriesExhausted(Exception):
@@ -71,9 +76,9 @@ class RetryPolicy:
 
 
 def transient_retryable(
-    policy: RetryPolicy, on_retry: OnRetry | None = None
+    policy: RetryPolicy,
 ) -> Callable[[Callable[Concatenate[Task[Any, Any], P], R]], Callable[Concatenate[Task[Any, Any], P], R]]:
-    """Retry ``policy.retry_on`` errors with backoff; ``on_retry(task, args, exc, n, delay)`` sees each retry."""
+    """Retry ``policy.retry_on`` errors with backoff (Celery's ``task_retry`` signal sees each retry)."""
 
     def decorate(fn: Callable[Concatenate[Task[Any, Any], P], R]) -> Callable[Concatenate[Task[Any, Any], P], R]:
         @functools.wraps(fn)
@@ -84,11 +89,9 @@ def transient_retryable(
                 done = int(task.request.retries or 0)
                 if done >= policy.max_retries:
                     raise RetriesExhausted(f"gave up after {done + 1} attempts: {describe(exc)}") from exc
-                wait = policy.delay(done)
-                if on_retry is not None:
-                    on_retry(task, tuple(args), exc, done + 1, wait)
-                raise task.retry(exc=exc, countdown=wait, max_retries=policy.max_retries) from exc
+                raise task.retry(exc=exc, countdown=policy.delay(done), max_retries=policy.max_retries) from exc
 
+        setattr(wrapper, "retry_policy", policy)
         return wrapper
 
     return decorate

@@ -10,6 +10,8 @@ Pair it with ``soft_time_limit`` (the polite request, below the hard timeout)
 and keep Celery's ``time_limit`` (above it) as the backstop for what a signal
 cannot reach.
 
+The wrapper keeps its deadline as ``hard_timeout_seconds`` (what a check reads).
+
 Limits (state them to anyone who relies on it):
 
 - main thread only: signals are delivered to the main thread, so it refuses to
@@ -63,6 +65,7 @@ def hard_timeout(
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, previous)
 
+        setattr(wrapper, "hard_timeout_seconds", seconds)
         return wrapper
 
     return decorate

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from shared import services
-from shared.observe import client
+from lab import services
+from lab.observe import client
 
 
 @pytest.fixture

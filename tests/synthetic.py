@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from shared.envelope import Result
-from shared.observe import Event
-from shared.runner import Observations, Outcome
+from lab.observe import Event
+from lab.runner import Observations, Outcome
 
 T0 = 1_000_000.0  # submission time (wall clock)
 DOCS = tuple(f"doc{i}" for i in range(1, 9))
@@ -60,11 +60,10 @@ def fixed_run(doc1_error: str = "PermanentError: doc1 is malformed") -> Observat
         start(1.5, "doc6", 4), end(1.501, "doc6", 4, "error", "TransientError: 503"),
         start(0.27, "doc7", 1), end(0.77, "doc7", 1, "soft_timeout", "SoftTimeLimitExceeded"),
         start(0.28, "doc8", 1), end(1.48, "doc8", 1, "hard_timeout", "HardTimeout: past 1.2s"),
-        ev(1.6, "notify_start", role="chord"), ev(1.6, "claim", role="chord", state="won"), ev(1.601, "gate_wait", role="chord"),
-        ev(1.62, "notify_start", role="duplicate"), ev(1.621, "claim", role="duplicate", state="busy"),
-        ev(1.64, "email", role="chord"), ev(1.641, "notify_end", role="chord", sent=True),
-        ev(1.68, "notify_start", role="duplicate"), ev(1.681, "claim", role="duplicate", state="done"),
-        ev(1.682, "notify_end", role="duplicate", sent=False),
+        ev(1.6, "notify_start", role="chord"), ev(1.601, "gate_wait", role="chord"),
+        ev(1.62, "notify_start", role="duplicate"), ev(1.621, "notify_retry", role="duplicate", delay="0.0500"),
+        ev(1.64, "email", role="chord"), ev(1.641, "notify_end", role="chord", outcome="ok", sent=True),
+        ev(1.68, "notify_start", role="duplicate"), ev(1.682, "notify_end", role="duplicate", outcome="ok", sent=False),
     ]
     chord = summary_outcome(["doc2", "doc3", "doc5"], [
         ("doc1", "error", doc1_error), ("doc4", "dead_lettered", "dead-lettered by the broker"),

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 import run_all_fms
-from shared import harness, services
-from shared.harness import HarnessError
-from shared.settings import mask_url
+from lab import harness, services
+from lab.harness import HarnessError
+from lab.settings import mask_url
 
 
 def test_short_and_full_names_resolve() -> None:

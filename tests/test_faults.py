@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from shared.faults import CRASH_ONCE, FAIL, FLAKE_FOREVER, FLAKY, HARD_HANG, POISON, SOFT_HANG, Fault, PermanentError, TransientError, inject
+from lab.faults import CRASH_ONCE, FAIL, FLAKE_FOREVER, FLAKY, HARD_HANG, POISON, SOFT_HANG, Fault, PermanentError, TransientError, inject
 
 
 @pytest.mark.parametrize("fault", [FAIL, CRASH_ONCE, POISON, FLAKY(2), FLAKE_FOREVER, SOFT_HANG, HARD_HANG])

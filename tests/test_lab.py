@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 import run_all_fms
-from shared import harness
-from shared.harness import RunReport, Worker
-from shared.runner import Observations
-from shared.waiting import wait_until
+from lab import harness
+from lab.harness import RunReport, Worker
+from lab.runner import Observations
+from lab.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("real_services")
 
@@ -87,13 +87,12 @@ def test_cli_reports_bug_reproduced_and_pass(capsys: pytest.CaptureFixture[str])
 
 
 def test_a_worker_that_cannot_start_is_reported_with_its_log() -> None:
-    lab = harness.load("fm1")
-    broken = dataclasses.replace(lab.recipe, module="no_such_module_here")
+    broken = dataclasses.replace(harness.load("fm1"), module="no_such_module_here")
     worker = Worker(broken, "t-" + str(os.getpid()), harness.LOG_DIR / f"unready-{os.getpid()}.log")
     worker.start()
     try:
         with pytest.raises(harness.WorkerFailed, match="exited with .* before it was ready"):
-            worker.wait_ready(lab, timeout=60)
+            worker.wait_ready(timeout=60)
     finally:
         worker.stop(grace=1)
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 from celery import Celery, Task
+from celery.signals import task_retry
 
 from shared.envelope import Result, enveloped
-from shared.faults import FLAKY, PermanentError, TransientError, inject
+from lab.faults import FLAKY, PermanentError, TransientError, inject
 from shared.retry import RetryPolicy, transient_retryable
 from shared.timeouts import HardTimeout, hard_timeout
 
@@ -43,9 +44,16 @@ def test_transient_errors_retry_until_success(local_app: Celery) -> None:
         inject(FLAKY(2), len(attempts))
         return "parsed"
 
+    def on_retry(sender: object = None, request: Any = None, reason: Any = None, **_: object) -> None:
+        seen.append((int(request.retries) + 1, float(reason.when)))  # Celery's own signal: no hook in the decorator
+
     policy = RetryPolicy(max_retries=3, base=0.1)
-    wrapped = enveloped(transient_retryable(policy, lambda t, a, e, n, d: seen.append((n, d)))(body))
-    result = _task(local_app, wrapped).apply()  # eager: Celery runs each retry at once
+    wrapped = enveloped(transient_retryable(policy)(body))
+    task_retry.connect(on_retry, weak=False)
+    try:
+        result = _task(local_app, wrapped).apply()  # eager: Celery runs each retry at once
+    finally:
+        task_retry.disconnect(on_retry)
     env = Result.from_wire(result.get())
     assert env.ok and env.payload == "parsed" and len(attempts) == 3
     assert [n for n, _ in seen] == [1, 2]
@@ -103,7 +111,7 @@ def test_only_the_hard_timeout_stops_a_hang_that_ignores_the_soft_limit(local_ap
 
     from celery.exceptions import SoftTimeLimitExceeded
 
-    from shared.faults import HARD_HANG
+    from lab.faults import HARD_HANG
 
     def on_soft(signum: int, frame: object) -> None:
         raise SoftTimeLimitExceeded()

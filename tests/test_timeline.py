@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import io
 
-from shared import timeline, timeline_text
+from lab.show import timeline, timeline_text
 from shared.envelope import REASONS
-from shared.harness import RunReport
-from shared.progress import Board
-from shared.runner import Outcome
-from shared.timeline import MARKS, DocTimeline, Timeline
+from lab.harness import RunReport
+from lab.show.progress import Board
+from lab.runner import Outcome
+from lab.show.timeline import MARKS, DocTimeline, Timeline
 from tests.synthetic import broken_run, end, ev, fixed_run, lost_run, observations, start
 
 
@@ -54,8 +54,8 @@ def test_a_documents_final_state_carries_the_envelope_reason_from_the_summary() 
 
 def test_notify_runs_pair_starts_with_ends_and_a_busy_claim_is_a_retry() -> None:
     tl = timeline.build(fixed_run())
-    seen = [(n.role, n.how, n.claim) for n in tl.notifies]
-    assert seen == [("chord", "sent", "won"), ("duplicate", "retried", "busy"), ("duplicate", "skipped", "done")]
+    seen = [(n.role, n.how, n.retry_in) for n in tl.notifies]
+    assert seen == [("chord", "sent", None), ("duplicate", "retried", 0.05), ("duplicate", "skipped", None)]
     assert ms(tl.notifies[0].gate_wait) == 1601
     assert [(e.role, ms(e.t)) for e in tl.emails] == [("chord", 1640)]
 
@@ -91,7 +91,8 @@ def test_text_lines_say_how_each_attempt_ended() -> None:
     assert "dead-lettered: finalised by the DLQ drain" in text
     assert "raised error, retried after 140 ms" in text
     assert "failed: retries_exhausted" in text and "failed: soft_timeout" in text and "failed: hard_timeout" in text
-    assert "skipped, sent=False (claim done)" in text and "email sent" in text
+    assert "retried after 50 ms (claim busy)" in text
+    assert "skipped, sent=False (already sent)" in text and "email sent" in text
     broken = "\n".join(timeline_text.plain(line) for line in timeline_text.lines(timeline.build(broken_run()), "fm6 broken"))
     assert "no end when the run stopped (2.40s)" in broken and "never ran" in broken
 

@@ -9,7 +9,7 @@ waiting before ``WorkerLostError`` is handled (requeue, or failure in fm1).
 
 ``LabPool`` runs the same ``maintain_pool`` every 0.25 s. Nothing else changes:
 the same ``WorkerLostError``, the same ``Request.on_failure`` decisions; the lab
-only waits less. Use it with ``-P shared.pool:LabPool`` or ``worker_pool``.
+only waits less. Use it with ``-P lab.pool:LabPool`` or ``worker_pool``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A section per FM (``<section class="fm" id="fm3">``): what its module's docstring
 says (its Symptom, Root cause, Fix and Tradeoffs paragraphs), its matrix cells
 (the fixed run's verdict with its guarantees, the broken run's with its symptom)
-and, per run, the timeline as SVG swimlanes (``shared.swimlanes``).
+and, per run, the timeline as SVG swimlanes (``lab.show.swimlanes``).
 
 Self-contained: inline CSS and SVG, no script, no font, no image to fetch, and a
 Content-Security-Policy that forbids the page any request, so it reads the same
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from shared import swimlanes, timeline
-from shared.harness import ROOT, MatrixRow, RunReport, fm_modules, matrix
+from lab.show import swimlanes, timeline
+from lab.harness import ROOT, MatrixRow, RunReport, fm_modules, matrix
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
 """The docstring paragraphs the report shows, in this order."""

@@ -6,10 +6,16 @@ run's stop condition holds or its deadline passes. The stop condition is the
 chord's result being ready, unless the caller gives another (a broken run
 whose chord never completes stops on its symptom instead).
 
+Before it submits, the runner writes the run's documents into the lab's
+document store (``lab.pipeline``), each with the fault the scenario gives it in
+its text; the FM's own ``submit(doc_ids, pipeline_id)`` then sends the chord,
+with document ids ``<run_id>/<doc>`` and the run id as the pipeline id.
+
 FM-4's interleaving is made deterministic with a gate: every ``notify`` that
-reaches "send" waits until the runner opens it; the runner fires the duplicate
-``notify`` only when the chord's own ``notify`` is waiting, and opens the gate
-only when the duplicate has met the claim (or, without a claim, reached the gate).
+reaches "send" waits until the runner opens it (``lab.pipeline.send_email``); the
+runner fires the duplicate ``notify`` only when the chord's own ``notify`` is
+waiting, and opens the gate only when the duplicate has met the claim (its first
+busy-retry) or, without a claim, reached the gate itself.
 """
 
 from __future__ import annotations
@@ -20,15 +26,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from celery import Celery, chain, chord, group
 from celery.result import AsyncResult
 
-from shared.dlq import dead_letter_queue
+from lab.faults import document_text
+from lab.fm import Fm
+from lab.observe import Event, Reader, attempt_starts, short_doc
+from lab.pipeline import store_document
+from lab.scenarios import Scenario
+from lab.waiting import wait_until
 from shared.envelope import Result
-from shared.observe import Event, Reader, Recorder, attempt_starts
-from shared.recipe import Recipe, Tasks
-from shared.scenarios import RunContext, Scenario
-from shared.waiting import wait_until
 
 NOT_RUN_WINDOW = 0.5
 """To show that ``notify`` did not run, the runner watches this long after the chord ended."""
@@ -84,13 +90,13 @@ class Observations:
     def failed(self, doc: str) -> Mapping[str, Any] | None:
         summary = self.summary()
         for f in cast(list[Mapping[str, Any]], summary["failed"] if summary else []):
-            if f.get("doc") == doc:
+            if short_doc(str(f.get("doc"))) == doc:
                 return f
         return None
 
     def ok_docs(self) -> list[str]:
         summary = self.summary()
-        return [str(d) for d in cast(list[object], summary["ok"])] if summary else []
+        return [short_doc(str(d)) for d in cast(list[object], summary["ok"])] if summary else []
 
     def attempt_times(self, doc: str) -> list[float]:
         return attempt_starts(self.events, doc)
@@ -100,23 +106,14 @@ StopCondition = Callable[[Reader], bool]
 """``reader -> stop now?``, asked at every look at the run."""
 
 
-@dataclass(frozen=True)
-class Lab:
-    """One FM as the harness sees it: its recipe, app and tasks."""
-
-    recipe: Recipe
-    app: Celery
-    tasks: Tasks
-
-
 def new_run_id() -> str:
     return time.strftime("%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def probe_seconds(lab: Lab, timeout: float) -> float | None:
+def probe_seconds(fm: Fm, timeout: float) -> float | None:
     """Round trip of one probe task (None if it did not come back in time)."""
     started = time.monotonic()
-    res = lab.tasks.probe.apply_async()
+    res = fm.probe.apply_async()
     try:
         res.get(timeout=timeout)
     except Exception:
@@ -126,31 +123,30 @@ def probe_seconds(lab: Lab, timeout: float) -> float | None:
     return time.monotonic() - started
 
 
-def dlq_depth(lab: Lab) -> int | None:
-    if lab.recipe.dead_letter is None:
+def dlq_depth(fm: Fm) -> int | None:
+    dlq = fm.dead_letter_queue
+    if dlq is None:
         return None
-    with lab.app.connection_for_write() as conn:
-        declared = cast(Any, dead_letter_queue(lab.recipe.fm).bind(conn.default_channel).queue_declare(passive=True))
+    with fm.app.connection_for_write() as conn:
+        declared = cast(Any, dlq.bind(conn.default_channel).queue_declare(passive=True))
         return int(declared.message_count)
 
 
 def run_scenario(
-    lab: Lab,
+    fm: Fm,
     sc: Scenario,
     run_id: str,
     timeout: float,
     stop: tuple[str, StopCondition] | None = None,
     probe_after: bool = True,
 ) -> Observations:
-    recipe, tasks = lab.recipe, lab.tasks
-    ctx = RunContext.for_scenario(run_id, recipe.fm, sc)
-    wire = ctx.to_wire()
-    reader = Reader(recipe.fm, run_id)
-
-    header = group(chain(tasks.fetch_document.s(doc, ctx=wire), tasks.parse_document.s(ctx=wire)) for doc in sc.docs)
+    reader = Reader(run_id)
+    doc_ids = [store_document(run_id, doc, document_text(doc, fault)) for doc, fault in sc.faults.items()]
+    if sc.duplicate_notify:
+        reader.rec.put("gated", "1")
     submitted_at = time.time()
     started = time.monotonic()
-    body_result = chord(header)(tasks.notify.s(ctx=wire, role="chord"))
+    body_result = fm.submit(doc_ids, run_id)
     duplicate: AsyncResult[Any] | None = None
     gate_opened = False
 
@@ -159,9 +155,9 @@ def run_scenario(
         nonlocal duplicate, gate_opened
         if sc.duplicate_notify:
             if duplicate is None and reader.has_event("gate_wait", role="chord"):
-                duplicate = _fire_duplicate(lab, body_result, wire)
+                duplicate = _fire_duplicate(fm, reader, body_result, doc_ids, run_id)
             elif duplicate is not None and not gate_opened and _duplicate_met_claim(reader):
-                Recorder(recipe.fm, run_id).open_gate()
+                reader.open_gate()
                 gate_opened = True
         if stop is not None:
             return stop[0] if stop[1](reader) else None
@@ -188,7 +184,7 @@ def run_scenario(
         wait_until(lambda: reader.notify_runs("chord") > 0, NOT_RUN_WINDOW)
     healthy = stop is None and stopped_by != "deadline"
     return Observations(
-        fm=recipe.fm,
+        fm=fm.short,
         run_id=run_id,
         scenario=sc.number,
         docs=sc.docs,
@@ -198,21 +194,25 @@ def run_scenario(
         emails=tuple(reader.emails()),
         chord=chord_outcome,
         duplicate=Outcome.of(duplicate) if duplicate is not None else None,
-        dlq_depth=dlq_depth(lab),
-        probe_seconds=probe_seconds(lab, timeout=10.0) if probe_after and healthy else None,
+        dlq_depth=dlq_depth(fm),
+        probe_seconds=probe_seconds(fm, timeout=10.0) if probe_after and healthy else None,
         stopped_by=stopped_by,
         submitted_at=submitted_at,
         elapsed=time.monotonic() - started,
     )
 
 
-def _fire_duplicate(lab: Lab, body_result: AsyncResult[Any], wire: dict[str, Any]) -> AsyncResult[Any]:
+def _fire_duplicate(fm: Fm, reader: Reader, body_result: AsyncResult[Any], doc_ids: list[str],
+                    pipeline_id: str) -> AsyncResult[Any]:
     """Re-fire ``notify`` for the same pipeline, as an operator (or a redelivery) would."""
     header = cast(Any, body_result.parent)  # the chord's header GroupResult
     members = cast(list[AsyncResult[Any]], header.results if header is not None else [])
     results = [cast(object, r.result) for r in members]
-    return lab.tasks.notify.apply_async(args=(results,), kwargs={"ctx": wire, "role": "duplicate"})
+    task_id = str(uuid.uuid4())
+    reader.rec.put("duplicate", task_id)  # so the reader tells its events from the chord's notify
+    return fm.notify.apply_async(args=(results, doc_ids, pipeline_id), task_id=task_id)
 
 
 def _duplicate_met_claim(reader: Reader) -> bool:
-    return reader.has_event("gate_wait", role="duplicate") or reader.has_event("claim", role="duplicate", state="busy")
+    """The duplicate reached the gate (no claim) or was turned away busy by the claim (its first retry)."""
+    return reader.has_event("gate_wait", role="duplicate") or reader.has_event("notify_retry", role="duplicate")

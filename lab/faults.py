@@ -1,9 +1,14 @@
-"""Fault sentinels and the one ``inject()`` every ``parse_document`` calls.
+"""Fault sentinels, and ``lab_fault``: the lab's one line in every ``parse_document``.
 
-A scenario maps documents to faults; the fault travels with the submitted work
-(inside the run context), so the same task code meets every fault unchanged.
-On the wire a fault is a short string: ``FAIL``, ``CRASH_ONCE``, ``POISON``,
-``FLAKY:2``, ``FLAKE_FOREVER``, ``SOFT_HANG``, ``HARD_HANG``.
+A scenario maps documents to faults; the fault travels with the work itself, in
+the document's text (a first line ``x-lab-fault: POISON``, written by the runner
+into the lab's document store), so the same task code meets every fault
+unchanged and no task signature carries the lab. On the wire a fault is a short
+string: ``FAIL``, ``CRASH_ONCE``, ``POISON``, ``FLAKY:2``, ``FLAKE_FOREVER``,
+``SOFT_HANG``, ``HARD_HANG``.
+
+``lab_fault(task, document)`` reads the sentinel and misbehaves as it says, on
+the attempt the observer counted (``lab.observe.current_attempt``).
 
 Limits: ``CRASH_ONCE`` and ``POISON`` SIGKILL the current process, which under
 the prefork pool is one pool child. Under ``--pool solo`` they would kill the
@@ -15,10 +20,15 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
+
+from lab.observe import current_attempt, short_doc
+from shared.retry import TransientError
 
 Kind = Literal["FAIL", "CRASH_ONCE", "POISON", "FLAKY", "FLAKE_FOREVER", "SOFT_HANG", "HARD_HANG"]
 KINDS: tuple[Kind, ...] = ("FAIL", "CRASH_ONCE", "POISON", "FLAKY", "FLAKE_FOREVER", "SOFT_HANG", "HARD_HANG")
@@ -33,10 +43,6 @@ HARD_HANG_CAP_SECONDS = 60.0
 
 class PermanentError(Exception):
     """A document that can never be parsed (``FAIL``)."""
-
-
-class TransientError(Exception):
-    """A downstream hiccup (an HTTP 503, say) that a later attempt may not meet."""
 
 
 @dataclass(frozen=True)
@@ -110,3 +116,22 @@ def _hang_ignoring_soft_limit() -> None:
         except SoftTimeLimitExceeded:
             continue  # the badly behaved code this fault stands for swallows it
     raise RuntimeError(f"HARD_HANG gave up after {HARD_HANG_CAP_SECONDS:.0f}s")
+
+
+FAULT_LINE = "x-lab-fault: "
+
+
+def document_text(doc: str, fault: Fault | None) -> str:
+    """The text the document store holds for ``doc``: the fault's line, then the words."""
+    words = f"the text of {doc}"
+    return f"{FAULT_LINE}{fault.to_wire()}\n{words}" if fault is not None else words
+
+
+def fault_in(text: str) -> Fault | None:
+    first, _, _ = text.partition("\n")
+    return Fault.from_wire(first[len(FAULT_LINE):]) if first.startswith(FAULT_LINE) else None
+
+
+def lab_fault(task: Task[Any, Any], document: Mapping[str, Any]) -> None:
+    """Do to this attempt what the scenario wrote into the document (nothing for most)."""
+    inject(fault_in(str(document.get("text", ""))), current_attempt(task.request.id), doc=short_doc(str(document.get("doc", ""))))

@@ -1,9 +1,9 @@
 """Guarantees G1..G6 and symptoms S1..S6 (DESIGN.md §2), checked on ``Observations``.
 
 Every check is exact where the behaviour is exact and names the observed
-numbers when it fails. ``guarantees(n, obs, recipe)`` checks G1..Gn of FM n's
+numbers when it fails. ``guarantees(n, obs, fm)`` checks G1..Gn of FM n's
 run; ``symptom(n, obs, fixed)`` checks Sn of scenario n on FM n-1's code, where
-``fixed`` is FM n's recipe (it holds the bound or deadline the symptom passes).
+``fixed`` is FM n's program (it holds the bound or deadline the symptom passes).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
-from shared.faults import HARD_HANG_CAP_SECONDS
-from shared.observe import Reader, attempt_starts
-from shared.recipe import Recipe
-from shared.runner import Observations, StopCondition
+from lab.faults import HARD_HANG_CAP_SECONDS
+from lab.observe import Reader, attempt_starts
+from lab.fm import Fm
+from lab.runner import Observations, StopCondition
 
 PROBE_AT_ONCE_SECONDS = 2.0
 """G6: a probe task must come back within this after the run."""
@@ -49,7 +49,7 @@ def _failed_detail(obs: Observations, doc: str) -> tuple[str, str]:
     return (str(f.get("reason")), str(f.get("error"))) if f else ("", "")
 
 
-def g1(obs: Observations, recipe: Recipe) -> Check:
+def g1(obs: Observations, fm: Fm) -> Check:
     c = _Collector("G1")
     runs = obs.notify_runs.get("chord", 0)
     c.expect(runs == 1, f"chord notify ran {runs}x", "exactly 1")
@@ -67,7 +67,7 @@ def g1(obs: Observations, recipe: Recipe) -> Check:
     return c.result()
 
 
-def g2(obs: Observations, recipe: Recipe) -> Check:
+def g2(obs: Observations, fm: Fm) -> Check:
     c = _Collector("G2")
     a3, a2 = obs.attempts.get("doc3", 0), obs.attempts.get("doc2", 0)
     c.expect(a3 == 2, f"doc3 attempts {a3}", "2")
@@ -76,9 +76,9 @@ def g2(obs: Observations, recipe: Recipe) -> Check:
     return c.result()
 
 
-def g3(obs: Observations, recipe: Recipe) -> Check:
+def g3(obs: Observations, fm: Fm) -> Check:
     c = _Collector("G3")
-    bound = _bound(recipe)
+    bound = _bound(fm)
     a4 = obs.attempts.get("doc4", 0)
     c.expect(a4 == bound, f"doc4 attempts {a4}", f"the broker's bound {bound}" if bound else "a bound (no dead-letter policy)")
     reason, error = _failed_detail(obs, "doc4")
@@ -87,7 +87,7 @@ def g3(obs: Observations, recipe: Recipe) -> Check:
     return c.result()
 
 
-def g4(obs: Observations, recipe: Recipe) -> Check:
+def g4(obs: Observations, fm: Fm) -> Check:
     c = _Collector("G4")
     c.expect(len(obs.emails) == 1, f"emails {len(obs.emails)}", "exactly 1")
     dup = obs.duplicate
@@ -95,16 +95,18 @@ def g4(obs: Observations, recipe: Recipe) -> Check:
     payload = cast(object, env.payload if env is not None and env.ok else None)
     sent = cast(Mapping[str, object], payload).get("sent") if isinstance(payload, Mapping) else None
     c.expect(sent is False, f"duplicate returned sent={sent}", "sent=False")
-    saw = any(e.kind == "claim" and e.get("role") == "duplicate" and e.get("state") in ("busy", "done") for e in obs.events)
-    c.expect(saw, f"duplicate {'saw' if saw else 'did not see'} the claim", "saw the claim")
+    # The gate holds the owner between claiming and sending, so the duplicate meets a
+    # busy claim first: its busy-retry is the observable sign that it saw the claim.
+    saw = any(e.kind == "notify_retry" and e.get("role") == "duplicate" for e in obs.events)
+    c.expect(saw, f"duplicate {'saw' if saw else 'did not see'} the claim", "saw the claim (a busy-retry)")
     return c.result()
 
 
-def g5(obs: Observations, recipe: Recipe) -> Check:
+def g5(obs: Observations, fm: Fm) -> Check:
     c = _Collector("G5")
     a5, a6 = obs.attempts.get("doc5", 0), obs.attempts.get("doc6", 0)
     c.expect("doc5" in obs.ok_docs() and a5 == 3, f"doc5 {'ok' if 'doc5' in obs.ok_docs() else 'failed'} after {a5}", "ok after 3")
-    policy = recipe.retry
+    policy = fm.retry_policy
     reason, _ = _failed_detail(obs, "doc6")
     limit = policy.max_retries + 1 if policy else -1
     c.expect(reason == "retries_exhausted" and a6 == limit, f"doc6 {reason or 'not failed'} after {a6}", f"retries_exhausted after {limit}")
@@ -125,7 +127,7 @@ def g5(obs: Observations, recipe: Recipe) -> Check:
     return c.result()
 
 
-def g6(obs: Observations, recipe: Recipe) -> Check:
+def g6(obs: Observations, fm: Fm) -> Check:
     c = _Collector("G6")
     r7, _ = _failed_detail(obs, "doc7")
     r8, _ = _failed_detail(obs, "doc8")
@@ -136,12 +138,12 @@ def g6(obs: Observations, recipe: Recipe) -> Check:
     return c.result()
 
 
-GUARANTEES: tuple[Callable[[Observations, Recipe], Check], ...] = (g1, g2, g3, g4, g5, g6)
+GUARANTEES: tuple[Callable[[Observations, Fm], Check], ...] = (g1, g2, g3, g4, g5, g6)
 
 
-def guarantees(n: int, obs: Observations, recipe: Recipe) -> list[Check]:
+def guarantees(n: int, obs: Observations, fm: Fm) -> list[Check]:
     """G1..Gn on FM n's run of scenario n."""
-    return [check(obs, recipe) for check in GUARANTEES[:n]]
+    return [check(obs, fm) for check in GUARANTEES[:n]]
 
 
 # ---- symptoms: scenario n on FM n-1's code ----
@@ -161,14 +163,14 @@ def _notify_never(c: _Collector, obs: Observations) -> None:
     c.expect(runs == 0, f"notify ran {runs}x", "0")
 
 
-def s1(obs: Observations, fixed: Recipe) -> Check:
+def s1(obs: Observations, fixed: Fm) -> Check:
     c = _Collector("S1")
     _notify_never(c, obs)
     _chord_error(c, obs, "doc1 is malformed")
     return c.result()
 
 
-def s2(obs: Observations, fixed: Recipe) -> Check:
+def s2(obs: Observations, fixed: Fm) -> Check:
     c = _Collector("S2")
     a3 = obs.attempts.get("doc3", 0)
     c.expect(a3 == 1, f"doc3 attempts {a3}", "1")
@@ -177,11 +179,11 @@ def s2(obs: Observations, fixed: Recipe) -> Check:
     return c.result()
 
 
-def _bound(fixed: Recipe) -> int:
-    return fixed.dead_letter.attempts_bound if fixed.dead_letter else 0
+def _bound(fixed: Fm) -> int:
+    return fixed.delivery_bound or 0
 
 
-def s3(obs: Observations, fixed: Recipe) -> Check:
+def s3(obs: Observations, fixed: Fm) -> Check:
     c = _Collector("S3")
     a4, bound = obs.attempts.get("doc4", 0), _bound(fixed)
     c.expect(a4 > bound, f"doc4 attempts {a4}", f"past the bound {bound}")
@@ -189,13 +191,13 @@ def s3(obs: Observations, fixed: Recipe) -> Check:
     return c.result()
 
 
-def s4(obs: Observations, fixed: Recipe) -> Check:
+def s4(obs: Observations, fixed: Fm) -> Check:
     c = _Collector("S4")
     c.expect(len(obs.emails) == 2, f"emails {len(obs.emails)}", "2")
     return c.result()
 
 
-def s5(obs: Observations, fixed: Recipe) -> Check:
+def s5(obs: Observations, fixed: Fm) -> Check:
     c = _Collector("S5")
     reason, _ = _failed_detail(obs, "doc5")
     a5 = obs.attempts.get("doc5", 0)
@@ -203,11 +205,11 @@ def s5(obs: Observations, fixed: Recipe) -> Check:
     return c.result()
 
 
-def _hard_deadline(fixed: Recipe) -> float:
+def _hard_deadline(fixed: Fm) -> float:
     return fixed.hard_timeout or HARD_HANG_CAP_SECONDS
 
 
-def s6(obs: Observations, fixed: Recipe) -> Check:
+def s6(obs: Observations, fixed: Fm) -> Check:
     c = _Collector("S6")
     starts = obs.attempt_times("doc8")
     ended = any(e.kind == "attempt_end" and e.get("doc") == "doc8" for e in obs.events)
@@ -222,14 +224,14 @@ def s6(obs: Observations, fixed: Recipe) -> Check:
     return c.result()
 
 
-SYMPTOMS: tuple[Callable[[Observations, Recipe], Check], ...] = (s1, s2, s3, s4, s5, s6)
+SYMPTOMS: tuple[Callable[[Observations, Fm], Check], ...] = (s1, s2, s3, s4, s5, s6)
 
 
-def symptom(n: int, obs: Observations, fixed: Recipe) -> Check:
+def symptom(n: int, obs: Observations, fixed: Fm) -> Check:
     return SYMPTOMS[n - 1](obs, fixed)
 
 
-def symptom_stop(n: int, fixed: Recipe) -> tuple[str, StopCondition] | None:
+def symptom_stop(n: int, fixed: Fm) -> tuple[str, StopCondition] | None:
     """Where a broken run stops when its chord never completes (S3, S6); else None."""
     if n == 3:
         bound = _bound(fixed)

@@ -4,8 +4,8 @@
 every attempt of ``parse_document`` (start and end in seconds since the chord was
 submitted) and how it ended, the DLQ drain's finalisation, and the document's
 final state; then every ``notify`` execution (roles ``chord`` and ``duplicate``)
-and every email. The console (``shared.timeline_text``) and the HTML report
-(``shared.swimlanes``) draw the same model, with the same ``MARKS``.
+and every email. The console (``lab.show.timeline_text``) and the HTML report
+(``lab.show.swimlanes``) draw the same model, with the same ``MARKS``.
 
 How an attempt ends (``Attempt.end``):
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from shared.envelope import REASONS
-from shared.observe import Event
-from shared.runner import Observations
+from lab.observe import Event
+from lab.runner import Observations
 
 End = Literal["ok", "raised", "retried", "killed", "running"]
 Final = Literal["ok", "failed", "killed", "running", "retrying", "not started"]
@@ -101,8 +101,8 @@ class NotifyRun:
     start: float
     end: float | None
     how: NotifyEnd
-    claim: str | None = None  # won, busy, done (FM-4's claim), when there is one
     gate_wait: float | None = None  # when it began waiting at the runner's gate
+    retry_in: float | None = None  # for ``retried``: the planned delay (FM-4's busy claim)
 
 
 @dataclass(frozen=True)
@@ -192,13 +192,14 @@ def _notifies(events: list[Event], at: float) -> tuple[NotifyRun, ...]:
         role = e.get("role")
         current = open_runs.get(role)
         if e.kind == "notify_start":
-            if current is not None:  # a new start before an end: the earlier one retried
-                done.append(replace(current, how="retried"))
+            if current is not None:  # a new start before an end: the earlier one was lost
+                done.append(current)
             open_runs[role] = NotifyRun(role, e.t - at, None, "running")
         elif current is None:
             continue
-        elif e.kind == "claim":
-            open_runs[role] = replace(current, claim=e.get("state"), end=e.t - at)
+        elif e.kind == "notify_retry":
+            done.append(replace(current, end=e.t - at, how="retried", retry_in=float(e.get("delay") or 0.0)))
+            del open_runs[role]
         elif e.kind == "gate_wait":
             open_runs[role] = replace(current, gate_wait=e.t - at)
         elif e.kind == "notify_end":

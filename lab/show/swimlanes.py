@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from html import escape
 
-from shared.timeline import MARKS, Attempt, DocTimeline, NotifyRun, Timeline
+from lab.show.timeline import MARKS, Attempt, DocTimeline, NotifyRun, Timeline
 
 WIDTH, LEFT, PLOT_RIGHT = 560, 50, 418  # the plot spans LEFT..PLOT_RIGHT; final states to its right
 LANE, TOP, R = 25, 24, 5.5  # lane height, axis height, mark radius
@@ -127,9 +127,9 @@ def _notify_bar(n: NotifyRun, y: float, scale: _Scale, span: float) -> str:
     key = {"sent": "email", "skipped": "ok", "retried": "retried", "running": "running"}[n.how]
     x0 = scale.x(n.start)
     x1 = max(scale.x(n.end if n.end is not None else span), x0 + 3)
-    claim = f", claim {n.claim}" if n.claim else ""
+    retry = f" after {1000 * (n.retry_in or 0.0):.0f} ms (claim busy)" if n.how == "retried" else ""
     gate = f", waited at the gate from {n.gate_wait:.3f}s" if n.gate_wait is not None else ""
-    tip = f"notify ({n.role}) {n.start:.3f}s → {n.how}{claim}{gate}"
+    tip = f"notify ({n.role}) {n.start:.3f}s → {n.how}{retry}{gate}"
     return (f'<rect class="notify-run notify-{n.how}" data-role="{escape(n.role)}" x="{x0}" y="{y - 4}" '
             f'width="{round(x1 - x0, 1)}" height="8" rx="2" fill="{MARKS[key].colour}"><title>{escape(tip)}</title></rect>')
 

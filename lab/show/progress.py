@@ -8,7 +8,7 @@
   pipes, tests) one plain line per stage;
 - ``say(text)``: a line above the live display (a run's result, for instance);
 - ``timelines(fm, reports)``: after an FM's runs, a text timeline per run
-  (``shared.timeline_text``); with ``--prove`` the fixed and broken runs side by
+  (``lab.show.timeline_text``); with ``--prove`` the fixed and broken runs side by
   side when the terminal is wide enough, else one after the other.
 
 Limits: the live display redraws 8 times a second and needs the terminal to
@@ -30,10 +30,10 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from shared import timeline, timeline_text
-from shared.harness import Kind, RunReport, Stage
-from shared.timeline import MARKS
-from shared.timeline_text import Line
+from lab.show import timeline, timeline_text
+from lab.harness import Kind, RunReport, Stage
+from lab.show.timeline import MARKS
+from lab.show.timeline_text import Line
 
 GAP = 4
 """Columns between two timelines shown side by side."""

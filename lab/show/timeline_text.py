@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from shared.timeline import MARKS, Attempt, DocTimeline, NotifyRun, Timeline
+from lab.show.timeline import MARKS, Attempt, DocTimeline, NotifyRun, Timeline
 
 ERROR_WIDTH = 48
 """Exception texts longer than this are cut (the report keeps them whole)."""
@@ -88,15 +88,14 @@ def _notify(tl: Timeline) -> list[Line]:
 
 
 def _notify_ending(n: NotifyRun) -> tuple[str, str]:
-    claim = f" (claim {n.claim})" if n.claim else ""
     gate = f", waited at the gate from {n.gate_wait:.3f}s" if n.gate_wait is not None else ""
     if n.how == "sent":
-        return f"sent{claim}{gate}", "ok"
+        return f"sent{gate}", "ok"
     if n.how == "skipped":
-        return f"skipped, sent=False{claim}", "ok"
+        return "skipped, sent=False (already sent)", "ok"
     if n.how == "retried":
-        return f"retried{claim}", "retried"
-    return f"no end when the run stopped{claim}{gate}", "running"
+        return f"retried after {1000 * (n.retry_in or 0.0):.0f} ms (claim busy)", "retried"
+    return f"no end when the run stopped{gate}", "running"
 
 
 def plain(line: Line) -> str:

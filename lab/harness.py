@@ -1,19 +1,18 @@
 """The harness behind ``run_all_fms.py`` (DESIGN.md §3).
 
-It learns everything about an FM from the FM module (``RECIPE``, ``app``,
-``tasks``): there is no second table of FM specs here. FM modules are found by
-file name (``fm<N>_<name>.py`` next to ``run_all_fms.py``).
+It learns everything about an FM from the FM module itself (``lab.fm``: its
+``app``, tasks and ``submit``): there is no second table of FM specs here. FM
+modules are found by file name (``fm<N>_<name>.py`` next to ``run_all_fms.py``).
 
 One run: reset the FM's own namespace (its queues and exchanges over AMQP, its
 ``rcl:<fm>:*`` Redis keys), start ``celery -A <module> worker`` with the FM's
-flags in its own process group, wait until it answers a probe task, run the
+flags (``lab.fm.Fm.worker_args``, the command its docstring gives) in its own process group, wait until it answers a probe task, run the
 scenario, check, stop the worker (TERM, then KILL) and keep its log in
 ``.lab/logs/``.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -24,22 +23,20 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal, cast
 
 from kombu import Connection
 
-from shared import checks, services
-from shared.checks import Check
-from shared.dlq import dead_letter_queue
-from shared.observe import client
-from shared.recipe import Recipe
-from shared.runner import Lab, Observations, StopCondition, new_run_id, probe_seconds, run_scenario
-from shared.scenarios import scenario
-from shared.settings import amqp_name, broker_url, redis_prefix
-from shared.waiting import wait_until
+from lab import checks, services
+from lab.checks import Check
+from lab.fm import ROOT, Fm, NotAnFm, fm_modules, load_module
+from lab.observe import client
+from lab.runner import Observations, StopCondition, new_run_id, probe_seconds, run_scenario
+from lab.scenarios import scenario
+from lab.settings import amqp_name, broker_url, redis_prefix
+from lab.variants import VARIANTS_DIR
+from lab.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
 LAB_DIR = ROOT / ".lab"
 LOG_DIR = LAB_DIR / "logs"
 WORKERS_DIR = LAB_DIR / "workers"
@@ -51,7 +48,7 @@ Kind = Literal["fixed", "broken", "bug"]
 Stage = Literal["resetting", "starting the worker", "waiting for the worker", "running the scenario",
                 "stopping the worker", "checking", "cleaning up"]
 OnStage = Callable[[Stage], None]
-"""Told each stage of a run as it begins (``print`` will do; ``shared.progress`` draws it)."""
+"""Told each stage of a run as it begins (``print`` will do; ``lab.show.progress`` draws it)."""
 
 
 class HarnessError(Exception):
@@ -65,14 +62,6 @@ class WorkerFailed(Exception):
 # ---- finding FMs -------------------------------------------------------------
 
 
-def fm_modules() -> dict[str, str]:
-    """Short name -> module name, for every ``fm<N>_*.py`` beside run_all_fms.py."""
-    found: dict[str, str] = {}
-    for path in sorted(ROOT.glob("fm[0-9]_*.py")):
-        found[path.stem.split("_", 1)[0]] = path.stem
-    return found
-
-
 def resolve(names: list[str]) -> list[str]:
     """Short names for ``--only`` arguments given as short or full names."""
     modules = fm_modules()
@@ -84,18 +73,18 @@ def resolve(names: list[str]) -> list[str]:
     return [short_of[n] for n in names]
 
 
-def load(short: str) -> Lab:
-    module: ModuleType = importlib.import_module(fm_modules()[short])
-    lab = Lab(module.RECIPE, module.app, module.tasks)
-    _refuse_foreign_names(lab.recipe)
-    return lab
+def load(short: str) -> Fm:
+    """The FM ``short`` (``fm3``), read off its module."""
+    return checked(load_module(fm_modules()[short]))
 
 
-def _refuse_foreign_names(recipe: Recipe) -> None:
-    own = amqp_name(recipe.fm, "")
-    foreign = [n for n in (*recipe.queue_names, *recipe.exchange_names) if not n.startswith(own)]
+def checked(fm: Fm) -> Fm:
+    """``fm``, once it is known to declare nothing outside its namespace."""
+    own = amqp_name(fm.short, "")
+    foreign = [n for n in (*fm.queue_names, *fm.exchange_names) if not n.startswith(own)]
     if foreign:
-        raise HarnessError(f"{recipe.fm} declares names outside its namespace {own}*: {', '.join(foreign)}")
+        raise HarnessError(f"{fm.short} declares names outside its namespace {own}*: {', '.join(foreign)}")
+    return fm
 
 
 def number(short: str) -> int:
@@ -105,7 +94,7 @@ def number(short: str) -> int:
 # ---- namespace reset -----------------------------------------------------------
 
 
-def reset(recipe: Recipe) -> None:
+def reset(fm: Fm) -> None:
     """Delete the FM's own queues, exchanges and Redis keys (nothing else), then declare
     its queues afresh.
 
@@ -116,17 +105,16 @@ def reset(recipe: Recipe) -> None:
     """
     with Connection(broker_url()) as conn:
         channel = cast(Any, conn.default_channel)  # amqp's Channel; kombu's stubs name only the base
-        for name in recipe.queue_names:
+        for name in fm.queue_names:
             channel.queue_delete(queue=name)
-        for name in recipe.exchange_names:
+        for name in fm.exchange_names:
             channel.exchange_delete(exchange=name)
-        recipe.task_queue.bind(channel).declare()
-        if recipe.dead_letter is not None:
-            dead_letter_queue(recipe.fm).bind(channel).declare()
+        for queue in fm.task_queues:  # a DeadLetteringQueue declares its DLQ too
+            queue.bind(channel).declare()
     r = client()
     batch: list[str] = []
     scan = cast(Callable[..., Iterator[str]], cast(Any, r).scan_iter)
-    for key in scan(match=f"{redis_prefix(recipe.fm)}*", count=500):
+    for key in scan(match=f"{redis_prefix(fm.short)}*", count=500):
         batch.append(str(key))
         if len(batch) >= 500:
             r.delete(*batch)
@@ -140,7 +128,7 @@ def reset(recipe: Recipe) -> None:
 
 @dataclass
 class Worker:
-    recipe: Recipe
+    fm: Fm
     run_id: str
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
@@ -148,15 +136,17 @@ class Worker:
     def start(self) -> None:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         WORKERS_DIR.mkdir(parents=True, exist_ok=True)
-        r = self.recipe
-        cmd = [sys.executable, "-m", "celery", "-A", r.module, "worker", "--loglevel=INFO",
-               "-n", f"{r.fm}-{self.run_id}@%h", *r.worker_args()]
-        if r.beat:
-            cmd += ["--schedule", str(LAB_DIR / f"beat-{r.fm}-{self.run_id}")]
+        fm = self.fm
+        cmd = [sys.executable, "-m", "celery", "-A", fm.module, "worker", "--loglevel=INFO",
+               "-n", f"{fm.short}-{self.run_id}@%h", *fm.worker_args()]
+        if fm.beat:
+            cmd += ["--schedule", str(LAB_DIR / f"beat-{fm.short}-{self.run_id}")]
+        path = os.pathsep.join(p for p in (str(ROOT), str(VARIANTS_DIR), os.environ.get("PYTHONPATH", "")) if p)
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        (WORKERS_DIR / str(self.proc.pid)).write_text(json.dumps({"fm": r.fm, "run": self.run_id}))
+                                         start_new_session=True,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path})
+        (WORKERS_DIR / str(self.proc.pid)).write_text(json.dumps({"fm": fm.short, "run": self.run_id}))
 
     def tail(self, lines: int = 25) -> str:
         try:
@@ -164,12 +154,12 @@ class Worker:
         except OSError:
             return "(no log)"
 
-    def wait_ready(self, lab: Lab, timeout: float = READY_TIMEOUT) -> None:
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         """Ready means: it took a probe task from the FM's queue and answered."""
         proc = self.proc
         if proc is None:
             raise WorkerFailed("worker was never started")
-        res = lab.tasks.probe.apply_async()
+        res = self.fm.probe.apply_async()
 
         def answered() -> bool:
             if proc.poll() is not None:
@@ -216,14 +206,14 @@ def stop_leftover_workers(say: Callable[[str], None] = print) -> int:
 
 
 @contextmanager
-def running_worker(lab: Lab, run_id: str, label: str, grace: float,
+def running_worker(fm: Fm, run_id: str, label: str, grace: float,
                    on_stage: OnStage = lambda _: None) -> Generator[Worker, None, None]:
-    worker = Worker(lab.recipe, run_id, LOG_DIR / f"{label}-{run_id}.log")
+    worker = Worker(fm, run_id, LOG_DIR / f"{label}-{run_id}.log")
     on_stage("starting the worker")
     worker.start()
     try:
         on_stage("waiting for the worker")
-        worker.wait_ready(lab)
+        worker.wait_ready()
         yield worker
     finally:
         on_stage("stopping the worker")
@@ -272,11 +262,11 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     started = time.monotonic()
     try:
         lab = load(code)
-        fixed = load(fm).recipe if kind == "broken" else lab.recipe
+        fixed = load(fm) if kind == "broken" else lab
         stop: tuple[str, StopCondition] | None = checks.symptom_stop(n, fixed) if kind == "broken" else None
         run_id = new_run_id()
         on_stage("resetting")
-        reset(lab.recipe)
+        reset(lab)
         label = f"{fm}-{kind}-{code}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
         with running_worker(lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage):
@@ -287,7 +277,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         report.checks = _checks(kind, n, obs, fixed)
         if stop is not None:
             on_stage("cleaning up")
-            reset(lab.recipe)  # the looping message goes with the FM's own queues
+            reset(lab)  # the looping message goes with the FM's own queues
     except WorkerFailed as exc:
         report.error = str(exc)
     except HarnessError:
@@ -298,7 +288,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     return report
 
 
-def _checks(kind: Kind, n: int, obs: Observations, fixed: Recipe) -> list[Check]:
+def _checks(kind: Kind, n: int, obs: Observations, fixed: Fm) -> list[Check]:
     """fixed: G1..Gn of FM n; broken: Sn; bug: S1 (fm0's own bug)."""
     if kind == "fixed":
         return checks.guarantees(n, obs, fixed)
@@ -345,23 +335,22 @@ def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str,
     return runs
 
 
-def run_by_hand(fm: str) -> int:
+def run_by_hand(path: str) -> int:
     """``python fmN_*.py``: run scenario N against a worker the user started."""
     try:
         services.ensure()
-        lab = load(fm)
-    except (services.ServiceError, HarnessError) as exc:
+        fm = checked(load_module(Path(path).stem))
+    except (services.ServiceError, HarnessError, NotAnFm) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    recipe = lab.recipe
-    if probe_seconds(lab, timeout=10.0) is None:
-        print(f"no worker answers on {recipe.task_queue.name}; start one in another shell:\n"
-              f"  celery -A {recipe.module} worker {' '.join(recipe.worker_args())}", file=sys.stderr)
+    if probe_seconds(fm, timeout=10.0) is None:
+        print(f"no worker answers on {', '.join(str(q.name) for q in fm.task_queues)}; start one in another shell:\n"
+              f"  {fm.worker_command()}", file=sys.stderr)
         return 2
-    kind: Kind = "fixed" if number(fm) else "bug"
+    kind: Kind = "fixed" if fm.number else "bug"
     started = time.monotonic()
-    obs = run_scenario(lab, scenario(recipe.scenario), new_run_id(), RUN_TIMEOUT)
-    report = RunReport(fm, kind, fm, recipe.scenario, _checks(kind, number(fm), obs, recipe), obs,
+    obs = run_scenario(fm, scenario(fm.scenario), new_run_id(), RUN_TIMEOUT)
+    report = RunReport(fm.short, kind, fm.short, fm.scenario, _checks(kind, fm.number, obs, fm), obs,
                        seconds=time.monotonic() - started)
     print(describe(report))
     return 0 if report.ok else 1

@@ -28,9 +28,9 @@ from typing import Any, cast
 
 from kombu import Connection
 
-from shared import settings
-from shared.observe import connect
-from shared.waiting import wait_until
+from lab import settings
+from lab.observe import connect
+from lab.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".lab" / "services"

@@ -1,0 +1,83 @@
+"""``lab_app``: the Celery app every FM file starts from (JSON only, namespaced).
+
+What it sets, so that an FM file shows only the settings its fixes add:
+
+- broker and backend from ``CELERY_BROKER_URL`` and ``CELERY_RESULT_BACKEND``
+  (``lab.settings``); JSON only, for tasks and results;
+- every name inside the FM's namespace: the task queue, its exchange and routing
+  key ``rcl.fm3.tasks`` (``task_default_queue``, and ``task_queues`` with that one
+  queue, which an FM may replace), the control and event exchanges
+  ``rcl.fm3.control`` / ``rcl.fm3.events``, and the result keys ``rcl:fm3:...``
+  (the Redis backend's ``global_keyprefix``);
+- ``worker_concurrency = 1``: one pool process, unless the FM says otherwise;
+- ``worker_pool = "lab.pool:LabPool"``: Celery's prefork pool, noticing a dead pool
+  process sooner (``lab.pool`` says why and what does not change);
+- ``worker_consumer = "lab.app:NamespacedConsumer"``: Celery's consumer without the
+  ``DelayedDelivery`` step, which for a quorum queue would declare broker-wide
+  ``celery_delayed_*`` names outside the namespace (``shared.dlq``);
+- a ``probe`` task the harness sends to learn that a worker is ready;
+- the lab's observer on Celery's signals (``lab.observe``), which records what the
+  tasks do without a line of it in their bodies.
+
+The FM's short name comes from its module name: ``fm3_dlq_reconciliation`` is ``fm3``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+from celery import Celery
+from celery.worker.consumer import Consumer
+from kombu import Exchange, Queue
+
+from lab import observe
+from lab.settings import amqp_name, backend_url, broker_url, redis_prefix
+
+
+class NamespacedConsumer(Consumer):
+    """Celery's consumer without ``DelayedDelivery`` (see the module docstring)."""
+
+    class Blueprint(Consumer.Blueprint):
+        # A list in Celery (the stubs say set): keep its order, drop one step.
+        default_steps = cast(Any, [s for s in Consumer.Blueprint.default_steps if not s.endswith(":DelayedDelivery")])
+
+
+def short_name(module: str) -> str:
+    """``fm3`` for ``fm3_dlq_reconciliation`` (and for ``__main__`` run from that file)."""
+    if module == "__main__":
+        module = Path(str(getattr(sys.modules["__main__"], "__file__", "fm"))).stem
+    return module.split(".")[-1].split("_", 1)[0]
+
+
+def lab_app(module: str) -> Celery:
+    fm = short_name(module)
+    queue = amqp_name(fm, "tasks")
+    app = Celery(f"rcl_{fm}", broker=broker_url(), backend=backend_url())
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_default_queue=queue,
+        task_default_exchange=queue,
+        task_default_routing_key=queue,
+        task_queues=[Queue(queue, Exchange(queue, type="direct"), routing_key=queue)],
+        result_backend_transport_options={"global_keyprefix": redis_prefix(fm)},
+        result_expires=3600,
+        control_exchange=amqp_name(fm, "control"),
+        event_exchange=amqp_name(fm, "events"),
+        broker_connection_retry_on_startup=True,
+        worker_concurrency=1,
+        worker_consumer="lab.app:NamespacedConsumer",
+        worker_pool="lab.pool:LabPool",
+        worker_redirect_stdouts_level="INFO",
+    )
+
+    @app.task(name=f"{fm}.probe", shared=False)
+    def probe() -> str:
+        return "pong"
+
+    observe.install()
+    return app

@@ -1,0 +1,156 @@
+"""What the harness learns from an FM module, and from nowhere else.
+
+An FM file is a plain Celery program (``app``, the three tasks, ``submit``). The
+harness reads its facts off that program, so there is no second table of FM specs:
+
+- the short name and scenario from the file name (``fm3_...`` runs scenario 3;
+  fm0 runs scenario 1);
+- the worker's flags from Celery's own settings: ``-B`` when ``beat_schedule`` is
+  set; the concurrency and the queues come from the app itself, so the worker
+  command needs neither ``-c`` nor ``-Q``;
+- the queues and exchanges it owns (the harness resets exactly these): every
+  queue in ``task_queues``, and the dead-letter queue each one declares;
+- the bounds the checks hold it to, from the fixes it applied: the delivery bound
+  of a quorum queue (``x-delivery-limit`` + 1), the ``RetryPolicy`` and the hard
+  timeout found on ``parse_document``'s decorator stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, cast
+
+from celery import Celery, Task
+from celery.result import AsyncResult
+from kombu import Queue
+
+from lab.app import short_name
+from shared.dlq import DeadLetteringQueue
+from shared.retry import RetryPolicy
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
+"""Every lab worker runs without these (no other workers to talk to; faster start)."""
+
+Submit = Callable[[list[str], str], AsyncResult[Any]]
+
+
+def fm_modules() -> dict[str, str]:
+    """Short name -> module name, for every ``fm<N>_*.py`` beside run_all_fms.py."""
+    return {short_name(path.stem): path.stem for path in sorted(ROOT.glob("fm[0-9]_*.py"))}
+
+
+def layers(fn: object) -> Iterator[object]:
+    """A function and every wrapper beneath it (``functools.wraps`` sets ``__wrapped__``)."""
+    while fn is not None:
+        yield fn
+        fn = getattr(fn, "__wrapped__", None)
+
+
+@dataclass(frozen=True)
+class Fm:
+    short: str  # fm3
+    module: str  # fm3_dlq_reconciliation (celery -A <module>)
+    app: Celery
+    submit: Submit
+    parse_document: Task[Any, Any]
+    notify: Task[Any, Any]
+    probe: Task[Any, Any]
+
+    @property
+    def number(self) -> int:
+        return int(self.short[2:]) if self.short[2:].isdigit() else -1
+
+    @property
+    def scenario(self) -> int:
+        return max(self.number, 1)
+
+    @property
+    def task_queues(self) -> list[Queue]:
+        return cast(list[Queue], list(self.app.conf.task_queues or []))
+
+    @property
+    def queues(self) -> list[Queue]:
+        """Every queue the FM owns: its task queues and their dead-letter queues."""
+        out: list[Queue] = []
+        for q in self.task_queues:
+            out.append(q)
+            if isinstance(q, DeadLetteringQueue) and q.dead_letters is not None:
+                out.append(q.dead_letters)
+        return out
+
+    @property
+    def dead_letter_queue(self) -> Queue | None:
+        return next((q.dead_letters for q in self.task_queues if isinstance(q, DeadLetteringQueue)), None)
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        return tuple(str(q.name) for q in self.queues)
+
+    @property
+    def exchange_names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(str(q.exchange.name) for q in self.queues))
+
+    @property
+    def beat(self) -> bool:
+        return bool(self.app.conf.beat_schedule)
+
+    @property
+    def concurrency(self) -> int:
+        return int(self.app.conf.worker_concurrency or 1)
+
+    def worker_args(self) -> list[str]:
+        """The flags of ``celery -A <module> worker`` for this FM (as its docstring gives them)."""
+        return [*WORKER_FLAGS, *(["-B"] if self.beat else [])]
+
+    def worker_command(self) -> str:
+        return f"celery -A {self.module} worker {' '.join(self.worker_args())}"
+
+    @property
+    def delivery_bound(self) -> int | None:
+        """Deliveries before RabbitMQ 3.x dead-letters a message: ``x-delivery-limit + 1``."""
+        for q in self.task_queues:
+            limit = (q.queue_arguments or {}).get("x-delivery-limit")
+            if isinstance(limit, int):
+                return limit + 1
+        return None
+
+    @property
+    def retry_policy(self) -> RetryPolicy | None:
+        found = [getattr(f, "retry_policy", None) for f in layers(self.parse_document.run)]
+        return next((p for p in found if isinstance(p, RetryPolicy)), None)
+
+    @property
+    def hard_timeout(self) -> float | None:
+        found = [getattr(f, "hard_timeout_seconds", None) for f in layers(self.parse_document.run)]
+        return next((float(s) for s in found if isinstance(s, (int, float))), None)
+
+
+class NotAnFm(Exception):
+    """A module that does not hold an FM program (app, tasks, submit)."""
+
+
+def from_module(module: ModuleType) -> Fm:
+    found, submit = getattr(module, "app", None), getattr(module, "submit", None)
+    if not isinstance(found, Celery) or not callable(submit):
+        raise NotAnFm(f"{module.__name__} has no Celery `app` and `submit`")
+    app = cast(Celery, found)
+    short = short_name(module.__name__)
+    try:
+        tasks = {name: app.tasks[f"{module.__name__}.{name}"] for name in ("parse_document", "notify")}
+        probe = app.tasks[f"{short}.probe"]
+    except KeyError as exc:
+        raise NotAnFm(f"{module.__name__} does not define the task {exc}") from exc
+    return Fm(short, module.__name__, app, cast(Submit, submit), tasks["parse_document"], tasks["notify"], probe)
+
+
+def load_module(name: str, folder: Path | None = None) -> Fm:
+    """Import the FM program ``name`` (from ``folder`` too, for a variant) and read it."""
+    if folder is not None and str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    return from_module(importlib.import_module(name))

@@ -1,0 +1,358 @@
+"""What a run saw: an observer on Celery's signals, and its record in Redis.
+
+The FM files' task bodies hold no observation code. The observer listens to
+Celery's own signals in the worker and turns them into ``Happening`` records:
+
+- ``task_prerun`` of ``parse_document``: an attempt starts. Attempts are counted
+  per document in Redis (``INCR``), which survives a redelivery that Celery's
+  ``request.retries`` does not see; the count goes to ``@enveloped``
+  (``note_attempt``) and to the lab's fault (``current_attempt``);
+- ``task_postrun``: the attempt (or ``notify``) ended; how is read off the
+  envelope it returned (or the exception, for fm0's bare tasks);
+- ``task_retry``: a retry was planned, ``Retry.when`` seconds from now;
+- ``shared.dlq.dead_lettered``: the DLQ drain finalised a chord member.
+
+What a killed process cannot report (no ``task_postrun``), the attempt counter
+and the broker still tell: an attempt that started and never ended.
+
+Sinks: every ``Happening`` goes to each function in ``SINKS``. The lab's own
+sink writes the run's record to Redis (``RunRecorder``); a metrics exporter would
+append its own (counts by envelope reason, attempts per document, DLQ drains).
+
+Redis layout (``P`` = ``<namespace>:run:<run_id>:``), every key with a TTL:
+
+- ``P doc:<doc>``: the document's text (the lab's document store, ``lab.pipeline``);
+- ``P attempts:<doc>``: INCR per attempt of ``parse_document``;
+- ``P events``: a stream, one entry per happening (wall time in ``t``);
+- ``P emails``: one item per email the mail stand-in "sent";
+- ``P gated``, ``P gate``: FM-4's interleaving (``lab.pipeline.send_email``);
+- ``P duplicate``: the task id of the duplicate ``notify`` the runner fired, so
+  that the reader tells the chord's own ``notify`` (role ``chord``) from it.
+
+How a task call finds its run: the lab's document ids are ``<run_id>/<doc>``
+and its pipeline id is the run id, so the run travels with the work itself.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import redis
+from celery.signals import task_postrun, task_prerun, task_retry
+
+from lab.settings import NAMESPACE, backend_url
+from shared import dlq
+from shared.envelope import Result, describe, is_envelope, note_attempt, reason_of
+
+TTL_SECONDS = 3600
+
+_client: tuple[int, redis.Redis] | None = None
+
+
+def connect(url: str, **options: Any) -> redis.Redis:
+    """A Redis client for ``url`` that answers ``str`` (redis-py's ``from_url`` is untyped)."""
+    return cast(Any, redis.Redis).from_url(url, decode_responses=True, **options)
+
+
+def client() -> redis.Redis:
+    """One Redis client per process (pool children fork: a new one after fork)."""
+    global _client
+    if _client is None or _client[0] != os.getpid():
+        _client = (os.getpid(), connect(backend_url()))
+    return _client[1]
+
+
+def run_prefix(run_id: str) -> str:
+    return f"{NAMESPACE}:run:{run_id}:"
+
+
+# ---- document ids: the run travels with the work --------------------------------
+
+
+def doc_id(run_id: str, doc: str) -> str:
+    return f"{run_id}/{doc}"
+
+
+def split_doc_id(value: str) -> tuple[str, str] | None:
+    """``(run_id, doc)`` of a lab document id, or None for anything else."""
+    run, sep, doc = value.rpartition("/")
+    return (run, doc) if sep and run and doc else None
+
+
+def short_doc(value: str) -> str:
+    """``doc3`` for ``<run>/doc3``; anything else unchanged."""
+    found = split_doc_id(value)
+    return found[1] if found else value
+
+
+def doc_in(args: Sequence[object]) -> tuple[str, str] | None:
+    """The lab document a task call is about, from its first argument: a document
+    id, a fetched document, or an envelope holding one."""
+    if not args:
+        return None
+    first = args[0]
+    if is_envelope(first):
+        first = cast(Mapping[str, object], first).get("payload")
+    if isinstance(first, Mapping):
+        first = cast(Mapping[str, object], first).get("doc")
+    return split_doc_id(first) if isinstance(first, str) else None
+
+
+# ---- the observer ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Happening:
+    """One thing a task did, as the observer saw it."""
+
+    kind: str  # attempt_start, attempt_end, retry, notify_start, notify_end, notify_retry, dead_lettered
+    run_id: str
+    task_id: str
+    doc: str = ""
+    fields: Mapping[str, str] = field(default_factory=lambda: {})
+
+
+Sink = Callable[[Happening], None]
+
+_attempts: dict[str, int] = {}  # task id -> attempt number, in the process running it
+
+
+def current_attempt(task_id: str | None) -> int:
+    """The attempt number of the ``parse_document`` call running here (1 if unknown)."""
+    return _attempts.get(task_id or "", 1)
+
+
+def _role_of(task: object) -> str:
+    """``parse_document`` for a task (or a task name) ``fm3_dlq_reconciliation.parse_document``."""
+    name = task if isinstance(task, str) else getattr(task, "name", "")
+    return str(name).rsplit(".", 1)[-1]
+
+
+def _pipeline_in(args: Sequence[object], kwargs: Mapping[str, object]) -> str | None:
+    value = kwargs.get("pipeline_id", args[2] if len(args) > 2 else None)
+    return value if isinstance(value, str) else None
+
+
+def _ending(state: str, retval: object) -> dict[str, str]:
+    """How a body ended: ``outcome`` (ok or an envelope reason), ``error``, and for notify ``sent``."""
+    if state == "SUCCESS" and is_envelope(retval):
+        env = Result.from_wire(retval)
+        payload = cast(object, env.payload)
+        sent = cast(Mapping[str, object], payload).get("sent") if isinstance(payload, Mapping) else None
+        extra = {"sent": str(sent)} if sent is not None else {}
+        return {"outcome": "ok", **extra} if env.ok else {"outcome": env.reason or "error", "error": env.error or "", **extra}
+    if isinstance(retval, BaseException):
+        return {"outcome": reason_of(retval), "error": describe(retval)}
+    sent = cast(Mapping[str, object], retval).get("sent") if isinstance(retval, Mapping) else None
+    return {"outcome": "ok", **({"sent": str(sent)} if sent is not None else {})}
+
+
+class Observer:
+    """Celery signals in, ``Happening`` records out to every sink."""
+
+    def __init__(self, sinks: Iterable[Sink] = ()) -> None:
+        self.sinks: list[Sink] = list(sinks)
+
+    def emit(self, h: Happening) -> None:
+        for sink in self.sinks:
+            sink(h)
+
+    def prerun(self, task_id: str, task: object, args: Sequence[object], kwargs: Mapping[str, object]) -> None:
+        role = _role_of(task)
+        if role == "parse_document" and (found := doc_in(args)):
+            run, doc = found
+            n = count_attempt(run, doc)
+            _attempts[task_id] = n
+            note_attempt(n)
+            self.emit(Happening("attempt_start", run, task_id, doc, {"attempt": str(n)}))
+        elif role == "notify" and (run := _pipeline_in(args, kwargs)):
+            self.emit(Happening("notify_start", run, task_id))
+
+    def postrun(self, task_id: str, task: object, args: Sequence[object], kwargs: Mapping[str, object],
+                retval: object, state: str) -> None:
+        role = _role_of(task)
+        n = _attempts.pop(task_id, 0)
+        if state == "RETRY":
+            return  # the retry signal told it
+        if role == "parse_document" and (found := doc_in(args)):
+            run, doc = found
+            self.emit(Happening("attempt_end", run, task_id, doc, {"attempt": str(n), **_ending(state, retval)}))
+        elif role == "notify" and (run := _pipeline_in(args, kwargs)):
+            self.emit(Happening("notify_end", run, task_id, "", _ending(state, retval)))
+
+    def retry(self, task: object, request: object, reason: object) -> None:
+        task_id = str(getattr(request, "id", ""))
+        args = cast(Sequence[object], getattr(request, "args", None) or ())
+        kwargs = cast(Mapping[str, object], getattr(request, "kwargs", None) or {})
+        role = _role_of(task)
+        when = getattr(reason, "when", None)
+        delay = f"{float(when):.4f}" if isinstance(when, (int, float)) else ""
+        exc = cast(BaseException | None, getattr(reason, "exc", None))
+        if role == "parse_document" and (found := doc_in(args)):
+            run, doc = found
+            n = _attempts.get(task_id, 0)
+            error = describe(exc) if exc is not None else ""
+            self.emit(Happening("attempt_end", run, task_id, doc,
+                                {"attempt": str(n), "outcome": reason_of(exc) if exc else "error", "error": error}))
+            self.emit(Happening("retry", run, task_id, doc, {"retry": str(n), "delay": delay}))
+        elif role == "notify" and (run := _pipeline_in(args, kwargs)):
+            self.emit(Happening("notify_retry", run, task_id, "", {"delay": delay}))
+
+    def dead_lettered(self, letter: dlq.DeadLetter) -> None:
+        found = doc_in(letter.args)
+        if found:
+            run, doc = found
+            self.emit(Happening("dead_lettered", run, letter.task_id, doc, {"death": letter.death_reason}))
+
+
+# ---- the lab's sink: a run's record in Redis ------------------------------------------
+
+
+def count_attempt(run_id: str, doc: str) -> int:
+    r, key = client(), f"{run_prefix(run_id)}attempts:{doc}"
+    n = int(r.incr(key))
+    r.expire(key, TTL_SECONDS)
+    return n
+
+
+class RunRecorder:
+    """The write side: one run's record (used in the worker, by the sink and the stand-ins)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.prefix = run_prefix(run_id)
+        self.r = client()
+
+    def event(self, kind: str, **fields: object) -> None:
+        key = self.prefix + "events"
+        entry: dict[str, str] = {"t": repr(time.time()), "kind": kind, "pid": str(os.getpid())}
+        entry.update({k: str(v) for k, v in fields.items()})
+        self.r.xadd(key, cast(Any, entry))
+        self.r.expire(key, TTL_SECONDS)
+
+    def put(self, name: str, value: str) -> None:
+        self.r.set(self.prefix + name, value, ex=TTL_SECONDS)
+
+    def get(self, name: str) -> str | None:
+        return cast(str | None, self.r.get(self.prefix + name))
+
+    def append(self, name: str, value: str) -> None:
+        key = self.prefix + name
+        self.r.rpush(key, value)
+        self.r.expire(key, TTL_SECONDS)
+
+
+def record(h: Happening) -> None:
+    """The lab's sink: every happening becomes an entry of its run's event stream."""
+    fields: dict[str, str] = {"task": h.task_id, **h.fields}
+    if h.doc:
+        fields["doc"] = h.doc
+    RunRecorder(h.run_id).event(h.kind, **fields)
+
+
+OBSERVER = Observer([record])
+"""The process's observer; ``install()`` connects it to Celery's signals."""
+
+
+def _on_prerun(sender: object = None, task_id: str = "", task: object = None, args: Sequence[object] = (),
+               kwargs: Mapping[str, object] | None = None, **_: object) -> None:
+    OBSERVER.prerun(task_id, task or sender, args or (), kwargs or {})
+
+
+def _on_postrun(sender: object = None, task_id: str = "", task: object = None, args: Sequence[object] = (),
+                kwargs: Mapping[str, object] | None = None, retval: object = None, state: str = "", **_: object) -> None:
+    OBSERVER.postrun(task_id, task or sender, args or (), kwargs or {}, retval, str(state))
+
+
+def _on_retry(sender: object = None, request: object = None, reason: object = None, **_: object) -> None:
+    OBSERVER.retry(sender, request, reason)
+
+
+def _on_dead_lettered(sender: object = None, letter: dlq.DeadLetter | None = None, **_: object) -> None:
+    if letter is not None:
+        OBSERVER.dead_lettered(letter)
+
+
+_installed = False
+
+
+def install() -> None:
+    """Connect the observer to Celery's signals (once per process)."""
+    global _installed
+    if _installed:
+        return
+    task_prerun.connect(_on_prerun, weak=False)
+    task_postrun.connect(_on_postrun, weak=False)
+    task_retry.connect(_on_retry, weak=False)
+    dlq.dead_lettered.connect(_on_dead_lettered, weak=False)
+    _installed = True
+
+
+# ---- the read side --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float
+    kind: str
+    fields: Mapping[str, str]
+
+    def get(self, name: str, default: str = "") -> str:
+        return self.fields.get(name, default)
+
+
+def attempt_starts(events: Iterable[Event], doc: str) -> list[float]:
+    """When each attempt of ``doc`` began (wall time), in order."""
+    return [e.t for e in events if e.kind == "attempt_start" and e.get("doc") == doc]
+
+
+class Reader:
+    """The read side, used by the runner and the checks."""
+
+    def __init__(self, run_id: str) -> None:
+        self.rec = RunRecorder(run_id)
+        self.prefix = self.rec.prefix
+        self.r = self.rec.r
+
+    def attempts(self, doc: str) -> int:
+        raw = self.rec.get(f"attempts:{doc}")
+        return int(raw) if raw is not None else 0
+
+    def duplicate_id(self) -> str | None:
+        return self.rec.get("duplicate")
+
+    def events(self) -> list[Event]:
+        """Every event, with ``role`` (chord or duplicate) on those a ``notify`` made."""
+        rows = cast(list[tuple[str, dict[str, str]]], self.r.xrange(self.prefix + "events"))
+        duplicate = self.duplicate_id()
+        out: list[Event] = []
+        for _id, fields in rows:
+            rest = {k: v for k, v in fields.items() if k not in ("t", "kind")}
+            if "task" in rest and not rest.get("doc"):
+                rest["role"] = "duplicate" if rest["task"] == duplicate else "chord"
+            out.append(Event(float(fields["t"]), fields["kind"], rest))
+        return out
+
+    def notify_runs(self, role: str) -> int:
+        return sum(1 for e in self.events() if e.kind == "notify_start" and e.get("role") == role)
+
+    def emails(self) -> list[str]:
+        """``role|text`` per email sent."""
+        duplicate = self.duplicate_id()
+        out: list[str] = []
+        for item in cast(list[str], self.r.lrange(self.prefix + "emails", 0, -1)):
+            task, _, text = str(item).partition("|")
+            out.append(f"{'duplicate' if task == duplicate else 'chord'}|{text}")
+        return out
+
+    def has_event(self, kind: str, **match: str) -> bool:
+        return any(e.kind == kind and all(e.get(k) == v for k, v in match.items()) for e in self.events())
+
+    def gate_is_open(self) -> bool:
+        return self.rec.get("gate") is not None
+
+    def open_gate(self) -> None:
+        self.rec.put("gate", "1")

@@ -1,0 +1,112 @@
+"""The teaching pipeline's business code and the two services it talks to.
+
+Not a fix and not the lesson: what a production codebase would have in its own
+domain modules, kept small. The FM files import it and hold the Celery code.
+
+- ``Fetched``, ``Parsed``, ``Summary``: what the tasks return (JSON-ready dicts);
+- ``parse(document)``: the parsing itself (it counts words);
+- ``summarise(results, doc_ids)``: the chord body's aggregation of ok and failed
+  documents, from envelopes (FM-1 on) or bare payloads (fm0);
+- ``fetch_text(doc_id)``: the document store (Redis stands in for S3 or an HTTP
+  API); the runner writes each run's documents there, faults included;
+- ``send_email(pipeline_id, summary)``: the mail API stand-in; it records each
+  email it "sends", and when the scenario fires a duplicate ``notify`` it first
+  waits at the runner's gate, so that the duplicate is certain to arrive while
+  this one is between "decided to send" and "sent" (FM-4's interleaving).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypedDict, cast
+
+from celery import current_task
+
+from lab.observe import RunRecorder, doc_id, short_doc, split_doc_id
+from lab.waiting import wait_until
+from shared.envelope import Result, is_envelope
+
+GATE_TIMEOUT_SECONDS = 30.0
+"""A ``notify`` waiting at the runner's gate gives up after this long (then fails)."""
+
+
+class Fetched(TypedDict):
+    doc: str
+    text: str
+
+
+class Parsed(TypedDict):
+    doc: str
+    words: int
+
+
+class Failed(TypedDict):
+    doc: str
+    reason: str
+    error: str
+
+
+class Summary(TypedDict):
+    ok: list[str]
+    failed: list[Failed]
+    sent: bool
+
+
+class DocumentMissing(Exception):
+    """The document store has no such document (its run expired, or the id is wrong)."""
+
+
+class GateTimeout(Exception):
+    """Nobody opened the gate in time (the runner died or forgot)."""
+
+
+def store_document(run_id: str, doc: str, text: str) -> str:
+    """Put a run's document into the store; returns its id."""
+    RunRecorder(run_id).put(f"doc:{doc}", text)
+    return doc_id(run_id, doc)
+
+
+def fetch_text(doc_id: str) -> str:
+    found = split_doc_id(doc_id)
+    text = RunRecorder(found[0]).get(f"doc:{found[1]}") if found else None
+    if text is None:
+        raise DocumentMissing(f"no document {doc_id!r} in the store")
+    return text
+
+
+def parse(document: Fetched) -> Parsed:
+    words = document["text"].splitlines()[-1].split()
+    return {"doc": document["doc"], "words": len(words)}
+
+
+def summarise(results: Sequence[object], doc_ids: Sequence[str]) -> Summary:
+    """Aggregate the chord header's results (envelopes, or bare payloads in fm0).
+
+    The Redis backend hands a chord body its header's results in header order
+    (``result_chord_ordered``, on by default), so result ``i`` is ``doc_ids[i]``.
+    """
+    ok: list[str] = []
+    failed: list[Failed] = []
+    for i, raw in enumerate(results):
+        doc = short_doc(doc_ids[i]) if i < len(doc_ids) else "?"
+        if is_envelope(raw):
+            envelope = Result.from_wire(raw)
+            if envelope.ok:
+                ok.append(doc)
+            else:
+                failed.append({"doc": doc, "reason": envelope.reason or "error", "error": envelope.error or ""})
+        else:
+            ok.append(doc)
+    return {"ok": ok, "failed": failed, "sent": False}
+
+
+def send_email(pipeline_id: str, summary: Summary) -> None:
+    """The side effect that must happen once per pipeline (the lab's pipeline id is its run id)."""
+    run = RunRecorder(pipeline_id)
+    task_id = str(cast(Any, current_task).request.id) if current_task else ""
+    if run.get("gated") is not None:
+        run.event("gate_wait", task=task_id)
+        if not wait_until(lambda: run.get("gate") is not None, GATE_TIMEOUT_SECONDS, interval=0.01):
+            raise GateTimeout(f"gate not opened within {GATE_TIMEOUT_SECONDS:.0f}s")
+    run.append("emails", f"{task_id}|pipeline {pipeline_id}: {len(summary['ok'])} ok, {len(summary['failed'])} failed")
+    run.event("email", task=task_id)

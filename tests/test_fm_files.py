@@ -1,0 +1,171 @@
+"""Each FM file is the Celery program it teaches (DESIGN.md §6), and the step from
+the previous FM is its lesson: these tests keep the files honest (no broker needed)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from typing import Any
+
+import pytest
+
+from lab import harness
+from lab.fm import ROOT, fm_modules, layers
+from lab.scenarios import scenario
+from lab.settings import NAMESPACE
+from lab.show.diff import code_of, step
+
+FMS = list(fm_modules().items())  # (short, module), fm0..fm6
+STEPS = [short for short, _ in FMS if short != "fm0"]
+MAX_CODE_LINES = 90
+MAX_SPREAD = 30
+MAX_STEP = 25
+STACK = ("app.task", "enveloped", "transient_retryable", "hard_timeout")
+"""The designed decorator order, outermost first (DESIGN.md §1)."""
+LAB_IMPORTS = {"lab.app", "lab.faults", "lab.pipeline"}
+"""What an FM file may import from the lab to define its app and tasks (not the harness)."""
+TASKS = ("fetch_document", "parse_document", "notify")
+
+
+def tree(module: str) -> ast.Module:
+    return ast.parse((ROOT / f"{module}.py").read_text())
+
+
+def docstring(module: str) -> str:
+    return ast.get_docstring(tree(module)) or ""
+
+
+def tasks_in(module: str) -> dict[str, ast.FunctionDef]:
+    found = {n.name: n for n in tree(module).body if isinstance(n, ast.FunctionDef)}
+    return {name: found[name] for name in TASKS}
+
+
+def decorator_name(d: ast.expr) -> str:
+    target = d.func if isinstance(d, ast.Call) else d
+    return ast.unparse(target)
+
+
+def test_every_fm_file_is_there() -> None:
+    assert [short for short, _ in FMS] == [f"fm{i}" for i in range(7)]
+
+
+def test_each_fm_file_is_short_and_they_are_about_the_same_size() -> None:
+    sizes = {module: len(code_of(module)) for _, module in FMS}
+    assert max(sizes.values()) <= MAX_CODE_LINES, sizes
+    assert max(sizes.values()) - min(sizes.values()) <= MAX_SPREAD, sizes
+
+
+@pytest.mark.parametrize("fm", STEPS)
+def test_the_step_from_the_previous_fm_is_small_and_is_the_fix_its_docstring_names(fm: str) -> None:
+    s = step(fm)
+    assert s is not None
+    assert s.changed <= MAX_STEP, f"{fm} changes {s.changed} lines (at most {MAX_STEP}):\n{s.text}"
+    delta = next((p for p in re.split(r"\n\s*\n", docstring(s.after)) if p.startswith("Delta from")), "")
+    named = re.findall(r"``(.+?)``", delta)
+    assert named, f"{s.after}'s docstring names no fix in its 'Delta from' paragraph"
+    missing = [name for name in named if not any(name in line for line in s.added)]
+    assert not missing, f"{fm}'s docstring names {missing} as its fix, but the step does not add them:\n{s.text}"
+
+
+@pytest.mark.parametrize(("short", "module"), FMS)
+def test_each_docstring_gives_the_worker_command_the_harness_runs(short: str, module: str) -> None:
+    fm = harness.load(short)
+    doc = docstring(module)
+    assert f"    {fm.worker_command()}\n" in doc
+    assert f"python {module}.py" in doc
+
+
+@pytest.mark.parametrize(("short", "module"), FMS)
+def test_no_fm_file_imports_the_harness_to_define_its_app_or_tasks(short: str, module: str) -> None:
+    imported: set[str] = set()
+    for node in tree(module).body:  # module level only: the `if __name__ == "__main__"` block may run it
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    lab = {name for name in imported if name == "lab" or name.startswith("lab.")}
+    assert lab <= LAB_IMPORTS, f"{module} imports {sorted(lab - LAB_IMPORTS)}"
+    assert "run_all_fms" not in imported
+
+
+@pytest.mark.parametrize(("short", "module"), FMS)
+def test_the_program_is_in_the_file_three_tasks_and_submit(short: str, module: str) -> None:
+    names = {n.name for n in tree(module).body if isinstance(n, ast.FunctionDef)}
+    assert {*TASKS, "submit"} <= names
+    args = {name: [a.arg for a in fn.args.args] for name, fn in tasks_in(module).items()}
+    assert args["fetch_document"] == ["self", "doc_id"]
+    assert args["parse_document"] in (["self", "document"], ["self", "fetched"])
+    assert args["notify"] == ["self", "results", "doc_ids", "pipeline_id"]
+
+
+@pytest.mark.parametrize(("short", "module"), FMS)
+def test_every_task_stacks_its_decorators_in_the_designed_order(short: str, module: str) -> None:
+    for name, fn in tasks_in(module).items():
+        stack = [decorator_name(d) for d in fn.decorator_list]
+        assert stack and stack[0] == "app.task", f"{module}.{name}: {stack}"
+        assert [s for s in STACK if s in stack] == stack, f"{module}.{name} stacks {stack}, the design says {STACK}"
+    # and the task Celery registered is wrapped in that order (wraps() copies __qualname__, not the code)
+    parse = importlib.import_module(module).parse_document
+    wrappers = [str(getattr(f, "__code__").co_qualname).split(".<locals>")[0] for f in list(layers(parse.run))[:-1]]
+    declared = [decorator_name(d) for d in tasks_in(module)["parse_document"].decorator_list]
+    assert wrappers == [s for s in STACK[1:] if s in declared]
+
+
+@pytest.mark.parametrize(("short", "module"), FMS)
+def test_at_most_one_lab_line_per_task_body(short: str, module: str) -> None:
+    source = (ROOT / f"{module}.py").read_text().splitlines()
+    for name, fn in tasks_in(module).items():
+        body = source[fn.body[0].lineno - 1:fn.end_lineno]
+        lab_lines = [line for line in body if "lab_fault(" in line]
+        assert len(lab_lines) <= 1, f"{module}.{name}: {lab_lines}"
+        assert all("# the lab" in line for line in lab_lines), f"{module}.{name}: say it is the lab's: {lab_lines}"
+
+
+@pytest.mark.parametrize(("short", "module"), FMS)
+def test_each_fm_adds_its_fix_and_keeps_the_earlier_ones(short: str, module: str) -> None:
+    n = int(short[2:])
+    fm = harness.load(short)
+    conf: Any = fm.app.conf
+    source = "\n".join(code_of(module))
+    assert fm.scenario == max(n, 1)
+    assert ("@enveloped" in source) is (n >= 1)
+    assert conf.task_acks_late is (n >= 2) and conf.task_reject_on_worker_lost is (n >= 2)
+    assert fm.concurrency == (2 if n >= 2 else 1)
+    assert (fm.delivery_bound == 3) is (n >= 3) and fm.beat is (n >= 3) and (fm.dead_letter_queue is not None) is (n >= 3)
+    assert ("NotifyClaim" in source) is (n >= 4)
+    assert (fm.retry_policy is not None) is (n >= 5)
+    assert (fm.hard_timeout is not None) is (n >= 6)
+
+
+def test_fm6_limits_sit_around_its_hard_timeout() -> None:
+    fm = harness.load("fm6")
+    soft, hard = fm.parse_document.soft_time_limit, fm.parse_document.time_limit
+    assert fm.hard_timeout is not None and soft is not None and hard is not None
+    assert soft < fm.hard_timeout < hard
+
+
+@pytest.mark.parametrize(("short", "module"), FMS)
+def test_every_name_an_fm_owns_is_in_its_namespace(short: str, module: str) -> None:
+    fm = harness.load(short)
+    for name in (*fm.queue_names, *fm.exchange_names):
+        assert name.startswith(f"{NAMESPACE}.{short}.")
+    assert fm.app.conf.accept_content == ["json"]
+    assert fm.app.conf.result_backend_transport_options["global_keyprefix"] == f"{NAMESPACE}:{short}:"
+
+
+def test_fm3_task_queue_is_a_bounded_quorum_queue_that_dead_letters_to_its_dlq() -> None:
+    fm = harness.load("fm3")
+    args = fm.task_queues[0].queue_arguments or {}
+    assert args["x-queue-type"] == "quorum" and args["x-delivery-limit"] == 2
+    assert fm.dead_letter_queue is not None and fm.dead_letter_queue.exchange is not None
+    assert args["x-dead-letter-exchange"] == fm.dead_letter_queue.exchange.name
+    assert fm.queue_names == (f"{NAMESPACE}.fm3.tasks", f"{NAMESPACE}.fm3.tasks.dlq")
+
+
+def test_scenarios_are_cumulative() -> None:
+    assert scenario(1).docs == ("doc1", "doc2")
+    assert scenario(6).docs == tuple(f"doc{i}" for i in range(1, 9))
+    assert not scenario(3).duplicate_notify and scenario(4).duplicate_notify
+    with pytest.raises(ValueError):
+        scenario(7)
