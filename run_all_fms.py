@@ -7,6 +7,8 @@
     python run_all_fms.py --prove --include-fm0 --report lab-report.html
                                                # also write the workshop report (one HTML file)
     python run_all_fms.py --down               # stop what the lab started
+    python run_all_fms.py --diff fm4           # the code change from fm3 to fm4 (FM-4's lesson)
+    python run_all_fms.py --diff               # every step, fm0 -> fm1 -> ... -> fm6
 
 While it works it shows the FM, the stage and the elapsed time (live on a
 terminal, one line per stage elsewhere); after each FM, what happened to each
@@ -24,9 +26,13 @@ import dataclasses
 import functools
 import sys
 from pathlib import Path
+from typing import TextIO
+
+from rich.console import Console
+from rich.syntax import Syntax
 
 from lab import harness, services
-from lab.show import report
+from lab.show import diff, report
 from lab.harness import HarnessError, RunReport
 from lab.show.progress import Board
 from lab.settings import backend_url, broker_url, mask_url
@@ -39,6 +45,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prove", action="store_true", help="also run scenario N on FM N-1's code and expect symptom SN")
     p.add_argument("--report", type=Path, metavar="PATH", help="write the workshop report (one self-contained HTML file) to PATH")
     p.add_argument("--down", action="store_true", help="stop workers and services the lab started, then exit")
+    p.add_argument("--diff", nargs="*", metavar="FM", help="print the code change that makes each FM from the one before "
+                   "(docstrings left out), then exit; no name: every step")
     return p.parse_args(argv)
 
 
@@ -64,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         harness.stop_leftover_workers()
         services.stop_started()
         return 0
+    if args.diff is not None:
+        try:
+            return print_diffs(harness.resolve(list(args.diff)) if args.diff else [])
+        except HarnessError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     try:
         fms = selected(args)
         services.ensure()
@@ -86,6 +100,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: cannot write the report: {exc}", file=sys.stderr)
             return 2
     return 0 if reports and all(r.ok for r in reports) else 1
+
+
+def print_diffs(fms: list[str], out: TextIO | None = None) -> int:
+    """Each FM's change from the one before: coloured on a terminal, plain in a pipe."""
+    console = Console(file=out or sys.stdout, highlight=False, soft_wrap=True)
+    wanted = [s for s in diff.steps() if not fms or s.fm in fms]
+    for fm in fms:
+        if fm == "fm0":
+            console.print("fm0 is where the lab starts: it has no previous FM to differ from.")
+    for s in wanted:
+        title = f"{s.fm}: {s.before}.py -> {s.after}.py ({len(s.added)} lines added, {len(s.removed)} removed)"
+        if console.is_terminal:
+            console.rule(f"{s.fm}: {s.after}.py (+{len(s.added)} -{len(s.removed)})", style="bold")
+            console.print(Syntax(s.text, "diff", theme="ansi_dark", background_color="default", word_wrap=False))
+        else:
+            console.print(f"== {title}\n{s.text}\n", markup=False)
+    return 0
 
 
 def run_plan(runs: list[tuple[str, harness.Kind]]) -> list[RunReport]:

@@ -53,3 +53,20 @@ def test_a_user_url_that_does_not_answer_is_an_error_naming_it_masked(monkeypatc
     assert "amqp://lab:***@127.0.0.1:1//" in str(info.value) and "hunter2" not in str(info.value)
     assert run_all_fms.main(["--only", "fm1"]) == 2
     assert "hunter2" not in capsys.readouterr().err
+
+
+def test_diff_prints_the_step_plain_in_a_pipe_without_docstrings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_all_fms.main(["--diff", "fm4"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("== fm4: fm3_dlq_reconciliation.py -> fm4_duplicated_runs.py")
+    assert "+from shared.claim import NotifyClaim\n" in out and "-    send_email(pipeline_id, summary)\n" in out
+    assert "\x1b[" not in out  # no colour codes in a pipe
+    assert "Symptom" not in out and "FM-4: a duplicated" not in out  # docstrings left out
+
+
+def test_diff_without_a_name_prints_every_step_and_a_bad_name_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_all_fms.main(["--diff"]) == 0
+    heads = [line.split(":")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("== ")]
+    assert heads == [f"== fm{i}" for i in range(1, 7)]
+    assert run_all_fms.main(["--diff", "fm9"]) == 2
+    assert "unknown FM fm9" in capsys.readouterr().err

@@ -114,6 +114,13 @@ def test_the_lesson_comes_from_the_fm_docstring(page: str) -> None:
     assert "<code>@hard_timeout(1.5)</code>" in page  # fm6's Fix paragraph, ``code`` rendered
 
 
+def test_each_section_shows_the_change_from_the_previous_fm(page: str) -> None:
+    assert '<div class="change" data-fm="fm6"><h3>The change</h3>' in page
+    assert '<span class="d-add">+@hard_timeout(1.5)  # FM-6: SIGALRM raises HardTimeout inside the body</span>' in page
+    assert '<span class="d-file">--- fm5_transient_failures.py</span>' in page
+    assert "Symptom (fm5 on scenario 6)" not in page.split('<div class="change" data-fm="fm6">')[1].split("</pre>")[0]
+
+
 def test_everything_from_a_run_is_escaped(page: str) -> None:
     assert "<script" not in page
     assert "&lt;script&gt;alert(&#x27;doc1&#x27;)&lt;/script&gt; &amp; &quot;quoted&quot;" in page

@@ -1,7 +1,8 @@
 """The workshop report: one self-contained HTML file (``run_all_fms.py --report PATH``).
 
 A section per FM (``<section class="fm" id="fm3">``): what its module's docstring
-says (its Symptom, Root cause, Fix and Tradeoffs paragraphs), its matrix cells
+says (its Symptom, Root cause, Fix and Tradeoffs paragraphs), "The change" (the
+code diff from the previous FM's file, ``lab.show.diff``), its matrix cells
 (the fixed run's verdict with its guarantees, the broken run's with its symptom)
 and, per run, the timeline as SVG swimlanes (``lab.show.swimlanes``).
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from lab.show import swimlanes, timeline
+from lab.show import diff, swimlanes, timeline
 from lab.harness import ROOT, MatrixRow, RunReport, fm_modules, matrix
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
@@ -118,7 +119,24 @@ def _section(row: MatrixRow, lesson: Lesson | None) -> str:
     cells = "".join(_cell(r) for r in runs)
     figures = "".join(_figure(r) for r in runs)
     return (f'<section class="fm" id="{escape(fm)}">{head}{module}<div class="lessons">{lessons}</div>'
-            f'<div class="cells">{cells}</div><div class="timelines">{figures}</div></section>')
+            f'{_change(fm)}<div class="cells">{cells}</div><div class="timelines">{figures}</div></section>')
+
+
+def _change(fm: str) -> str:
+    """The code diff from the previous FM's file (none for fm0)."""
+    step = diff.step(fm) if fm[2:].isdigit() else None
+    if step is None:
+        return ""
+    rows = "".join(f'<span class="{_diff_class(line)}">{escape(line)}</span>\n' for line in step.lines)
+    return (f'<div class="change" data-fm="{escape(fm)}"><h3>The change</h3><p class="module">'
+            f"<code>{escape(step.before)}.py</code> → <code>{escape(step.after)}.py</code>, docstrings left out: "
+            f"{len(step.added)} lines added, {len(step.removed)} removed</p><pre class=\"diff\">{rows}</pre></div>")
+
+
+def _diff_class(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return "d-file"
+    return {"+": "d-add", "-": "d-del", "@": "d-hunk"}.get(line[:1], "d-ctx")
 
 
 def _cell(r: RunReport) -> str:
@@ -193,5 +211,10 @@ svg .lane-bg{fill:#fff} svg .lane:nth-of-type(even) .lane-bg{fill:#f6f7f9} svg t
 svg text.final{font-size:11px;font-weight:600} svg text.delay{font-size:9.5px;fill:#1565c0}
 svg .attempt-killed{fill-opacity:.15;stroke:#212121;stroke-dasharray:3 2} svg .attempt-running{fill-opacity:.35}
 svg line.backoff{stroke-dasharray:2 3;stroke-width:1.6}
+.change pre.diff{font:12.5px/1.4 ui-monospace,"DejaVu Sans Mono",monospace;background:#fbfbfb;border:1px solid #e3e3e3;
+border-radius:6px;padding:6px 0;overflow-x:auto;margin:4px 0} .diff span{display:block;padding:0 10px;white-space:pre}
+.diff .d-add{background:#e6ffec;color:#1a5e2a} .diff .d-del{background:#ffebe9;color:#8a1c1c} .diff .d-hunk{color:#6f42c1;background:#f3f0ff}
+.diff .d-file{color:#555;font-weight:600}
+@media print{body{background:#fff} section.fm{break-inside:avoid-page;border-color:#999} .diff span{white-space:pre-wrap}}
 </style></head>
 """
