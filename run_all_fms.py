@@ -83,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         services.ensure()
         print(f"broker {mask_url(broker_url())}, backend {mask_url(backend_url())}", flush=True)
         runs = harness.plan(fms, args.include_fm0, args.prove)
-        reports = run_plan(runs)
+        try:
+            reports = run_plan(runs)
+        finally:
+            harness.wait_stopped()  # no worker outlives the command
     except (HarnessError, services.ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
