@@ -212,7 +212,7 @@ svg text.final{font-size:11px;font-weight:600} svg text.delay{font-size:9.5px;fi
 svg .attempt-killed{fill-opacity:.15;stroke:#212121;stroke-dasharray:3 2} svg .attempt-running{fill-opacity:.35}
 svg line.backoff{stroke-dasharray:2 3;stroke-width:1.6}
 .change pre.diff{font:12.5px/1.4 ui-monospace,"DejaVu Sans Mono",monospace;background:#fbfbfb;border:1px solid #e3e3e3;
-border-radius:6px;padding:6px 0;overflow-x:auto;margin:4px 0} .diff span{display:block;padding:0 10px;white-space:pre}
+border-radius:6px;padding:6px 0;overflow-x:auto;margin:4px 0} .diff span{display:inline-block;min-width:100%;box-sizing:border-box;padding:0 10px}
 .diff .d-add{background:#e6ffec;color:#1a5e2a} .diff .d-del{background:#ffebe9;color:#8a1c1c} .diff .d-hunk{color:#6f42c1;background:#f3f0ff}
 .diff .d-file{color:#555;font-weight:600}
 @media print{body{background:#fff} section.fm{break-inside:avoid-page;border-color:#999} .diff span{white-space:pre-wrap}}
