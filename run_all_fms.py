@@ -7,6 +7,7 @@
     python run_all_fms.py --prove --include-fm0 --report lab-report.html
                                                # also write the workshop report (one HTML file)
     python run_all_fms.py --down               # stop what the lab started
+    python run_all_fms.py --clean              # also delete the namespace's queues, exchanges and keys
     python run_all_fms.py --diff fm4           # the code change from fm3 to fm4 (FM-4's lesson)
     python run_all_fms.py --diff               # every step, fm0 -> fm1 -> ... -> fm6
 
@@ -14,16 +15,23 @@ While it works it shows the FM, the stage and the elapsed time (live on a
 terminal, one line per stage elsewhere); after each FM, what happened to each
 document of its runs (``lab.show.timeline``).
 
-Exit status: 0 when every selected check holds, 1 when one does not, 2 for
-bad input, missing services or a report that cannot be written, 130 on Ctrl-C
-(workers are stopped first).
+Exit status: 0 when every selected check holds; 1 when a check does not (a FAIL
+or NOT REPRODUCED); 2 for bad input, missing services, a namespace another run
+holds or a report path that cannot be written (said before anything runs); 3
+when a run ended in ERROR (its worker died, a service stopped answering or its
+deadline passed: the lab could not tell); 128 + the signal's number when
+interrupted (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), after stopping its
+workers and emptying the queues of the run it interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import functools
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -31,11 +39,12 @@ from typing import TextIO
 from rich.console import Console
 from rich.syntax import Syntax
 
-from lab import harness, services
-from lab.show import diff, report
+from lab import harness, services, waiting, workers
+from lab.fm import fm_modules
 from lab.harness import HarnessError, RunReport
+from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
+from lab.show import diff, report
 from lab.show.progress import Board
-from lab.settings import backend_url, broker_url, mask_url
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -45,6 +54,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prove", action="store_true", help="also run scenario N on FM N-1's code and expect symptom SN")
     p.add_argument("--report", type=Path, metavar="PATH", help="write the workshop report (one self-contained HTML file) to PATH")
     p.add_argument("--down", action="store_true", help="stop workers and services the lab started, then exit")
+    p.add_argument("--clean", action="store_true", help="stop this namespace's workers and delete its queues, "
+                   "exchanges and Redis keys (nothing else), then exit")
     p.add_argument("--diff", nargs="*", metavar="FM", help="print the code change that makes each FM from the one before "
                    "(docstrings left out), then exit; no name: every step")
     return p.parse_args(argv)
@@ -53,7 +64,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def selected(args: argparse.Namespace) -> list[str]:
     if args.only:
         return harness.resolve(list(args.only))
-    return [fm for fm in harness.fm_modules() if harness.number(fm) >= 1]
+    return [fm for fm in fm_modules() if harness.number(fm) >= 1]
 
 
 def summary_table(reports: list[RunReport], prove: bool) -> str:
@@ -66,10 +77,21 @@ def summary_table(reports: list[RunReport], prove: bool) -> str:
     return "\n".join(lines)
 
 
+def check_report_path(path: Path) -> None:
+    """Refuse, before the run, a report path that cannot be written."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise HarnessError(f"--report {path} is a folder; give a file name, e.g. {path / 'lab-report.html'}")
+    if not folder.is_dir():
+        raise HarnessError(f"--report {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise HarnessError(f"--report {path}: cannot write there (permission denied)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.down:
-        harness.stop_leftover_workers()
+        workers.stop_leftovers(why="left running")
         services.stop_started()
         return 0
     if args.diff is not None:
@@ -78,31 +100,77 @@ def main(argv: list[str] | None = None) -> int:
         except HarnessError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+    if sys.__stderr__ is not None:  # `kill -USR1 <pid>` prints where every thread of the lab is waiting
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__.fileno(), all_threads=True)
+    handlers = {sig: signal.signal(sig, waiting.interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _run(args)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        waiting.forget_interrupts()
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         fms = selected(args)
+        if args.report is not None:
+            check_report_path(args.report)
         services.ensure()
-        print(f"broker {mask_url(broker_url())}, backend {mask_url(backend_url())}", flush=True)
-        runs = harness.plan(fms, args.include_fm0, args.prove)
-        try:
-            reports = run_plan(runs)
-        finally:
-            harness.wait_stopped()  # no worker outlives the command
-    except (HarnessError, services.ServiceError) as exc:
+        with workers.NamespaceLock():
+            try:
+                workers.stop_leftovers()
+                workers.prune_logs()
+                if args.clean:
+                    harness.clean()
+                    return 0
+                print(f"namespace {NAMESPACE}: broker {mask_url(broker_url())}, backend {mask_url(backend_url())}", flush=True)
+                runs = harness.plan(fms, args.include_fm0, args.prove)
+                harness.refuse_busy_queues(harness.codes_of(runs))
+                try:
+                    reports = run_plan(runs)
+                finally:
+                    workers.wait_stopped()  # no worker outlives the command
+            except KeyboardInterrupt as exc:
+                return _interrupted(exc)
+    except (HarnessError, services.ServiceError, workers.NamespaceBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        harness.stop_leftover_workers()
-        print("interrupted: workers stopped", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # before the lock was taken: nothing started yet
+        return _interrupted(exc)
     print()
     print(summary_table(reports, args.prove))
+    print(f"namespace {NAMESPACE}; worker logs in {workers.LOG_DIR}")
     if args.report is not None:
         try:
             print(f"report: {report.write(args.report, reports)}")
         except OSError as exc:
             print(f"error: cannot write the report: {exc}", file=sys.stderr)
             return 2
+    if any(r.error is not None for r in reports):
+        return 3
     return 0 if reports and all(r.ok for r in reports) else 1
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """Ctrl-C, SIGTERM or SIGHUP: stop this namespace's workers, empty the interrupted run's queues.
+
+    A second interruption during this cleanup cuts it short (the workers are killed
+    first, so none is left either way)."""
+    waiting.forget_interrupts()  # this one is being handled
+    try:
+        workers.stop_leftovers(say=lambda _: None)
+        interrupted = harness.current
+        if interrupted is not None:
+            harness.empty_interrupted(interrupted)  # its messages (a poison one too) go with its queues
+    except KeyboardInterrupt:
+        workers.stop_leftovers(say=lambda _: None)
+        print("interrupted again: queues not emptied", file=sys.stderr)
+    except Exception as cleanup:  # a dead service must not turn Ctrl-C into a traceback
+        print(f"could not empty the interrupted run's queues: {cleanup}", file=sys.stderr)
+    signum = exc.signum if isinstance(exc, waiting.Interrupted) else signal.SIGINT
+    print(f"interrupted by {signal.Signals(signum).name}: workers stopped", file=sys.stderr)
+    return 128 + signum
 
 
 def print_diffs(fms: list[str], out: TextIO | None = None) -> int:

@@ -9,26 +9,38 @@ What it sets, so that an FM file shows only the settings its fixes add:
   queue, which an FM may replace), the control and event exchanges
   ``rcl.fm3.control`` / ``rcl.fm3.events``, and the result keys ``rcl:fm3:...``
   (the Redis backend's ``global_keyprefix``);
-- ``worker_concurrency = 1``: one pool process, unless the FM says otherwise;
 - ``worker_pool = "lab.pool:LabPool"``: Celery's prefork pool, noticing a dead pool
   process sooner (``lab.pool`` says why and what does not change);
 - ``worker_consumer = "lab.app:NamespacedConsumer"``: Celery's consumer without the
   ``DelayedDelivery`` step, which for a quorum queue would declare broker-wide
   ``celery_delayed_*`` names outside the namespace (``shared.dlq``);
+- ``worker_enable_remote_control = False``: the harness talks to workers through
+  tasks, and remote control would declare pidbox exchanges and queues named after
+  each worker's host name;
+- ``redis_socket_timeout`` and ``redis_socket_connect_timeout`` of 5 s: a Redis
+  that stops answering is an error within seconds, not a hang;
 - a ``probe`` task the harness sends to learn that a worker is ready;
 - the lab's observer on Celery's signals (``lab.observe``), which records what the
-  tasks do without a line of it in their bodies.
+  tasks do without a line of it in their bodies;
+- in a worker the harness started (``RCL_HARNESS_PID`` set), a watch on the
+  harness: when it dies, however, the worker kills its own process group
+  (``lab.workers`` says why a watch). A worker you start by hand has no watch.
 
 The FM's short name comes from its module name: ``fm3_dlq_reconciliation`` is ``fm3``.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, cast
 
 from celery import Celery
+from celery.signals import worker_init
 from celery.worker.consumer import Consumer
 from kombu import Exchange, Queue
 
@@ -69,7 +81,9 @@ def lab_app(module: str) -> Celery:
         control_exchange=amqp_name(fm, "control"),
         event_exchange=amqp_name(fm, "events"),
         broker_connection_retry_on_startup=True,
-        worker_concurrency=1,
+        worker_enable_remote_control=False,
+        redis_socket_timeout=5.0,
+        redis_socket_connect_timeout=5.0,
         worker_consumer="lab.app:NamespacedConsumer",
         worker_pool="lab.pool:LabPool",
         worker_redirect_stdouts_level="INFO",
@@ -81,3 +95,20 @@ def lab_app(module: str) -> Celery:
 
     observe.install()
     return app
+
+
+PARENT_WATCH_SECONDS = 0.5
+"""How often a harness-started worker looks whether the harness is still its parent."""
+
+
+def _watch_parent(harness_pid: int) -> None:
+    while os.getppid() == harness_pid:
+        time.sleep(PARENT_WATCH_SECONDS)  # a watch: the condition is re-read every period, for as long as it runs
+    os.killpg(os.getpgrp(), signal.SIGKILL)  # the harness is gone: this worker, its pool and its beat go too
+
+
+@worker_init.connect(weak=False)
+def _start_parent_watch(**_: object) -> None:
+    harness = os.environ.get("RCL_HARNESS_PID", "")
+    if harness.isdigit():
+        threading.Thread(target=_watch_parent, args=(int(harness),), name="rcl-parent-watch", daemon=True).start()

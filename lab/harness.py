@@ -8,15 +8,19 @@ One run: reset the FM's own namespace (its queues and exchanges over AMQP, its
 ``rcl:<fm>:*`` Redis keys), start ``celery -A <module> worker`` with the FM's
 flags (``lab.fm.Fm.worker_args``, the command its docstring gives) in its own process group, wait until it answers a probe task, run the
 scenario, check, stop the worker (TERM, then KILL) and keep its log in
-``.lab/logs/``.
+``.lab/<namespace>/logs/`` (``lab.workers``).
+
+Verdicts: a run whose checks all hold is PASS (fixed), REPRODUCED (broken) or BUG
+REPRODUCED (fm0); one whose checks do not is FAIL / NOT REPRODUCED. A run that
+could not say either is ERROR, with the cause: its worker died, a service
+stopped answering (URL masked) or the scenario did not end before its deadline.
+The watch during a run (``Liveness``) notices a dead worker at its next look
+(every 20 ms) and a silent service within ``SERVICE_CHECK_SECONDS`` plus its
+connect timeout, not at the run's deadline.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -26,24 +30,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
+import redis
 from kombu import Connection
+from kombu.exceptions import OperationalError
 
 from lab import checks, services
 from lab.checks import Check
-from lab.fm import ROOT, Fm, NotAnFm, fm_modules, load_module
+from lab.fm import Fm, NotAnFm, fm_modules, load_module
 from lab.observe import client
 from lab.runner import Observations, StopCondition, new_run_id, probe_seconds, run_scenario
 from lab.scenarios import scenario
-from lab.settings import amqp_name, broker_url, redis_prefix
+from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, mask_url, redis_prefix
 from lab.variants import VARIANTS_DIR
-from lab.waiting import wait_until
+from lab.waiting import raise_if_interrupted, wait_until
+from lab.workers import LOG_DIR, STOP_GRACE, Worker, WorkerFailed
 
-LAB_DIR = ROOT / ".lab"
-LOG_DIR = LAB_DIR / "logs"
-WORKERS_DIR = LAB_DIR / "workers"
-READY_TIMEOUT = 60.0
 RUN_TIMEOUT = 90.0
-STOP_GRACE = 5.0
+SERVICE_CHECK_SECONDS = 1.0
+"""How often the watch during a run asks the broker and Redis whether they answer."""
 
 Kind = Literal["fixed", "broken", "bug"]
 Stage = Literal["resetting", "starting the worker", "waiting for the worker", "running the scenario",
@@ -56,22 +60,24 @@ class HarnessError(Exception):
     """Something the user must fix (exit 2), said without a traceback."""
 
 
-class WorkerFailed(Exception):
-    """The worker exited or never became ready; carries the tail of its log."""
+class RunBroken(Exception):
+    """The run cannot go on: its worker died or a service stopped answering."""
+
+
 
 
 # ---- finding FMs -------------------------------------------------------------
 
 
 def resolve(names: list[str]) -> list[str]:
-    """Short names for ``--only`` arguments given as short or full names."""
+    """Short names for ``--only`` arguments given as short or full names, each once, in order."""
     modules = fm_modules()
     short_of = {**{s: s for s in modules}, **{m: s for s, m in modules.items()}}
     unknown = [n for n in names if n not in short_of]
     if unknown:
         valid = ", ".join(f"{s} ({m})" for s, m in modules.items())
         raise HarnessError(f"unknown FM {', '.join(unknown)}; valid: {valid}")
-    return [short_of[n] for n in names]
+    return list(dict.fromkeys(short_of[n] for n in names))
 
 
 def load(short: str) -> Fm:
@@ -124,111 +130,7 @@ def reset(fm: Fm) -> None:
         r.delete(*batch)
 
 
-# ---- workers -------------------------------------------------------------------
-
-
-@dataclass
-class Worker:
-    fm: Fm
-    run_id: str
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        LOG_DIR.mkdir(parents=True, exist_ok=True)
-        WORKERS_DIR.mkdir(parents=True, exist_ok=True)
-        fm = self.fm
-        cmd = [sys.executable, "-m", "celery", "-A", fm.module, "worker", "--loglevel=INFO",
-               "-n", f"{fm.short}-{self.run_id}@%h", *fm.worker_args()]
-        if fm.beat:
-            cmd += ["--schedule", str(LAB_DIR / f"beat-{fm.short}-{self.run_id}")]
-        path = os.pathsep.join(p for p in (str(ROOT), str(VARIANTS_DIR), os.environ.get("PYTHONPATH", "")) if p)
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path})
-        (WORKERS_DIR / str(self.proc.pid)).write_text(json.dumps({"fm": fm.short, "run": self.run_id}))
-
-    def tail(self, lines: int = 25) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
-        """Ready means: it took a probe task from the FM's queue and answered."""
-        proc = self.proc
-        if proc is None:
-            raise WorkerFailed("worker was never started")
-        res = self.fm.probe.apply_async()
-
-        def answered() -> bool:
-            if proc.poll() is not None:
-                raise WorkerFailed(f"worker exited with {proc.returncode} before it was ready; log tail:\n{self.tail()}")
-            return res.ready()
-
-        if not wait_until(answered, timeout, interval=0.05):
-            raise WorkerFailed(f"worker not ready after {timeout:.0f}s; log tail:\n{self.tail()}")
-        res.forget()
-
-    def stop(self, grace: float = STOP_GRACE, wait: bool = True) -> None:
-        """TERM (Celery's warm shutdown), then KILL the whole group after ``grace`` seconds.
-
-        With ``wait=False`` the TERM is sent at once and the rest happens on a thread, so
-        the next run can start while this worker finishes its shutdown (about 0.8 s
-        for Celery 5.7 even when idle: it has stopped consuming by then);
-        ``wait_stopped()`` joins those threads, and the CLI calls it before it exits.
-        """
-        proc = self.proc
-        if proc is None:
-            return
-        self.proc = None
-        _signal_group(proc.pid, signal.SIGTERM)
-
-        def finish() -> None:
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
-            _signal_group(proc.pid, signal.SIGKILL)  # pool children and beat too
-            proc.wait()
-            (WORKERS_DIR / str(proc.pid)).unlink(missing_ok=True)
-
-        if wait:
-            finish()
-        else:
-            stopper = threading.Thread(target=finish, name=f"stop-{proc.pid}", daemon=True)
-            stopper.start()
-            _stopping.append(stopper)
-
-
-_stopping: list[threading.Thread] = []
-
-
-def wait_stopped() -> None:
-    """Return once every worker stopped with ``wait=False`` has exited (or been killed)."""
-    while _stopping:
-        _stopping.pop().join()
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def stop_leftover_workers(say: Callable[[str], None] = print) -> int:
-    """Kill every worker group this harness started and did not stop (``--down``)."""
-    stopped = 0
-    for entry in sorted(WORKERS_DIR.glob("*")) if WORKERS_DIR.exists() else []:
-        if entry.name.isdigit():
-            _signal_group(int(entry.name), signal.SIGKILL)
-            stopped += 1
-        entry.unlink(missing_ok=True)
-    if stopped:
-        say(f"stopped {stopped} worker group(s)")
-    return stopped
+# ---- workers (lab.workers) ------------------------------------------------------
 
 
 @contextmanager
@@ -267,6 +169,8 @@ class RunReport:
 
     @property
     def verdict(self) -> str:
+        if self.error is not None:
+            return "ERROR"
         if self.kind == "fixed":
             return "PASS" if self.ok else "FAIL"
         if self.kind == "bug":
@@ -281,6 +185,8 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     waiting for the worker, running the scenario, stopping the worker, checking
     (and cleaning up, after a broken run that left a looping message behind).
     """
+    global current
+    on_stage = _interruptible(on_stage)
     n = number(fm)
     code = fm if kind == "fixed" else f"fm{n - 1}" if kind == "broken" else "fm0"
     sc_n = 1 if kind == "bug" else n
@@ -295,23 +201,139 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         reset(lab)
         label = f"{fm}-{kind}-{code}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
-        with running_worker(lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage, wait=False):
+        current = lab
+        with running_worker(lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage, wait=False) as worker:
             on_stage("running the scenario")
-            obs = run_scenario(lab, scenario(sc_n), run_id, RUN_TIMEOUT, stop=stop)
+            obs = run_scenario(lab, scenario(sc_n), run_id, RUN_TIMEOUT, stop=stop, watch=Liveness(worker))
         report.observations = obs
         on_stage("checking")
         report.checks = _checks(kind, n, obs, fixed)
+        if obs.stopped_by == "deadline":
+            report.error = f"the scenario did not end within {RUN_TIMEOUT:.0f}s; worker log: {report.log}"
         if stop is not None:
             on_stage("cleaning up")
             reset(lab)  # the looping message goes with the FM's own queues
-    except WorkerFailed as exc:
+    except (WorkerFailed, RunBroken) as exc:
         report.error = str(exc)
     except HarnessError:
         raise
     except Exception as exc:  # one broken run must not hide the others
-        report.error = f"{type(exc).__name__}: {exc}"
+        report.error = service_cause(exc) or f"{type(exc).__name__}: {exc}"
+    current = None  # not on an interruption: the CLI empties the interrupted FM's queues
     report.seconds = time.monotonic() - started
     return report
+
+
+current: Fm | None = None
+"""The FM whose code the run in progress runs (an interrupted run's queues are emptied)."""
+
+
+def _interruptible(on_stage: OnStage) -> OnStage:
+    """``on_stage`` that first raises a recorded interruption (``lab.waiting``)."""
+
+    def stage(s: Stage) -> None:
+        raise_if_interrupted()
+        on_stage(s)
+
+    return stage
+
+
+def empty_interrupted(fm: Fm, deadline: float = 5.0) -> None:
+    """After an interruption (its workers already killed): delete ``fm``'s queues and exchanges.
+
+    Deleted, not purged and not declared again: messages published just before the
+    interruption (by ``submit``, or by a worker in its last milliseconds) can reach
+    the broker after any purge, because RabbitMQ orders frames per connection, not
+    across them; and a quorum queue declared again under the same name received, in
+    the lab's tries, commands its predecessor's publishers still had in flight. With
+    no queue, such a message is dropped. The next run (its reset), or a worker you
+    start by hand, declares the queues again. First it closes the harness's own
+    connections (a graceful AMQP close returns once the broker has processed every
+    earlier frame of that connection; given ``deadline``, as a publish cut off
+    mid-frame may never be answered) and waits until the broker has seen the killed
+    workers' connections close.
+    """
+    closer = threading.Thread(target=lambda: cast(Any, fm.app.pool).force_close_all(close_pool=False), daemon=True)
+    closer.start()
+    closer.join(deadline)
+    wait_until(lambda: consumers(fm) == 0, deadline, interval=0.05)
+    with Connection(broker_url()) as conn:
+        channel = cast(Any, conn.default_channel)
+        for name in fm.queue_names:
+            channel.queue_delete(queue=name)
+        for name in fm.exchange_names:
+            channel.exchange_delete(exchange=name)
+
+
+def consumers(fm: Fm) -> int:
+    """Consumers on ``fm``'s queues, as the broker counts them."""
+    with Connection(broker_url()) as conn:
+        return sum(queue_consumers(conn, name) for name in fm.queue_names)
+
+
+def queue_consumers(conn: Connection, name: str) -> int:
+    """The broker's consumer count of queue ``name`` (0 when there is no such queue).
+
+    A passive declare of a missing queue closes its channel (404), so each asks on a
+    channel of its own.
+    """
+    channel = cast(Any, conn.channel())
+    try:
+        return int(channel.queue_declare(queue=name, passive=True).consumer_count)
+    except Exception:
+        return 0
+    finally:
+        try:
+            channel.close()
+        except Exception:
+            pass
+
+
+def purge(fm: Fm) -> int:
+    """Empty ``fm``'s queues (those that exist); how many messages were removed."""
+    removed = 0
+    with Connection(broker_url()) as conn:
+        for name in fm.queue_names:
+            channel = cast(Any, conn.channel())
+            try:
+                removed += int(channel.queue_purge(queue=name) or 0)
+            except Exception:  # no such queue: nothing to purge
+                pass
+            finally:
+                try:
+                    channel.close()
+                except Exception:
+                    pass
+    return removed
+
+
+class Liveness:
+    """The watch during a run: raises ``RunBroken`` when the worker died or a service went silent."""
+
+    def __init__(self, worker: Worker, every: float = SERVICE_CHECK_SECONDS) -> None:
+        self.worker, self.every = worker, every
+        self.checked = time.monotonic()
+
+    def __call__(self) -> None:
+        proc = self.worker.proc
+        if proc is not None and proc.poll() is not None:
+            raise RunBroken(f"the worker exited ({proc.returncode}) during the run; log tail:\n{self.worker.tail()}")
+        if time.monotonic() - self.checked < self.every:
+            return
+        self.checked = time.monotonic()
+        for what, url, problem in (("the broker", broker_url(), services.broker_problem(timeout=2.0)),
+                                   ("Redis", backend_url(), services.backend_problem(timeout=2.0))):
+            if problem is not None:
+                raise RunBroken(f"{what} at {mask_url(url)} {problem} during the run; worker log tail:\n{self.worker.tail(8)}")
+
+
+def service_cause(exc: BaseException) -> str | None:
+    """A service error in words, naming the service's URL (masked); None for anything else."""
+    if isinstance(exc, redis.RedisError):
+        return f"Redis at {mask_url(backend_url())} stopped answering: {type(exc).__name__}: {exc}"
+    if isinstance(exc, (OperationalError, ConnectionError, OSError)):
+        return f"the broker at {mask_url(broker_url())} stopped answering: {type(exc).__name__}: {exc}"
+    return None
 
 
 def _checks(kind: Kind, n: int, obs: Observations, fixed: Fm) -> list[Check]:
@@ -345,6 +367,62 @@ def matrix(reports: list[RunReport]) -> list[MatrixRow]:
     for r in reports:
         cells.setdefault(r.fm, {})[r.kind] = r
     return [MatrixRow(fm, c.get("fixed") or c.get("bug"), c.get("broken")) for fm, c in cells.items()]
+
+
+def codes_of(runs: list[tuple[str, Kind]]) -> list[str]:
+    """The FMs whose code the runs run (a broken run runs the FM before)."""
+    codes = ["fm0" if kind == "bug" else f"fm{number(fm) - 1}" if kind == "broken" else fm for fm, kind in runs]
+    return list(dict.fromkeys(codes))
+
+
+def refuse_busy_queues(codes: list[str]) -> None:
+    """A lab queue that already has a consumer (a worker started by hand, another
+    checkout) would take the run's messages: name it and stop, before anything starts."""
+    busy: list[str] = []
+    with Connection(broker_url()) as conn:
+        for short in codes:
+            for queue in load(short).task_queues:
+                if n := queue_consumers(conn, str(queue.name)):
+                    busy.append(f"{queue.name} ({n} consumer{'s' if n > 1 else ''})")
+    if busy:
+        raise HarnessError(f"{', '.join(busy)} already consumed: a worker started by hand, or a lab run from another "
+                           "checkout, would take this run's messages. Stop it, or run in another namespace "
+                           "(RCL_NAMESPACE=...).")
+
+
+def clean(say: Callable[[str], None] = print) -> None:
+    """Delete every queue, exchange and Redis key of the namespace, and nothing else."""
+    shorts = list(fm_modules())
+    fms = [load(s) for s in shorts]
+    for path in sorted(VARIANTS_DIR.glob("fm*_*.py")) if VARIANTS_DIR.exists() else []:
+        try:
+            fms.append(checked(load_module(path.stem, VARIANTS_DIR)))
+        except Exception:
+            continue
+    queues = {name for fm in fms for name in fm.queue_names}
+    exchanges = {name for fm in fms for name in fm.exchange_names}
+    for short in {fm.short for fm in fms}:  # names earlier layouts of the lab and Celery's remote control used
+        queues.update(amqp_name(short, s) for s in ("dlq",))
+        exchanges.update(amqp_name(short, s) for s in ("dlx", "control.pidbox", "events"))
+    with Connection(broker_url()) as conn:
+        channel = cast(Any, conn.default_channel)
+        for name in sorted(queues):
+            channel.queue_delete(queue=name)
+        for name in sorted(exchanges):
+            channel.exchange_delete(exchange=name)
+    r = client()
+    deleted = 0
+    scan = cast(Callable[..., Iterator[str]], cast(Any, r).scan_iter)
+    batch: list[str] = []
+    for key in scan(match=f"{NAMESPACE}:*", count=500):
+        batch.append(str(key))
+        if len(batch) >= 500:
+            deleted += int(r.delete(*batch))
+            batch.clear()
+    if batch:
+        deleted += int(r.delete(*batch))
+    say(f"namespace {NAMESPACE}: deleted {len(queues)} queue name(s), {len(exchanges)} exchange name(s) "
+        f"(those that existed) and {deleted} Redis key(s)")
 
 
 def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str, Kind]]:

@@ -58,11 +58,16 @@ def connect(url: str, **options: Any) -> redis.Redis:
     return cast(Any, redis.Redis).from_url(url, decode_responses=True, **options)
 
 
+SOCKET_TIMEOUT_SECONDS = 5.0
+"""A Redis that stops answering (frozen, gone) is an error after this long, not a hang."""
+
+
 def client() -> redis.Redis:
     """One Redis client per process (pool children fork: a new one after fork)."""
     global _client
     if _client is None or _client[0] != os.getpid():
-        _client = (os.getpid(), connect(backend_url()))
+        _client = (os.getpid(), connect(backend_url(), socket_timeout=SOCKET_TIMEOUT_SECONDS,
+                                         socket_connect_timeout=SOCKET_TIMEOUT_SECONDS))
     return _client[1]
 
 

@@ -139,7 +139,13 @@ def run_scenario(
     timeout: float,
     stop: tuple[str, StopCondition] | None = None,
     probe_after: bool = True,
+    watch: Callable[[], None] | None = None,
 ) -> Observations:
+    """Submit ``sc`` through ``fm.submit`` and observe it until it ends or ``timeout`` passes.
+
+    ``watch`` is called at every look; it raises to end the run at once (the harness's
+    watch on its worker and the services: a dead worker is not a slow scenario).
+    """
     reader = Reader(run_id)
     doc_ids = [store_document(run_id, doc, document_text(doc, fault)) for doc, fault in sc.faults.items()]
     if sc.duplicate_notify:
@@ -171,6 +177,8 @@ def run_scenario(
     reasons: list[str] = []
 
     def should_stop() -> bool:
+        if watch is not None:
+            watch()
         reason = step()
         if reason is not None:
             reasons.append(reason)

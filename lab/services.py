@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import redis
+from amqp.exceptions import AccessRefused
 from kombu import Connection
 
 from lab import settings
@@ -42,24 +44,43 @@ class ServiceError(Exception):
     """A service is missing and the lab cannot (or must not) start it."""
 
 
-def broker_answers(url: str | None = None, timeout: float = 3.0) -> bool:
+def broker_problem(url: str | None = None, timeout: float = 3.0) -> str | None:
+    """None when the broker answers and lets the lab in; else what is wrong, in words."""
     try:
         with Connection(url or settings.broker_url(), connect_timeout=timeout) as conn:
             conn.connect()
-        return True
-    except Exception:
-        return False
+        return None
+    except AccessRefused as exc:
+        return f"refused the lab's credentials ({exc})"
+    except Exception as exc:
+        return f"does not answer ({type(exc).__name__}: {exc})"
 
 
-def backend_answers(url: str | None = None, timeout: float = 3.0) -> bool:
+def backend_problem(url: str | None = None, timeout: float = 3.0) -> str | None:
+    """None when Redis answers and lets the lab in; else what is wrong, in words."""
     try:
         client = connect(url or settings.backend_url(), socket_connect_timeout=timeout, socket_timeout=timeout)
         try:
-            return bool(cast(Any, client).ping())
+            cast(Any, client).ping()
+            return None
         finally:
             client.close()
-    except Exception:
-        return False
+    except redis.AuthenticationError as exc:
+        return f"refused the lab's credentials ({exc})"
+    except redis.ResponseError as exc:
+        if any(word in str(exc) for word in ("NOAUTH", "WRONGPASS", "invalid password")):
+            return f"refused the lab's credentials ({exc})"
+        return f"answered with an error ({exc})"
+    except Exception as exc:
+        return f"does not answer ({type(exc).__name__}: {exc})"
+
+
+def broker_answers(url: str | None = None, timeout: float = 3.0) -> bool:
+    return broker_problem(url, timeout) is None
+
+
+def backend_answers(url: str | None = None, timeout: float = 3.0) -> bool:
+    return backend_problem(url, timeout) is None
 
 
 HOW_TO = """The lab needs RabbitMQ (AMQP on 127.0.0.1:5672, guest/guest) and Redis (127.0.0.1:6379).
@@ -72,15 +93,19 @@ Any one of these works:
 
 def ensure(say: Callable[[str], None] = print) -> None:
     """Return when both services answer; raise ``ServiceError`` otherwise."""
-    broker_ok, backend_ok = broker_answers(), backend_answers()
+    broker_says, backend_says = broker_problem(), backend_problem()
+    broker_ok, backend_ok = broker_says is None, backend_says is None
     if broker_ok and backend_ok:
         return
-    for ok, is_default, url, what in (
-        (broker_ok, settings.broker_is_default(), settings.broker_url(), "CELERY_BROKER_URL"),
-        (backend_ok, settings.backend_is_default(), settings.backend_url(), "CELERY_RESULT_BACKEND"),
+    for problem, is_default, url, what in (
+        (broker_says, settings.broker_is_default(), settings.broker_url(), "CELERY_BROKER_URL"),
+        (backend_says, settings.backend_is_default(), settings.backend_url(), "CELERY_RESULT_BACKEND"),
     ):
-        if not ok and not is_default:
-            raise ServiceError(f"{what}={settings.mask_url(url)} does not answer; the lab starts services only for the default localhost URLs.")
+        if problem is not None and "credentials" in problem:
+            raise ServiceError(f"{what}={settings.mask_url(url)} {problem}: check the user and password in the URL.")
+        if problem is not None and not is_default:
+            raise ServiceError(f"{what}={settings.mask_url(url)} {problem}; the lab starts services only for the "
+                               "default localhost URLs.")
     missing = [name for name, ok in (("rabbitmq", broker_ok), ("redis", backend_ok)) if not ok]
     if _docker_answers():
         say(f"starting {', '.join(missing)} with docker compose ...")

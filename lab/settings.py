@@ -4,8 +4,10 @@ Knobs (environment variables):
 
 - ``CELERY_BROKER_URL``: AMQP URL of RabbitMQ (default ``amqp://guest:guest@127.0.0.1:5672//``).
 - ``CELERY_RESULT_BACKEND``: Redis URL (default ``redis://127.0.0.1:6379/0``).
-- ``RCL_NAMESPACE``: the prefix of every name the lab owns (default ``rcl``); two
-  people sharing one development broker give themselves different namespaces.
+- ``RCL_NAMESPACE``: the prefix of every name the lab owns (default ``rcl`` when the
+  variable is not set); two people sharing one development broker, or two runs of
+  the lab at once, give themselves different namespaces. A value that breaks
+  ``NAMESPACE_RULES`` (an empty one too) stops the lab with exit status 2.
 
 Every queue, exchange and Redis key the lab creates starts with the namespace,
 then the FM's short name: ``rcl.fm3.tasks`` on the broker, ``rcl:fm3:...`` in
@@ -16,13 +18,26 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"
 DEFAULT_BACKEND_URL = "redis://127.0.0.1:6379/0"
-NAMESPACE = os.environ.get("RCL_NAMESPACE") or "rcl"
-if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", NAMESPACE):
-    raise SystemExit(f"RCL_NAMESPACE must be lowercase letters, digits and '-', got {NAMESPACE!r}")
+NAMESPACE_RULES = ("it starts with a lowercase letter", "then only lowercase letters, digits and '-'",
+                   "1 to 31 characters in all")
+
+
+def namespace_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a namespace (every rule, stated), or None when it can."""
+    if re.fullmatch(r"[a-z][a-z0-9-]{0,30}", value):
+        return None
+    return f"RCL_NAMESPACE={value!r} is not a namespace: {'; '.join(NAMESPACE_RULES)}"
+
+
+NAMESPACE = os.environ.get("RCL_NAMESPACE", "rcl")
+if (_problem := namespace_problem(NAMESPACE)) is not None:
+    print(f"error: {_problem}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def broker_url() -> str:

@@ -1,15 +1,24 @@
-"""Fixtures, one per concern: a broker-less Celery app for unit tests, and the real services."""
+"""Fixtures, one per concern: a broker-less Celery app for unit tests, and the real services.
+
+The tests run in a namespace of their own (``RCL_TEST_NAMESPACE``, default
+``rcltest``), set here before any lab module reads ``RCL_NAMESPACE``, so ``make test``
+never touches the names a user's lab runs own; the session deletes what it made.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import os
 
-import pytest
-from celery import Celery
+os.environ["RCL_NAMESPACE"] = os.environ.get("RCL_TEST_NAMESPACE", "rcltest")
 
-from lab import services
-from lab.observe import client
+from collections.abc import Iterator  # noqa: E402  (the namespace must be set first)
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+from celery import Celery  # noqa: E402
+
+from lab import harness, services  # noqa: E402
+from lab.observe import client  # noqa: E402
 
 
 @pytest.fixture
@@ -21,9 +30,12 @@ def local_app() -> Celery:
 
 
 @pytest.fixture(scope="session")
-def real_services() -> None:
-    """RabbitMQ and Redis must answer (started by the lab when they do not)."""
+def real_services() -> Iterator[None]:
+    """RabbitMQ and Redis must answer (started by the lab when they do not); at the end
+    of the session, the test namespace's queues, exchanges and keys are deleted."""
     services.ensure()
+    yield
+    harness.clean(say=lambda _: None)
 
 
 @pytest.fixture

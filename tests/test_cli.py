@@ -4,6 +4,7 @@ import pytest
 
 import run_all_fms
 from lab import harness, services
+from lab.fm import fm_modules
 from lab.harness import HarnessError
 from lab.settings import mask_url
 
@@ -13,7 +14,7 @@ def test_short_and_full_names_resolve() -> None:
 
 
 def test_every_fm_file_is_found() -> None:
-    assert list(harness.fm_modules()) == [f"fm{i}" for i in range(7)]
+    assert list(fm_modules()) == [f"fm{i}" for i in range(7)]
 
 
 def test_unknown_name_exits_2_with_the_valid_list(capsys: pytest.CaptureFixture[str]) -> None:

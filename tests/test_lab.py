@@ -14,7 +14,10 @@ import pytest
 
 import run_all_fms
 from lab import harness
-from lab.harness import RunReport, Worker
+from lab import workers
+from lab.fm import ROOT
+from lab.harness import RunReport
+from lab.workers import Worker
 from lab.runner import Observations
 from lab.waiting import wait_until
 
@@ -88,22 +91,22 @@ def test_cli_reports_bug_reproduced_and_pass(capsys: pytest.CaptureFixture[str])
 
 def test_a_worker_that_cannot_start_is_reported_with_its_log() -> None:
     broken = dataclasses.replace(harness.load("fm1"), module="no_such_module_here")
-    worker = Worker(broken, "t-" + str(os.getpid()), harness.LOG_DIR / f"unready-{os.getpid()}.log")
+    worker = Worker(broken, "t-" + str(os.getpid()), workers.LOG_DIR / f"unready-{os.getpid()}.log")
     worker.start()
     try:
-        with pytest.raises(harness.WorkerFailed, match="exited with .* before it was ready"):
+        with pytest.raises(workers.WorkerFailed, match="exited with .* before it was ready"):
             worker.wait_ready(timeout=60)
     finally:
         worker.stop(grace=1)
 
 
 def test_ctrl_c_stops_the_worker_and_exits_130() -> None:
-    before: set[Path] = set(harness.WORKERS_DIR.glob("*")) if harness.WORKERS_DIR.exists() else set()
-    proc = subprocess.Popen([sys.executable, "run_all_fms.py", "--only", "fm6"], cwd=harness.ROOT,
+    before: set[Path] = set(workers.WORKERS_DIR.glob("*")) if workers.WORKERS_DIR.exists() else set()
+    proc = subprocess.Popen([sys.executable, "run_all_fms.py", "--only", "fm6"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        assert wait_until(lambda: bool(set(harness.WORKERS_DIR.glob("*")) - before), timeout=60)
-        started = {int(p.name) for p in set(harness.WORKERS_DIR.glob("*")) - before}
+        assert wait_until(lambda: bool(set(workers.WORKERS_DIR.glob("*")) - before), timeout=60)
+        started = {int(p.name) for p in set(workers.WORKERS_DIR.glob("*")) - before}
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:

@@ -23,7 +23,8 @@ import pytest
 import run_all_fms
 from lab.show import report
 from shared.envelope import REASONS
-from lab.harness import ROOT, RunReport, fm_modules
+from lab.fm import ROOT, fm_modules
+from lab.harness import RunReport
 from lab.checks import Check
 from tests.synthetic import broken_run, fixed_run
 

@@ -57,8 +57,11 @@ class Board:
         self.console = Console(file=self.file, highlight=False)
         self.live = self.console.is_terminal if live is None else live
         self.runs, self.done, self.failing = runs, 0, 0
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), _Clock(),
-                                 console=self.console, transient=True, refresh_per_second=8)
+        # No redirection of sys.stdout/sys.stderr through the live display: a finaliser
+        # (AsyncResult.__del__ with Redis gone) that writes to stderr from the refresh
+        # thread would wait for the display's lock, which that thread holds: a frozen screen.
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), _Clock(), console=self.console,
+                                 transient=True, refresh_per_second=8, redirect_stdout=False, redirect_stderr=False)
         self.overall: TaskID | None = None
         self.current: TaskID | None = None
         self.key: tuple[str, str] | None = None

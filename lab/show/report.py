@@ -22,7 +22,8 @@ from html import escape
 from pathlib import Path
 
 from lab.show import diff, swimlanes, timeline
-from lab.harness import ROOT, MatrixRow, RunReport, fm_modules, matrix
+from lab.fm import ROOT, fm_modules
+from lab.harness import MatrixRow, RunReport, matrix
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
 """The docstring paragraphs the report shows, in this order."""
