@@ -134,8 +134,8 @@ def reset(fm: Fm) -> None:
 
 
 @contextmanager
-def running_worker(fm: Fm, run_id: str, label: str, grace: float,
-                   on_stage: OnStage = lambda _: None, wait: bool = True) -> Generator[Worker, None, None]:
+def running_worker(fm: Fm, run_id: str, label: str, grace: float, on_stage: OnStage = lambda _: None,
+                   wait: bool = True, after: Callable[[], object] | None = None) -> Generator[Worker, None, None]:
     worker = Worker(fm, run_id, LOG_DIR / f"{label}-{run_id}.log")
     on_stage("starting the worker")
     worker.start()
@@ -145,7 +145,7 @@ def running_worker(fm: Fm, run_id: str, label: str, grace: float,
         yield worker
     finally:
         on_stage("stopping the worker")
-        worker.stop(grace, wait)
+        worker.stop(grace, wait, after)
 
 
 # ---- runs ----------------------------------------------------------------------
@@ -202,7 +202,8 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         label = f"{fm}-{kind}-{code}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
         current = lab
-        with running_worker(lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage, wait=False) as worker:
+        with running_worker(lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage, wait=False,
+                            after=lambda: purge(lab)) as worker:  # the run's leftover messages go once it is stopped
             on_stage("running the scenario")
             obs = run_scenario(lab, scenario(sc_n), run_id, RUN_TIMEOUT, stop=stop, watch=Liveness(worker))
         report.observations = obs

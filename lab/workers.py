@@ -148,8 +148,9 @@ class Worker:
             raise WorkerFailed(f"worker not ready after {timeout:.0f}s; log tail:\n{self.tail()}")
         res.forget()
 
-    def stop(self, grace: float = STOP_GRACE, wait: bool = True) -> None:
-        """TERM (Celery's warm shutdown), then KILL the whole group after ``grace`` seconds.
+    def stop(self, grace: float = STOP_GRACE, wait: bool = True, after: Callable[[], object] | None = None) -> None:
+        """TERM (Celery's warm shutdown), then KILL the whole group after ``grace`` seconds;
+        then ``after()`` (the harness empties the run's queues there), its errors ignored.
 
         With ``wait=False`` the TERM is sent at once and the rest happens on a thread, so
         the next run can start while this worker finishes its shutdown (about 0.8 s
@@ -169,7 +170,13 @@ class Worker:
                 pass
             signal_group(proc.pid, signal.SIGKILL)  # pool children and beat too
             proc.wait()
+            wait_until(lambda: not group_alive(proc.pid), KILL_WAIT_SECONDS)
             (WORKERS_DIR / str(proc.pid)).unlink(missing_ok=True)
+            if after is not None:
+                try:
+                    after()
+                except Exception:  # a service gone by now: the next run's reset empties the queues
+                    pass
 
         if wait:
             finish()

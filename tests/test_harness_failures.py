@@ -299,3 +299,26 @@ def _queue_exists(queue: str) -> bool:
 
 def test_duplicate_only_names_run_once() -> None:
     assert harness.resolve(["fm3", "fm3_dlq_reconciliation", "fm1", "fm3"]) == ["fm3", "fm1"]
+
+
+def test_a_run_empties_its_queues_once_its_worker_is_gone() -> None:
+    fm = harness.load("fm1")
+    harness.reset(fm)
+    worker = workers.Worker(fm, "purge-000000", workers.LOG_DIR / "purge-test.log")
+    worker.start()
+    worker.wait_ready()
+    pid = worker.proc.pid if worker.proc is not None else 0
+    seen: list[tuple[bool, int]] = []
+    worker.stop(grace=5, wait=False, after=lambda: seen.append((workers.group_alive(pid), harness.purge(fm))))
+    with Connection(broker_url()) as conn:  # a message that arrives while the worker shuts down
+        conn.SimpleQueue(f"{NAMESPACE}.fm1.tasks", no_ack=True).put({"stray": True})
+    workers.wait_stopped()
+    assert seen and seen[0][0] is False  # emptied after the worker's group was gone
+    assert harness.purge(fm) == 0
+
+
+def test_the_report_names_the_namespace_and_the_masked_urls(tmp_path: Path) -> None:
+    from lab.show import report
+
+    page = report.write(tmp_path / "r.html", []).read_text()
+    assert f"in namespace {NAMESPACE}; broker amqp://guest:***@127.0.0.1:5672//" in page and "guest:guest" not in page

@@ -10,6 +10,7 @@ killed afterwards. The screenshot is kept in ``artifacts/`` (git-ignored).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -115,6 +116,14 @@ def test_the_lesson_comes_from_the_fm_docstring(page: str) -> None:
     assert "<code>@hard_timeout(1.5)</code>" in page  # fm6's Fix paragraph, ``code`` rendered
 
 
+def test_the_runs_of_one_fm_share_one_time_scale_and_checks_read_as_short_lines(page: str) -> None:
+    fm6 = page.split('<section class="fm" id="fm6">')[1]
+    axes = [re.findall(r'<text x="[\d.]+" y="14" text-anchor="middle">([\d.]+)</text>', fig)
+            for fig in fm6.split('<figure class="timeline"')[1:]]
+    assert len(axes) == 2 and axes[0] == axes[1] and axes[0][-1] == "2"  # the broken run's 2.4 s sets both
+    assert '<li class="check ok" data-label="G1"><b>G1</b> holds<ul class="seen"><li>guarantee 1 held</li></ul></li>' in fm6
+
+
 def test_each_section_shows_the_change_from_the_previous_fm(page: str) -> None:
     assert '<div class="change" data-fm="fm6"><h3>The change</h3>' in page
     assert '<span class="d-add">+@hard_timeout(1.5)  # FM-6: SIGALRM raises HardTimeout inside the body</span>' in page
@@ -198,7 +207,7 @@ def test_a_report_path_that_cannot_be_written_exits_2(tmp_path: Path, capsys: py
     monkeypatch.setattr(run_all_fms, "run_plan", run_plan)
     monkeypatch.setattr(run_all_fms.services, "ensure", lambda: None)
     assert run_all_fms.main(["--only", "fm6", "--report", str(tmp_path / "missing" / "r.html")]) == 2
-    assert "cannot write the report" in capsys.readouterr().err
+    assert f"the folder {tmp_path / 'missing'} does not exist" in capsys.readouterr().err  # said before any run
 
 
 # ---- in a real browser -------------------------------------------------------------

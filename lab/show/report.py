@@ -23,6 +23,7 @@ from pathlib import Path
 
 from lab.show import diff, swimlanes, timeline
 from lab.fm import ROOT, fm_modules
+from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
 from lab.harness import MatrixRow, RunReport, matrix
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
@@ -90,7 +91,8 @@ def render(reports: Sequence[RunReport], lessons: Mapping[str, Lesson], generate
 
 def write(path: Path, reports: Sequence[RunReport]) -> Path:
     lessons = {fm: lesson(fm) for fm in dict.fromkeys(r.fm for r in reports)}
-    generated = time.strftime("generated %Y-%m-%d %H:%M:%S by run_all_fms.py")
+    generated = (time.strftime("generated %Y-%m-%d %H:%M:%S by run_all_fms.py") +
+                 f" in namespace {NAMESPACE}; broker {mask_url(broker_url())}, backend {mask_url(backend_url())}")
     path.write_text(render(reports, lessons, generated), encoding="utf-8")
     return path
 
@@ -118,7 +120,9 @@ def _section(row: MatrixRow, lesson: Lesson | None) -> str:
                       for name, text in (lesson.sections.items() if lesson else ()))
     runs = [r for r in (row.fixed, row.broken) if r is not None]
     cells = "".join(_cell(r) for r in runs)
-    figures = "".join(_figure(r) for r in runs)
+    timelines = [(r, timeline.build(r.observations) if r.observations is not None else None) for r in runs]
+    span = max((tl.span for _, tl in timelines if tl is not None), default=0.0)  # one time scale for the FM's runs
+    figures = "".join(_figure(r, tl, span) for r, tl in timelines)
     return (f'<section class="fm" id="{escape(fm)}">{head}{module}<div class="lessons">{lessons}</div>'
             f'{_change(fm)}<div class="cells">{cells}</div><div class="timelines">{figures}</div></section>')
 
@@ -142,21 +146,25 @@ def _diff_class(line: str) -> str:
 
 def _cell(r: RunReport) -> str:
     checks = "".join(f'<li class="check {"ok" if c.ok else "bad"}" data-label="{escape(c.label)}"><b>{escape(c.label)}</b> '
-                     f"{'holds' if c.ok else 'FAILS'}: {escape(c.detail)}</li>" for c in r.checks)
+                     f"{'holds' if c.ok else 'FAILS'}<ul class=\"seen\">{_seen(c.detail)}</ul></li>" for c in r.checks)
     error = f'<p class="error">{escape(r.error)}</p>' if r.error else ""
     return (f'<div class="cell" data-kind="{escape(r.kind)}"><h3>{escape(r.kind)}: scenario {r.scenario} on '
             f"<code>{escape(r.code)}</code>'s code</h3><p>{_verdict(r)} <span class=\"secs\">{r.seconds:.1f}s</span></p>"
             f"<ul>{checks}</ul>{error}</div>")
 
 
-def _figure(r: RunReport) -> str:
+def _seen(detail: str) -> str:
+    """A check's observations, one short line each (the checks join them with '; ')."""
+    return "".join(f"<li>{escape(part)}</li>" for part in detail.split("; ") if part)
+
+
+def _figure(r: RunReport, tl: timeline.Timeline | None, span: float) -> str:
     caption = f"{r.kind} run: what happened to each document"
-    if r.observations is None:
+    if tl is None:
         body = f'<p class="error">no observations: {escape(r.error or "the run did not get that far")}</p>'
     else:
-        tl = timeline.build(r.observations)
         body = (f'<p class="stop">run {escape(tl.run_id)}; stopped: {escape(tl.stopped_by)} at {tl.span:.2f}s; '
-                f"chord: {escape(tl.chord)}</p>{swimlanes.render(tl)}")
+                f"chord: {escape(tl.chord)}</p>{swimlanes.render(tl, span)}")
     return f'<figure class="timeline" data-kind="{escape(r.kind)}"><figcaption>{escape(caption)}</figcaption>{body}</figure>'
 
 
@@ -203,7 +211,7 @@ section.fm{background:#fff;border:1px solid #ddd;border-radius:8px;margin:22px 0
 .lessons{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:4px 22px;font-size:14px}
 .lesson p,.lesson ul{margin:4px 0} .module{margin:0;color:#555}
 .cells{display:flex;flex-wrap:wrap;gap:12px;margin-top:8px} .cell{flex:1 1 420px;border:1px solid #e3e3e3;border-radius:6px;padding:2px 12px}
-.cell{font-size:14px} .cell ul{padding-left:18px;margin:4px 0} .check.bad{color:#c62828} .secs{color:#777} .error{color:#c62828;white-space:pre-wrap}
+.cell{font-size:14px} .cell ul{padding-left:18px;margin:4px 0} ul.seen{margin:0 0 2px;padding-left:16px;font-size:13px;color:#444} .check.bad{color:#c62828} .secs{color:#777} .error{color:#c62828;white-space:pre-wrap}
 .timelines{display:flex;flex-wrap:wrap;gap:12px;margin-top:10px} figure.timeline{margin:0;flex:1 1 500px;min-width:0;max-width:620px}
 figcaption{font-weight:600} .stop{margin:2px 0 4px;color:#555;font-size:13px;min-height:2.9em}
 svg.swimlanes{background:#fff;max-width:100%;height:auto;font:12px system-ui,"DejaVu Sans",sans-serif}
@@ -216,6 +224,9 @@ svg line.backoff{stroke-dasharray:2 3;stroke-width:1.6}
 border-radius:6px;padding:6px 0;overflow-x:auto;margin:4px 0} .diff span{display:inline-block;min-width:100%;box-sizing:border-box;padding:0 10px}
 .diff .d-add{background:#e6ffec;color:#1a5e2a} .diff .d-del{background:#ffebe9;color:#8a1c1c} .diff .d-hunk{color:#6f42c1;background:#f3f0ff}
 .diff .d-file{color:#555;font-weight:600}
-@media print{body{background:#fff} section.fm{break-inside:avoid-page;border-color:#999} .diff span{white-space:pre-wrap}}
+@media print{body{background:#fff;font-size:12px} header,nav,aside,main{max-width:none;padding:0}
+section.fm{break-before:page;border:none;padding:0} .diff span{white-space:pre-wrap} figure.timeline,.cell,.change{break-inside:avoid}
+.timelines{display:block} figure.timeline{max-width:none;margin-bottom:10px} .verdict{border:1px solid #000}
+a{color:inherit;text-decoration:none}}
 </style></head>
 """

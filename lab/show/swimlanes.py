@@ -22,8 +22,9 @@ WIDTH, LEFT, PLOT_RIGHT = 560, 50, 418  # the plot spans LEFT..PLOT_RIGHT; final
 LANE, TOP, R = 25, 24, 5.5  # lane height, axis height, mark radius
 
 
-def render(tl: Timeline) -> str:
-    scale = _Scale(tl.span)
+def render(tl: Timeline, span: float | None = None) -> str:
+    """The run as SVG lanes; ``span`` (seconds) sets a time scale shared with other runs."""
+    scale = _Scale(max(span or 0.0, tl.span))
     lanes = [_doc_lane(d, i, scale, tl.span) for i, d in enumerate(tl.docs)]
     lanes.append(_notify_lane(tl, len(tl.docs), scale))
     height = TOP + LANE * (len(tl.docs) + 1) + 8
