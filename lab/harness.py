@@ -118,16 +118,22 @@ def reset(fm: Fm) -> None:
             channel.exchange_delete(exchange=name)
         for queue in fm.task_queues:  # a DeadLetteringQueue declares its DLQ too
             queue.bind(channel).declare()
+    delete_keys(f"{redis_prefix(fm.short)}*")
+
+
+def delete_keys(pattern: str, batch_size: int = 500) -> int:
+    """Delete the Redis keys matching ``pattern`` (SCAN, never a flush); how many were deleted."""
     r = client()
-    batch: list[str] = []
     scan = cast(Callable[..., Iterator[str]], cast(Any, r).scan_iter)
-    for key in scan(match=f"{redis_prefix(fm.short)}*", count=500):
+    deleted, batch = 0, list[str]()
+    for key in scan(match=pattern, count=batch_size):
         batch.append(str(key))
-        if len(batch) >= 500:
-            r.delete(*batch)
+        if len(batch) >= batch_size:
+            deleted += int(r.delete(*batch))
             batch.clear()
     if batch:
-        r.delete(*batch)
+        deleted += int(r.delete(*batch))
+    return deleted
 
 
 # ---- workers (lab.workers) ------------------------------------------------------
@@ -411,17 +417,7 @@ def clean(say: Callable[[str], None] = print) -> None:
             channel.queue_delete(queue=name)
         for name in sorted(exchanges):
             channel.exchange_delete(exchange=name)
-    r = client()
-    deleted = 0
-    scan = cast(Callable[..., Iterator[str]], cast(Any, r).scan_iter)
-    batch: list[str] = []
-    for key in scan(match=f"{NAMESPACE}:*", count=500):
-        batch.append(str(key))
-        if len(batch) >= 500:
-            deleted += int(r.delete(*batch))
-            batch.clear()
-    if batch:
-        deleted += int(r.delete(*batch))
+    deleted = delete_keys(f"{NAMESPACE}:*")
     say(f"namespace {NAMESPACE}: deleted {len(queues)} queue name(s), {len(exchanges)} exchange name(s) "
         f"(those that existed) and {deleted} Redis key(s)")
 
