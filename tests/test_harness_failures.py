@@ -25,7 +25,7 @@ import pytest
 from kombu import Connection
 
 import run_all_fms
-from lab import harness, workers
+from lab import harness, services, workers
 from lab.fm import ROOT
 from lab.observe import client, connect
 from lab.settings import NAMESPACE, broker_url
@@ -188,6 +188,54 @@ def test_redis_dying_mid_run_is_an_error_naming_it_with_a_terminal_attached(priv
     assert proc.returncode == 3, text
     assert f"Redis at {url}" in text and "ERROR" in text
     assert elapsed < 30, f"took {elapsed:.1f}s to end after Redis died"
+    assert wait_until(lambda: not celery_processes(ns), timeout=NOTICE_SECONDS)
+
+
+@pytest.fixture
+def private_broker() -> Iterator[tuple[str, Path]]:
+    """A RabbitMQ node of the test's own (own port, own data), so that killing it harms nobody."""
+    exe = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+    if not exe.exists():
+        pytest.skip("rabbitmq-server is not installed")
+    port = 5680 + os.getpid() % 300
+    folder = Path(tempfile.mkdtemp(prefix="rcl-rabbit-"))
+    for sub in ("mnesia", "log", "home"):
+        (folder / sub).mkdir()
+    (folder / "enabled_plugins").write_text("[].\n")
+    env = {**os.environ, "HOME": str(folder / "home"), "RABBITMQ_NODENAME": f"rcltest-{port}@localhost",
+           "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1", "RABBITMQ_NODE_PORT": str(port),
+           "RABBITMQ_DIST_PORT": str(port + 20000), "RABBITMQ_MNESIA_BASE": str(folder / "mnesia"),
+           "RABBITMQ_LOG_BASE": str(folder / "log"), "RABBITMQ_PID_FILE": str(folder / "pid"),
+           "RABBITMQ_ENABLED_PLUGINS_FILE": str(folder / "enabled_plugins"),
+           "RABBITMQ_CONFIG_FILE": str(folder / "rabbitmq")}
+    subprocess.run([str(exe), "-detached"], env=env, check=True, capture_output=True, timeout=60)
+    url = f"amqp://guest:guest@127.0.0.1:{port}//"
+    pidfile = folder / "pid"
+    try:
+        assert wait_until(lambda: services.broker_answers(url, timeout=1.0), timeout=60), "private RabbitMQ did not start"
+        yield url, pidfile
+    finally:
+        if pidfile.exists() and pidfile.read_text().strip().isdigit():
+            try:
+                os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_broker_dying_mid_run_is_an_error_naming_it(private_broker: tuple[str, Path]) -> None:
+    url, pidfile = private_broker
+    ns = f"{NAMESPACE}-broker"
+    lab = Lab("--only", "fm6", namespace=ns, env={"CELERY_BROKER_URL": url})
+    lab.wait_for(STARTED)
+    os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+    killed = time.monotonic()
+    rc = lab.finish(timeout=60)
+    assert rc == 3, lab.text
+    masked = url.replace("guest:guest@", "guest:***@")
+    assert f"ERROR\n  error: the broker at {masked} " in lab.text, lab.text  # "does not answer" or "stopped answering"
+    assert "guest:guest@" not in lab.text
+    assert time.monotonic() - killed < 30
     assert wait_until(lambda: not celery_processes(ns), timeout=NOTICE_SECONDS)
 
 
