@@ -6,7 +6,13 @@ pool slot is burnt on it for ever and ``notify`` never runs.
 
 Root cause: FM-2 has no bound on redelivery: a message requeued by
 ``reject_on_worker_lost`` comes back with the same headers, and
-``request.retries`` does not count redeliveries.
+``request.retries`` does not count redeliveries. Celery 5.7 offers a bound of
+its own, ``task_retry_on_worker_lost`` (``celery.worker.request.Request.on_failure``
+calls ``_retry_worker_lost``): it publishes the lost task again with
+``retries + 1`` until ``max_retries``, and then marks it FAILURE, so the chord
+still breaks (``tests/test_celery_claims.py`` runs it on fm2: ``doc4`` attempted
+4 times, then ``ChordError(WorkerLostError)``). The broker's bound below ends in
+a SUCCESS-state envelope instead, and needs no retry delay on the task.
 
 Fix (``shared/dlq.py``):
 

@@ -7,9 +7,16 @@ a FAILURE state turns the whole chord into ``ChordError`` through
 ``celery.backends.base.Backend.chord_error_from_stack``, which calls the
 body's errbacks and stores the body as FAILURE. The body itself never runs.
 
-``@enveloped`` makes every exit of a task body a SUCCESS state whose value is a
-``Result`` with ``status`` ``"FAILURE"`` and a ``reason`` a dashboard can split
-on. The chord then always fires its body, and the body sees every failure.
+``@enveloped`` makes every exit of a task body (a return, or an exception raised
+in the pool process) a SUCCESS state whose value is a ``Result`` with ``status``
+``"FAILURE"`` and a ``reason`` a dashboard can split on. The chord then fires its
+body, and the body sees every failure.
+
+What it cannot reach: outcomes the worker's main process decides, outside the
+body. ``celery.worker.request.Request`` still stores FAILURE for Celery's hard
+``time_limit`` (``on_timeout``), for a lost worker that is not requeued and for
+``Reject(requeue=False)`` (``on_failure``), and REVOKED for a revoked task; each
+of those fails the chord. FM-2, FM-3 and FM-6 keep the first two from happening.
 
 What passes through untouched: Celery's control-flow exceptions (``Retry``,
 ``Ignore``, ``Reject``) and ``BaseException`` that is not an ``Exception``

@@ -10,8 +10,10 @@ Knobs (``RetryPolicy``):
   ``min(cap, base * factor**k)`` times the jitter;
 - ``jitter``: a random factor in ``[1, 2)``, proportional to the delay, which
   de-synchronises a fleet that failed together better than a fixed extra second.
-  With ``factor >= 2`` the bands ``[d_k, 2 d_k)`` do not overlap: every delay is
-  longer than the one before, whatever the jitter drew.
+  With ``factor >= 2`` the bands ``[d_k, 2 d_k)`` do not overlap below the cap:
+  every delay is longer than the one before, whatever the jitter drew. Once the
+  cap is reached the bands are all ``[cap, 2 cap)``, so capped delays no longer
+  grow and a later one can be shorter.
 
 The wrapper keeps its policy as ``retry_policy`` (what a check or a dashboard reads).
 

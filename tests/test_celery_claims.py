@@ -90,3 +90,23 @@ def test_reset_replaces_a_lab_queue_declared_with_other_arguments() -> None:
     with Connection(broker_url()) as conn:
         fm.task_queues[0].bind(conn.default_channel).declare()  # the worker's declare: no PRECONDITION_FAILED
     harness.reset(fm)
+
+
+def test_task_retry_on_worker_lost_bounds_the_poison_loop_and_still_breaks_the_chord() -> None:
+    """fm3's docstring: Celery 5.7's own bound for a lost worker (``task_retry_on_worker_lost``)
+    stops the loop after ``max_retries`` and then marks the member FAILURE: ChordError."""
+    fm = variants.derive("fm2_worker_crash", "fm2r_retry_on_worker_lost", [
+        ("app.conf.task_reject_on_worker_lost = True", "app.conf.task_reject_on_worker_lost = True\n"
+         "app.conf.task_retry_on_worker_lost = True  # Celery 5.7: retry a lost task, max_retries times"),
+        ("@app.task(bind=True)\n@enveloped  # FM-1\ndef parse_document",
+         "@app.task(bind=True, default_retry_delay=0)\n@enveloped  # FM-1\ndef parse_document"),
+    ])
+    harness.reset(fm)
+    run_id = new_run_id()
+    with running_worker(fm, run_id, "variant-fm2-retry-on-worker-lost", grace=0.5):
+        obs = run_scenario(fm, scenario(3), run_id, timeout=60, probe_after=False)
+    harness.reset(fm)
+    assert obs.attempts["doc4"] == 4  # the first attempt and max_retries (3) retries
+    assert obs.chord.state == "FAILURE" and obs.chord.error_type == "ChordError"
+    assert "WorkerLostError" in (obs.chord.error or "")
+    assert obs.notify_runs["chord"] == 0
