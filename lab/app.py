@@ -4,8 +4,8 @@ What it sets, so that an FM file shows only the settings its fixes add:
 
 - broker and backend from ``CELERY_BROKER_URL`` and ``CELERY_RESULT_BACKEND``
   (``lab.settings``); JSON only, for tasks and results;
-- every name inside the FM's namespace: the task queue, its exchange and routing
-  key ``rcl.fm3.tasks`` (``task_default_queue``, and ``task_queues`` with that one
+- every name inside the FM's namespace (shown here for the default namespace
+  ``rcl``): the task queue, its exchange and routing key ``rcl.fm3.tasks`` (``task_default_queue``, and ``task_queues`` with that one
   queue, which an FM may replace), the control and event exchanges
   ``rcl.fm3.control`` / ``rcl.fm3.events``, and the result keys ``rcl:fm3:...``
   (the Redis backend's ``global_keyprefix``);

@@ -16,7 +16,9 @@ What it cannot reach: outcomes the worker's main process decides, outside the
 body. ``celery.worker.request.Request`` still stores FAILURE for Celery's hard
 ``time_limit`` (``on_timeout``), for a lost worker that is not requeued and for
 ``Reject(requeue=False)`` (``on_failure``), and REVOKED for a revoked task; each
-of those fails the chord. FM-2, FM-3 and FM-6 keep the first two from happening.
+of those fails the chord. The lab runs the first two (S2; ``tests/test_celery_claims.py``
+for the time limit); the last two are read in ``celery/worker/request.py`` of the
+pinned 5.7.0, not run. FM-2, FM-3 and FM-6 keep the first two from happening.
 
 What passes through untouched: Celery's control-flow exceptions (``Retry``,
 ``Ignore``, ``Reject``) and ``BaseException`` that is not an ``Exception``
