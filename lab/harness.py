@@ -43,7 +43,7 @@ from lab.scenarios import scenario
 from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, mask_url, redis_prefix
 from lab.variants import VARIANTS_DIR
 from lab.waiting import raise_if_interrupted, wait_until
-from lab.workers import LOG_DIR, STOP_GRACE, Worker, WorkerFailed
+from lab.workers import LOG_DIR, STOP_GRACE, Worker, WorkerFailed, wait_stopped
 
 RUN_TIMEOUT = 90.0
 SERVICE_CHECK_SECONDS = 1.0
@@ -204,6 +204,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         stop: tuple[str, StopCondition] | None = checks.symptom_stop(n, fixed) if kind == "broken" else None
         run_id = new_run_id()
         on_stage("resetting")
+        wait_stopped(lab.short)  # the last worker of this code must be gone, its queues emptied, first
         reset(lab)
         label = f"{fm}-{kind}-{code}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"

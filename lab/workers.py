@@ -183,16 +183,20 @@ class Worker:
         else:
             stopper = threading.Thread(target=finish, name=f"stop-{proc.pid}", daemon=True)
             stopper.start()
-            _stopping.append(stopper)
+            _stopping.append((self.fm.short, stopper))
 
 
-_stopping: list[threading.Thread] = []
+_stopping: list[tuple[str, threading.Thread]] = []
 
 
-def wait_stopped() -> None:
-    """Return once every worker stopped with ``wait=False`` has exited (or been killed)."""
-    while _stopping:
-        _stopping.pop().join()
+def wait_stopped(fm: str | None = None) -> None:
+    """Return once every worker stopped with ``wait=False`` (of FM ``fm`` only, if given)
+    has exited and its ``after()`` has run. A run of an FM waits for the last worker of
+    the same FM first: that worker's ``after()`` empties the queues the new run uses."""
+    for entry in [e for e in _stopping if fm is None or e[0] == fm]:
+        entry[1].join()
+        if entry in _stopping:
+            _stopping.remove(entry)
 
 
 @dataclass(frozen=True)

@@ -370,3 +370,10 @@ def test_the_report_names_the_namespace_and_the_masked_urls(tmp_path: Path) -> N
 
     page = report.write(tmp_path / "r.html", []).read_text()
     assert f"in namespace {NAMESPACE}; broker amqp://guest:***@127.0.0.1:5672//" in page and "guest:guest" not in page
+
+
+def test_the_same_fm_twice_in_a_row_waits_for_its_last_worker_to_be_gone() -> None:
+    """The first run's worker stops in the background and then empties its queues: the
+    second run of the same code must not start until it has (its probe would be purged)."""
+    first, second = harness.run_one("fm1", "fixed", quiet), harness.run_one("fm1", "fixed", quiet)
+    assert (first.verdict, second.verdict) == ("PASS", "PASS"), (first.error, second.error)
