@@ -419,8 +419,8 @@ def clean(say: Callable[[str], None] = print) -> None:
         for name in sorted(exchanges):
             channel.exchange_delete(exchange=name)
     deleted = delete_keys(f"{NAMESPACE}:*")
-    say(f"namespace {NAMESPACE}: deleted {len(queues)} queue name(s), {len(exchanges)} exchange name(s) "
-        f"(those that existed) and {deleted} Redis key(s)")
+    say(f"namespace {NAMESPACE}: deleted its queues and exchanges (of the {len(queues)} queue and {len(exchanges)} "
+        f"exchange names the lab may have made, those that existed) and {deleted} Redis key(s)")
 
 
 def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str, Kind]]:

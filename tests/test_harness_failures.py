@@ -189,6 +189,7 @@ def test_redis_dying_mid_run_is_an_error_naming_it_with_a_terminal_attached(priv
     assert f"Redis at {url}" in text and "ERROR" in text
     assert elapsed < 30, f"took {elapsed:.1f}s to end after Redis died"
     assert wait_until(lambda: not celery_processes(ns), timeout=NOTICE_SECONDS)
+    assert Lab("--clean", namespace=ns).finish() == 0  # its queues live on the shared broker
 
 
 @pytest.fixture
