@@ -217,16 +217,16 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         on_stage("checking")
         report.checks = _checks(kind, n, obs, fixed)
         if obs.stopped_by == "deadline":
-            report.error = f"the scenario did not end within {RUN_TIMEOUT:.0f}s; worker log: {report.log}"
+            report.error = blame_services(f"the scenario did not end within {RUN_TIMEOUT:.0f}s; worker log: {report.log}")
         if stop is not None:
             on_stage("cleaning up")
             reset(lab)  # the looping message goes with the FM's own queues
     except (WorkerFailed, RunBroken) as exc:
-        report.error = str(exc)
+        report.error = blame_services(str(exc))
     except HarnessError:
         raise
     except Exception as exc:  # one broken run must not hide the others
-        report.error = service_cause(exc) or f"{type(exc).__name__}: {exc}"
+        report.error = blame_services(service_cause(exc) or f"{type(exc).__name__}: {exc}")
     current = None  # not on an interruption: the CLI empties the interrupted FM's queues
     report.seconds = time.monotonic() - started
     return report
@@ -333,6 +333,17 @@ class Liveness:
                                    ("Redis", backend_url(), services.backend_problem(timeout=2.0))):
             if problem is not None:
                 raise RunBroken(f"{what} at {mask_url(url)} {problem} during the run; worker log tail:\n{self.worker.tail(8)}")
+
+
+def blame_services(error: str) -> str:
+    """``error``, led by the service that does not answer now, if one does not: a worker
+    that died because Redis went away is reported as Redis going away."""
+    for what, url, problem in (("the broker", broker_url(), services.broker_problem(timeout=2.0)),
+                               ("Redis", backend_url(), services.backend_problem(timeout=2.0))):
+        named = f"{what} at {mask_url(url)}"
+        if problem is not None and named not in error:
+            return f"{named} {problem}; {error}"
+    return error
 
 
 def service_cause(exc: BaseException) -> str | None:
