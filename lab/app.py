@@ -15,8 +15,8 @@ What it sets, so that an FM file shows only the settings its fixes add:
   ``DelayedDelivery`` step, which for a quorum queue would declare broker-wide
   ``celery_delayed_*`` names outside the namespace (``shared.dlq``);
 - ``worker_enable_remote_control = False``: the harness talks to workers through
-  tasks, and remote control would declare pidbox exchanges and queues named after
-  each worker's host name;
+  tasks, and remote control declared a ``<namespace>.<fm>.control.pidbox`` exchange
+  per FM that stayed on the broker (seen in ``rabbitmqctl list_exchanges``);
 - ``redis_socket_timeout`` and ``redis_socket_connect_timeout`` of 5 s: a Redis
   that stops answering is an error within seconds, not a hang;
 - a ``probe`` task the harness sends to learn that a worker is ready;

@@ -30,7 +30,7 @@ from celery.result import AsyncResult
 from kombu import Queue
 
 from lab.app import short_name
-from shared.dlq import DeadLetteringQueue
+from shared.dlq import DeadLetteringQueue, bound_of
 from shared.retry import RetryPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,11 +114,7 @@ class Fm:
     @property
     def delivery_bound(self) -> int | None:
         """Deliveries before RabbitMQ 3.x dead-letters a message: ``x-delivery-limit + 1``."""
-        for q in self.task_queues:
-            limit = (q.queue_arguments or {}).get("x-delivery-limit")
-            if isinstance(limit, int):
-                return limit + 1
-        return None
+        return next((b for q in self.task_queues if (b := bound_of(q)) is not None), None)
 
     @property
     def retry_policy(self) -> RetryPolicy | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,8 +62,6 @@ class HarnessError(Exception):
 
 class RunBroken(Exception):
     """The run cannot go on: its worker died or a service stopped answering."""
-
-
 
 
 # ---- finding FMs -------------------------------------------------------------
@@ -110,15 +108,21 @@ def reset(fm: Fm) -> None:
     otherwise publish to a deleted exchange, and RabbitMQ would drop the message.
     A queue left with other arguments (``PRECONDITION_FAILED`` on declare) is gone too.
     """
+    delete_names(fm.queue_names, fm.exchange_names)
+    with Connection(broker_url()) as conn:
+        for queue in fm.task_queues:  # a DeadLetteringQueue declares its DLQ too
+            queue.bind(conn.default_channel).declare()
+    delete_keys(f"{redis_prefix(fm.short)}*")
+
+
+def delete_names(queues: Iterable[str], exchanges: Iterable[str]) -> None:
+    """Delete these queues and exchanges (RabbitMQ 3.x: deleting a missing one is no error)."""
     with Connection(broker_url()) as conn:
         channel = cast(Any, conn.default_channel)  # amqp's Channel; kombu's stubs name only the base
-        for name in fm.queue_names:
+        for name in queues:
             channel.queue_delete(queue=name)
-        for name in fm.exchange_names:
+        for name in exchanges:
             channel.exchange_delete(exchange=name)
-        for queue in fm.task_queues:  # a DeadLetteringQueue declares its DLQ too
-            queue.bind(channel).declare()
-    delete_keys(f"{redis_prefix(fm.short)}*")
 
 
 def delete_keys(pattern: str, batch_size: int = 500) -> int:
@@ -136,7 +140,7 @@ def delete_keys(pattern: str, batch_size: int = 500) -> int:
     return deleted
 
 
-# ---- workers (lab.workers) ------------------------------------------------------
+# ---- workers (their processes: lab.workers) ------------------------------------
 
 
 @contextmanager
@@ -194,7 +198,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     global current
     on_stage = _interruptible(on_stage)
     n = number(fm)
-    code = fm if kind == "fixed" else f"fm{n - 1}" if kind == "broken" else "fm0"
+    code = code_of(fm, kind)
     sc_n = 1 if kind == "bug" else n
     report = RunReport(fm, kind, code, sc_n)
     started = time.monotonic()
@@ -249,28 +253,23 @@ def _interruptible(on_stage: OnStage) -> OnStage:
 def empty_interrupted(fm: Fm, deadline: float = 5.0) -> None:
     """After an interruption (its workers already killed): delete ``fm``'s queues and exchanges.
 
-    Deleted, not purged and not declared again: messages published just before the
-    interruption (by ``submit``, or by a worker in its last milliseconds) can reach
-    the broker after any purge, because RabbitMQ orders frames per connection, not
-    across them; and a quorum queue declared again under the same name received, in
-    the lab's tries, commands its predecessor's publishers still had in flight. With
-    no queue, such a message is dropped. The next run (its reset), or a worker you
-    start by hand, declares the queues again. First it closes the harness's own
-    connections (a graceful AMQP close returns once the broker has processed every
-    earlier frame of that connection; given ``deadline``, as a publish cut off
-    mid-frame may never be answered) and waits until the broker has seen the killed
-    workers' connections close.
+    Deleted, not purged and not declared again. What was seen in the lab's tries
+    (SIGHUP of ``run_all_fms.py --only fm6`` just as its scenario started): after a
+    purge, or after a delete and a new declare, a message published just before the
+    interruption (a ``fetch_document`` of ``submit``, a beat ``drain_dead_letters``)
+    was still found in the queue in 1 of 5 to 1 of 12 tries; RabbitMQ orders frames
+    per connection, not across connections. With no queue left, 20 of 20 tries
+    ended with nothing behind. The next run (its reset), or a worker you start by
+    hand, declares the queues again. Before deleting, it closes the harness's own
+    connections (in a thread, given ``deadline``: a publish cut off mid-frame may
+    never be answered) and waits until the broker counts no consumer on the FM's
+    queues, i.e. has seen the killed workers' connections close.
     """
     closer = threading.Thread(target=lambda: cast(Any, fm.app.pool).force_close_all(close_pool=False), daemon=True)
     closer.start()
     closer.join(deadline)
     wait_until(lambda: consumers(fm) == 0, deadline, interval=0.05)
-    with Connection(broker_url()) as conn:
-        channel = cast(Any, conn.default_channel)
-        for name in fm.queue_names:
-            channel.queue_delete(queue=name)
-        for name in fm.exchange_names:
-            channel.exchange_delete(exchange=name)
+    delete_names(fm.queue_names, fm.exchange_names)
 
 
 def consumers(fm: Fm) -> int:
@@ -279,15 +278,14 @@ def consumers(fm: Fm) -> int:
         return sum(queue_consumers(conn, name) for name in fm.queue_names)
 
 
-def queue_consumers(conn: Connection, name: str) -> int:
-    """The broker's consumer count of queue ``name`` (0 when there is no such queue).
+def _on_queue(conn: Connection, op: Callable[[Any], object]) -> int:
+    """``op(channel)`` on a channel of its own, as a count; 0 when the queue is missing.
 
-    A passive declare of a missing queue closes its channel (404), so each asks on a
-    channel of its own.
+    An operation on a missing queue (404) closes its channel, so each gets its own.
     """
     channel = cast(Any, conn.channel())
     try:
-        return int(channel.queue_declare(queue=name, passive=True).consumer_count)
+        return int(cast(Any, op(channel)) or 0)
     except Exception:
         return 0
     finally:
@@ -297,22 +295,15 @@ def queue_consumers(conn: Connection, name: str) -> int:
             pass
 
 
+def queue_consumers(conn: Connection, name: str) -> int:
+    """The broker's consumer count of queue ``name`` (0 when there is no such queue)."""
+    return _on_queue(conn, lambda ch: ch.queue_declare(queue=name, passive=True).consumer_count)
+
+
 def purge(fm: Fm) -> int:
     """Empty ``fm``'s queues (those that exist); how many messages were removed."""
-    removed = 0
     with Connection(broker_url()) as conn:
-        for name in fm.queue_names:
-            channel = cast(Any, conn.channel())
-            try:
-                removed += int(channel.queue_purge(queue=name) or 0)
-            except Exception:  # no such queue: nothing to purge
-                pass
-            finally:
-                try:
-                    channel.close()
-                except Exception:
-                    pass
-    return removed
+        return sum(_on_queue(conn, lambda ch, q=name: ch.queue_purge(queue=q)) for name in fm.queue_names)
 
 
 class Liveness:
@@ -329,19 +320,25 @@ class Liveness:
         if time.monotonic() - self.checked < self.every:
             return
         self.checked = time.monotonic()
-        for what, url, problem in (("the broker", broker_url(), services.broker_problem(timeout=2.0)),
-                                   ("Redis", backend_url(), services.backend_problem(timeout=2.0))):
-            if problem is not None:
-                raise RunBroken(f"{what} at {mask_url(url)} {problem} during the run; worker log tail:\n{self.worker.tail(8)}")
+        for named, problem in service_problems():
+            raise RunBroken(f"{named} {problem} during the run; worker log tail:\n{self.worker.tail(8)}")
+
+
+def service_problems() -> list[tuple[str, str]]:
+    """``(the service at its masked URL, what is wrong)`` for each service that does not answer now."""
+    found: list[tuple[str, str]] = []
+    for what, url, problem in (("the broker", broker_url(), services.broker_problem(timeout=2.0)),
+                               ("Redis", backend_url(), services.backend_problem(timeout=2.0))):
+        if problem is not None:
+            found.append((f"{what} at {mask_url(url)}", problem))
+    return found
 
 
 def blame_services(error: str) -> str:
     """``error``, led by the service that does not answer now, if one does not: a worker
     that died because Redis went away is reported as Redis going away."""
-    for what, url, problem in (("the broker", broker_url(), services.broker_problem(timeout=2.0)),
-                               ("Redis", backend_url(), services.backend_problem(timeout=2.0))):
-        named = f"{what} at {mask_url(url)}"
-        if problem is not None and named not in error:
+    for named, problem in service_problems():
+        if named not in error:
             return f"{named} {problem}; {error}"
     return error
 
@@ -350,7 +347,7 @@ def service_cause(exc: BaseException) -> str | None:
     """A service error in words, naming the service's URL (masked); None for anything else."""
     if isinstance(exc, redis.RedisError):
         return f"Redis at {mask_url(backend_url())} stopped answering: {type(exc).__name__}: {exc}"
-    if isinstance(exc, (OperationalError, ConnectionError, OSError)):
+    if isinstance(exc, (OperationalError, ConnectionError)):
         return f"the broker at {mask_url(broker_url())} stopped answering: {type(exc).__name__}: {exc}"
     return None
 
@@ -388,10 +385,14 @@ def matrix(reports: list[RunReport]) -> list[MatrixRow]:
     return [MatrixRow(fm, c.get("fixed") or c.get("bug"), c.get("broken")) for fm, c in cells.items()]
 
 
+def code_of(fm: str, kind: Kind) -> str:
+    """The FM whose code a run runs: its own (fixed), the one before (broken), fm0 (bug)."""
+    return fm if kind == "fixed" else f"fm{number(fm) - 1}" if kind == "broken" else "fm0"
+
+
 def codes_of(runs: list[tuple[str, Kind]]) -> list[str]:
-    """The FMs whose code the runs run (a broken run runs the FM before)."""
-    codes = ["fm0" if kind == "bug" else f"fm{number(fm) - 1}" if kind == "broken" else fm for fm, kind in runs]
-    return list(dict.fromkeys(codes))
+    """The FMs whose code the runs run, each once."""
+    return list(dict.fromkeys(code_of(fm, kind) for fm, kind in runs))
 
 
 def refuse_busy_queues(codes: list[str]) -> None:
@@ -423,12 +424,7 @@ def clean(say: Callable[[str], None] = print) -> None:
     for short in {fm.short for fm in fms}:  # names earlier layouts of the lab and Celery's remote control used
         queues.update(amqp_name(short, s) for s in ("dlq",))
         exchanges.update(amqp_name(short, s) for s in ("dlx", "control.pidbox", "events"))
-    with Connection(broker_url()) as conn:
-        channel = cast(Any, conn.default_channel)
-        for name in sorted(queues):
-            channel.queue_delete(queue=name)
-        for name in sorted(exchanges):
-            channel.exchange_delete(exchange=name)
+    delete_names(sorted(queues), sorted(exchanges))
     deleted = delete_keys(f"{NAMESPACE}:*")
     say(f"namespace {NAMESPACE}: deleted its queues and exchanges (of the {len(queues)} queue and {len(exchanges)} "
         f"exchange names the lab may have made, those that existed) and {deleted} Redis key(s)")

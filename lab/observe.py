@@ -244,6 +244,13 @@ class RunRecorder:
     def get(self, name: str) -> str | None:
         return cast(str | None, self.r.get(self.prefix + name))
 
+    def gate_open(self) -> bool:
+        """FM-4's interleaving: has the runner opened the gate?"""
+        return self.get("gate") is not None
+
+    def open_gate(self) -> None:
+        self.put("gate", "1")
+
     def append(self, name: str, value: str) -> None:
         key = self.prefix + name
         self.r.rpush(key, value)
@@ -355,9 +362,3 @@ class Reader:
 
     def has_event(self, kind: str, **match: str) -> bool:
         return any(e.kind == kind and all(e.get(k) == v for k, v in match.items()) for e in self.events())
-
-    def gate_is_open(self) -> bool:
-        return self.rec.get("gate") is not None
-
-    def open_gate(self) -> None:
-        self.rec.put("gate", "1")

@@ -106,7 +106,7 @@ def send_email(pipeline_id: str, summary: Summary) -> None:
     task_id = str(cast(Any, current_task).request.id) if current_task else ""
     if run.get("gated") is not None:
         run.event("gate_wait", task=task_id)
-        if not wait_until(lambda: run.get("gate") is not None, GATE_TIMEOUT_SECONDS, interval=0.01):
+        if not wait_until(run.gate_open, GATE_TIMEOUT_SECONDS, interval=0.01):
             raise GateTimeout(f"gate not opened within {GATE_TIMEOUT_SECONDS:.0f}s")
     run.append("emails", f"{task_id}|pipeline {pipeline_id}: {len(summary['ok'])} ok, {len(summary['failed'])} failed")
     run.event("email", task=task_id)

@@ -163,7 +163,7 @@ def run_scenario(
             if duplicate is None and reader.has_event("gate_wait", role="chord"):
                 duplicate = _fire_duplicate(fm, reader, body_result, doc_ids, run_id)
             elif duplicate is not None and not gate_opened and _duplicate_met_claim(reader):
-                reader.open_gate()
+                reader.rec.open_gate()
                 gate_opened = True
         if stop is not None:
             return stop[0] if stop[1](reader) else None

@@ -11,9 +11,9 @@ of the worker's main process, that its parent is still that harness: when the
 harness dies, whatever killed it (TERM, HUP, INT, KILL), the worker kills its
 own group within ``lab.app.PARENT_WATCH_SECONDS``. A watch, not Linux's
 ``prctl(PR_SET_PDEATHSIG)``: the death signal would need ``preexec_fn``
-(unsafe in a process with threads, which the harness has), and it reaches only
-the worker's main process, whose warm shutdown waits for a running task, a hung
-one for ever.
+(which Python's documentation calls unsafe in a process with threads, and the
+harness has threads), and it reaches only the worker's main process, whose warm
+shutdown waits for the tasks that are running, a hung one as long as it hangs.
 
 Registry and leftovers: ``leftovers()`` finds groups recorded in this namespace
 whose process is still alive and still the worker recorded (its command line

@@ -82,14 +82,17 @@ class DeadLetteringQueue(Queue):
         return super().declare(nowait=nowait, channel=channel)
 
 
+def bound_of(queue: Queue) -> int | None:
+    """Deliveries before RabbitMQ 3.x dead-letters a message of ``queue``: its
+    ``x-delivery-limit + 1`` (None when it has no limit)."""
+    limit = (queue.queue_arguments or {}).get("x-delivery-limit")
+    return limit + 1 if isinstance(limit, int) else None
+
+
 def delivery_bound(app: Celery, queue_name: str) -> int | None:
-    """Deliveries before dead-lettering on RabbitMQ 3.x: ``x-delivery-limit + 1`` of the
-    app's queue ``queue_name`` (None when it has no limit)."""
-    for queue in cast(list[Queue], list(app.conf.task_queues or [])):
-        limit = (queue.queue_arguments or {}).get("x-delivery-limit")
-        if queue.name == queue_name and isinstance(limit, int):
-            return limit + 1
-    return None
+    """``bound_of`` the app's task queue named ``queue_name``."""
+    found = [q for q in cast(list[Queue], list(app.conf.task_queues or [])) if q.name == queue_name]
+    return bound_of(found[0]) if found else None
 
 
 @dataclass(frozen=True)
