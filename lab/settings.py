@@ -10,8 +10,8 @@ Knobs (environment variables):
   ``NAMESPACE_RULES`` (an empty one too) stops the lab with exit status 2.
 
 Every queue, exchange and Redis key the lab creates starts with the namespace,
-then the FM's short name: ``rcl.fm3.tasks`` on the broker, ``rcl:fm3:...`` in
-Redis. The lab only ever deletes names under that prefix.
+then the FM's short name (with the default ``rcl``: ``rcl.fm3.tasks`` on the broker, ``rcl:fm3:...`` in
+Redis). The lab only ever deletes names under that prefix.
 """
 
 from __future__ import annotations
