@@ -3,35 +3,60 @@
 A Redis key per pipeline, ``<prefix>claim:<pipeline_id>``, moves through two states:
 
 - ``claimed:<owner>``: set with ``SET NX EX claim_ttl`` by the first ``notify``
-  that wants to send; it expires if that worker dies before sending, so a later
-  attempt can take over;
+  that wants to send (the owner is its task id); it expires if nobody finishes;
 - ``sent:<owner>``: set, by the owner only, once the email is out; kept ``sent_ttl``.
 
-``acquire()`` answers ``won`` (send now), ``busy`` (someone is sending: retry
-shortly, because they may still fail and release) or ``done`` (already sent:
-skip). ``with claim.sending(): ...`` releases the claim when the block raises (a
-retry or a duplicate may send instead) and marks it ``sent`` when it returns.
-Owner checks are atomic Lua scripts, so a stale owner cannot overwrite a newer claim.
+``acquire()`` answers:
+
+- ``won``: send now. Also when the claim is already ``claimed:`` by this very task
+  id: RabbitMQ delivers a message again only once the channel that held it is
+  gone, so a second delivery of the owner's own message means the first one
+  died holding the claim (FM-2's ``reject_on_worker_lost`` requeues it at once)
+  and this one resumes it. Without that, the owner's redelivery is turned away by
+  its own claim ("busy") until the claim expires;
+- ``busy``: someone else is sending: retry shortly, because they may still fail
+  and release. ``policy.busy_retries`` retries of ``policy.poll`` seconds outlast
+  ``claim_ttl``, so a claim whose owner died and never comes back expires and the
+  waiting ``notify`` takes over (a budget shorter than the TTL gives up first, and
+  no email goes out at all);
+- ``done``: already sent: skip.
+
+``with claim.sending(): ...`` releases the claim when the block raises (a retry
+or a duplicate may send instead) and marks it ``sent`` when it returns. Owner
+checks are atomic Lua scripts, so a stale owner cannot overwrite a newer claim.
 
 ``NotifyClaim.of(app, pipeline_id, owner)`` keeps the claim in the app's result
-backend Redis, under the app's ``global_keyprefix`` (Celery's own option for the
-backend's keys), so it lives and is cleaned up beside the results.
+backend Redis, under its key prefix (``shared.backend``).
 
-Limits: it narrows, not closes, the window: an owner that sends and dies before
-``mark_sent`` leaves ``claimed``, which expires, and the email goes out twice.
-Exactly-once needs the mail provider to deduplicate on the pipeline id too.
+Limits: the claim alone cannot make a side effect exactly-once.
+
+- An owner that sends and dies before ``mark_sent`` leaves ``claimed``; its
+  redelivery resumes the claim and sends again.
+- A redelivery can also come while the first delivery still runs: RabbitMQ
+  requeues a message when its consumer's *connection* drops, and Celery 5.7 lets
+  the running task go on (``worker_cancel_long_running_tasks_on_connection_loss``
+  is off by default); both deliveries then hold the same owner and both send.
+- An owner slower than ``claim_ttl`` loses its claim to a waiting duplicate.
+
+In each case the second send carries the same ``idempotency_key`` (``claim.key``):
+a receiver that deduplicates on it (mail and payment APIs that take an
+idempotency key do, for as long as they keep the key) delivers once. That is
+the end-to-end half of the fix; the claim keeps the calls to it to one in the
+common cases.
 """
 
 from __future__ import annotations
 
-import os
+import math
 from collections.abc import Generator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 import redis
 from celery import Celery
+
+from shared.backend import backend_redis
 
 State = Literal["won", "busy", "done"]
 
@@ -54,17 +79,13 @@ return 0
 class ClaimPolicy:
     claim_ttl: int = 60  # seconds a claim survives its owner's death
     sent_ttl: int = 86_400  # seconds "sent" is remembered
+    poll: float = 0.05  # seconds between the busy-retries of a waiting notify
+    resume: bool = True  # False: the owner's own redelivery is busy like anyone (fm4 before its hard variant)
 
-
-_clients: dict[tuple[int, str], redis.Redis] = {}
-
-
-def _client(url: str) -> redis.Redis:
-    """One client per process and URL (prefork children get their own after fork)."""
-    key = (os.getpid(), url)
-    if key not in _clients:
-        _clients[key] = cast(Any, redis.Redis).from_url(url, decode_responses=True)
-    return _clients[key]
+    @property
+    def busy_retries(self) -> int:
+        """Busy-retries that outlast ``claim_ttl`` (each waits at least ``poll``)."""
+        return math.ceil(self.claim_ttl / self.poll) + 1
 
 
 class NotifyClaim:
@@ -77,9 +98,8 @@ class NotifyClaim:
     @classmethod
     def of(cls, app: Celery, pipeline_id: str, owner: str | None, policy: ClaimPolicy = ClaimPolicy()) -> NotifyClaim:
         """The claim of ``pipeline_id`` in ``app``'s result backend Redis, under its key prefix."""
-        options = cast(dict[str, Any], app.conf.result_backend_transport_options or {})
-        prefix = str(options.get("global_keyprefix") or "")
-        return cls(_client(str(app.conf.result_backend)), f"{prefix}claim:{pipeline_id}", str(owner), policy)
+        r, prefix = backend_redis(app)
+        return cls(r, f"{prefix}claim:{pipeline_id}", str(owner), policy)
 
     def acquire(self) -> State:
         mine = f"claimed:{self.owner}"
@@ -88,7 +108,9 @@ class NotifyClaim:
         current = cast(str | None, self.r.get(self.key))
         if current is None:  # expired between the two calls: try once more
             return "won" if self.r.set(self.key, mine, nx=True, ex=self.policy.claim_ttl) else "busy"
-        return "done" if current.startswith("sent:") else "busy"
+        if current.startswith("sent:"):
+            return "done"
+        return "won" if current == mine and self.policy.resume else "busy"  # mine: the owner's redelivery resumes
 
     def mark_sent(self) -> bool:
         script = self.r.register_script(_MARK_SENT)

@@ -25,19 +25,50 @@ differently), so measure the bound again when you upgrade. (Stated from
 RabbitMQ's documentation; the lab runs 3.x only.)
 
 What RabbitMQ 3.x hands the DLQ: the message with its Celery headers, plus
-``x-death``, ``x-first-death-queue`` and ``x-first-death-reason: delivery_limit``;
-it does not carry ``x-delivery-count`` over, so the envelope states the source
-queue's bound (its ``x-delivery-limit`` + 1, read from the app's ``task_queues``).
+``x-death`` (newest death first), ``x-first-death-queue`` and
+``x-first-death-reason``; it does not carry ``x-delivery-count`` over, so the
+envelope states the source queue's bound (its ``x-delivery-limit`` + 1, read
+from the app's ``task_queues``). The drain reads the newest ``x-death`` entry:
+the *first* death of a retry that waited in a delay queue
+(``shared.retry.DelayQueues``) is its expiry there, not its delivery limit.
 
-The drain (``drain``): a beat task reads the DLQ with ``basic_get``, and for
-each message that is a chord member it writes a SUCCESS-state ``Result``
-(reason ``dead_lettered``) through ``backend.mark_as_done`` with a request
-rebuilt from the message headers. ``celery.backends.base.Backend.mark_as_done``
-then calls the backend's ``on_chord_part_return``, the member counts, and the
-chord body fires. A message that is not a chord member (or cannot be decoded)
-is acked and logged: the drain never crashes on it. Each finalised member is
-announced on the ``dead_lettered`` signal (``sender`` the app, ``letter`` a
+The drain (``drain``): a beat task reads the DLQ with ``basic_get`` and finds,
+for each message, the chord member it stands for:
+
+- the message itself, when it is a chord member (its ``chord`` is set);
+- else the last task of its ``chain``: a header chain ``fetch | parse`` makes
+  ``parse`` the member, and a poison ``fetch`` (the chain's *head*) dies before
+  ``parse`` is ever sent. The head's message carries the rest of its chain, last
+  task first, each with its options; the last one holds the member's ``task_id``,
+  ``group_id``, ``group_index`` and ``chord``.
+
+It writes a SUCCESS-state ``Result`` (reason ``dead_lettered``) for the member
+through ``backend.mark_as_done`` with a request rebuilt from those fields;
+``celery.backends.base.Backend.mark_as_done`` then calls the backend's
+``on_chord_part_return`` (the Redis backend reads the request's ``id``,
+``group``, ``group_index`` and ``chord``), the member counts, and the chord body
+fires. A dead head gets the same envelope as its own result. Then the message
+is acked and the ``dead_lettered`` signal sent (``sender`` the app, ``letter`` a
 ``DeadLetter``): attach an alert or a metric there.
+
+Nothing is acked unless it was finalised. A message that leads to no chord
+member, that is not a Celery task message, or whose finalising fails (the
+backend is down) is put back in the DLQ for an operator (``basic.reject`` with
+requeue, after the batch), logged once per process and announced once on
+``dead_letter_kept``. ``drain(..., chains=False)`` finalises chord members only
+(the drain as fm3 first had it): a poison chain head then waits in the DLQ and
+its chord never completes, which ``--prove`` shows.
+
+Deliveries are not attempts. The broker counts deliveries: a worker that dies
+(or loses its connection) returns every message it held, prefetched or waiting
+for its ETA, run or not. ``count_starts(app)`` counts, per task id, the bodies
+that really started (``task_prerun``, in the result backend's Redis), and the
+envelope of a dead letter says both: ``attempts`` (starts) and ``deliveries``.
+A document dead-lettered with fewer starts than deliveries was innocent.
+Choose ``x-delivery-limit`` above the number of whole-worker losses one message
+may live through while prefetched, and keep the prefetch small
+(``worker_prefetch_multiplier``): every prefetched message pays one delivery per
+lost worker.
 
 Celery 5.7 note: a quorum queue in ``task_queues`` makes the worker include the
 ``DelayedDelivery`` bootstep (``celery.worker.consumer.delayed_delivery``, see
@@ -55,16 +86,23 @@ from typing import Any, cast
 
 from celery import Celery
 from celery.app.task import Context
+from celery.signals import task_prerun
 from celery.utils.dispatch import Signal
 from kombu import Queue
 from kombu.message import Message
 
+from shared.backend import backend_redis
 from shared.envelope import Result
 
 log = logging.getLogger(__name__)
 
 dead_lettered = Signal(name="dead_lettered", providing_args=["letter"])
 """Sent by ``drain`` for each chord member it finalised (``sender=app, letter=DeadLetter``)."""
+dead_letter_kept = Signal(name="dead_letter_kept", providing_args=["headers", "args", "why"])
+"""Sent by ``drain``, once per process, for a message it put back in the DLQ (``sender=app``)."""
+
+STARTS_TTL_SECONDS = 86_400
+"""How long ``count_starts`` remembers a task id's starts."""
 
 
 class DeadLetteringQueue(Queue):
@@ -95,67 +133,144 @@ def delivery_bound(app: Celery, queue_name: str) -> int | None:
     return bound_of(found[0]) if found else None
 
 
+def count_starts(app: Celery) -> None:
+    """Count each start of a task body of ``app``, per task id (what ``drain`` reports as attempts)."""
+
+    def on_prerun(sender: object = None, task_id: str = "", task: object = None, **_: object) -> None:
+        if getattr(task or sender, "app", None) is app and task_id:
+            r, prefix = backend_redis(app)
+            key = f"{prefix}starts:{task_id}"
+            r.incr(key)
+            r.expire(key, STARTS_TTL_SECONDS)
+
+    task_prerun.connect(on_prerun, weak=False)
+
+
+def starts_of(app: Celery, task_id: str) -> int:
+    """How often a body of ``task_id`` started, as ``count_starts`` counted (0 when not counted)."""
+    r, prefix = backend_redis(app)
+    raw = cast(str | None, r.get(f"{prefix}starts:{task_id}"))
+    return int(raw) if raw is not None else 0
+
+
 @dataclass(frozen=True)
 class DeadLetter:
-    """One dead-lettered chord member, as the drain read it."""
+    """One dead-lettered message, and the chord member the drain finalised for it."""
 
-    task_id: str
+    task_id: str  # the message that died (a chain head, or the member itself)
     task_name: str
     args: list[Any]
     kwargs: dict[str, Any]
-    death_reason: str  # x-first-death-reason: "delivery_limit" for a poison message
+    death_reason: str  # the newest x-death's reason: "delivery_limit" for a poison message
+    member_id: str  # the chord member finalised for it
+    deliveries: int | None  # the source queue's bound, for delivery_limit; else unknown
+    started: int  # bodies that really started (count_starts)
 
 
-def drain(app: Celery, dlq: Queue, batch: int = 100) -> int:
+def drain(app: Celery, dlq: Queue, batch: int = 100, *, chains: bool = True) -> int:
     """Finalise what sits in ``dlq``; return how many chord members it finalised."""
     finalised = 0
     with app.connection_for_write() as conn:
         queue = dlq.bind(conn.default_channel)
         queue.declare()
+        kept: list[Message] = []
         for _ in range(batch):
             message = queue.get(no_ack=False, accept=["json"])
             if message is None:
                 break
             try:
-                letter = _finalise(app, message)
-            except Exception:  # a message the drain cannot read must not stop the drain
-                log.exception("dead letter %r could not be finalised; acked and dropped", message.headers)
-                letter = None
+                letter, why = _finalise(app, message, chains)
+            except Exception as exc:  # the backend is down, say: keep it for the next drain
+                letter, why = None, f"could not be finalised: {type(exc).__name__}: {exc}"
+            if letter is None:
+                kept.append(message)
+                _tell_kept(app, message, why)
+                continue
             message.ack()
-            if letter is not None:
-                finalised += 1
-                dead_lettered.send(sender=app, letter=letter)
+            finalised += 1
+            dead_lettered.send(sender=app, letter=letter)
+        for message in kept:  # back where they were, once the batch no longer reads the queue
+            message.reject(requeue=True)
     return finalised
 
 
-def _finalise(app: Celery, message: Message) -> DeadLetter | None:
+_told: set[str] = set()
+
+
+def _tell_kept(app: Celery, message: Message, why: str) -> None:
+    headers = cast(Mapping[str, Any], message.headers or {})
+    ident = str(headers.get("id") or message.body)
+    if ident in _told:
+        return
+    _told.add(ident)
+    log.warning("dead letter %s (%s) kept in the DLQ: %s", headers.get("id"), headers.get("task"), why)
+    try:
+        body = message.decode()
+    except Exception:  # what cannot be decoded is announced without its arguments
+        body = None
+    first = cast(list[Any], body)[0] if isinstance(body, list) and body else None
+    args: list[Any] = cast(list[Any], first) if isinstance(first, list) else []
+    dead_letter_kept.send(sender=app, headers=dict(headers), args=args, why=why)
+
+
+def newest_death(headers: Mapping[str, Any]) -> tuple[str, str]:
+    """``(reason, queue)`` of a dead letter's latest death. ``x-death`` lists the newest
+    first; ``x-first-death-*`` name the first one, which for a retry that waited in a
+    delay queue (``shared.retry.DelayQueues``) is its expiry there, not its delivery limit."""
+    deaths = cast(list[Any], headers.get("x-death") or [])
+    newest = cast(Mapping[str, Any], deaths[0]) if deaths and isinstance(deaths[0], Mapping) else None
+    if newest is not None:
+        return str(newest.get("reason") or "unknown"), str(newest.get("queue") or "")
+    return str(headers.get("x-first-death-reason") or "unknown"), str(headers.get("x-first-death-queue") or "")
+
+
+def _member(embed: Mapping[str, Any], chains: bool) -> Mapping[str, Any] | None:
+    """The options of the chord member a dead chain head stands for (None: no member)."""
+    rest = cast(list[Any], embed.get("chain") or []) if chains else []
+    last: Mapping[str, Any] = cast(Mapping[str, Any], rest[0]) if rest and isinstance(rest[0], Mapping) else {}
+    options = cast(Mapping[str, Any], last.get("options") or {})
+    return {**options, "task": last.get("task")} if options.get("chord") and options.get("task_id") else None
+
+
+def _finalise(app: Celery, message: Message, chains: bool) -> tuple[DeadLetter | None, str]:
     headers = cast(Mapping[str, Any], message.headers or {})
     body = message.decode()
     if not (isinstance(body, list) and len(cast(list[Any], body)) == 3):
-        log.warning("dead letter with a body that is not a Celery task message: %r", headers)
-        return None
+        return None, "not a Celery task message"
     args, kwargs, embed = cast(tuple[list[Any], dict[str, Any], dict[str, Any]], tuple(cast(list[Any], body)))
-    task_id, chord = headers.get("id"), embed.get("chord")
-    if not task_id or not chord:
-        log.warning("dead letter %s (%s) is not a chord member; acked", task_id, headers.get("task"))
-        return None
-    death = str(headers.get("x-first-death-reason") or "unknown")
-    letter = DeadLetter(str(task_id), str(headers.get("task")), args, kwargs, death)
+    task_id, task_name = str(headers.get("id") or ""), str(headers.get("task"))
+    if not task_id:
+        return None, "no task id"
+    if embed.get("chord"):
+        member: Mapping[str, Any] = {"task_id": task_id, "task": task_name, "group_id": headers.get("group"),
+                                     "group_index": headers.get("group_index"), "chord": embed["chord"]}
+    else:
+        found = _member(embed, chains)
+        if found is None:
+            return None, "not a chord member, and no chain leads to one" if chains else "not a chord member"
+        member = found
+    death, source = newest_death(headers)
     # RabbitMQ 3.x does not carry x-delivery-count into the dead letter; when the reason is
     # delivery_limit, the message was delivered exactly its source queue's bound.
-    bound = delivery_bound(app, str(headers.get("x-first-death-queue") or ""))
-    attempts = bound if death == "delivery_limit" and bound is not None else 0
-    envelope = Result[Any].failure(f"dead-lettered by the broker ({death}) after {attempts} deliveries", "dead_lettered", attempts)
+    bound = delivery_bound(app, source)
+    deliveries = bound if death == "delivery_limit" else None
+    started = starts_of(app, task_id)
+    said = f"{deliveries} deliveries" if deliveries is not None else "an unknown number of deliveries"
+    error = f"{task_name.rsplit('.', 1)[-1]} dead-lettered by the broker ({death}) after {said}, {started} started"
+    envelope = Result[Any].failure(error, "dead_lettered", started, deliveries).to_wire()
+    member_id = str(member["task_id"])
+    if member_id != task_id:  # the dead head's own result, outside the chord
+        app.backend.mark_as_done(task_id, envelope, request=Context(id=task_id, task=task_name, chord=None))
     request = Context(
-        id=task_id,
-        task=headers.get("task"),
-        group=headers.get("group"),
-        group_index=headers.get("group_index"),
+        id=member_id,
+        task=member.get("task"),
+        group=member.get("group_id"),
+        group_index=member.get("group_index"),
         root_id=headers.get("root_id"),
-        parent_id=headers.get("parent_id"),
-        chord=chord,
-        args=args,
-        kwargs=kwargs,
+        parent_id=headers.get("parent_id") if member_id == task_id else task_id,
+        chord=member["chord"],
+        args=args if member_id == task_id else [],
+        kwargs=kwargs if member_id == task_id else {},
     )
-    app.backend.mark_as_done(task_id, envelope.to_wire(), request=request)
-    return letter
+    app.backend.mark_as_done(member_id, envelope, request=request)
+    return DeadLetter(task_id, task_name, args, kwargs, death, member_id, deliveries, started), ""

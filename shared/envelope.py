@@ -13,20 +13,28 @@ in the pool process) a SUCCESS state whose value is a ``Result`` with ``status``
 body, and the body sees every failure.
 
 What it cannot reach: outcomes the worker's main process decides, outside the
-body. ``celery.worker.request.Request`` still stores FAILURE for Celery's hard
-``time_limit`` (``on_timeout``), for a lost worker that is not requeued and for
-``Reject(requeue=False)`` (``on_failure``), and REVOKED for a revoked task; each
-of those fails the chord. The lab runs the first two (S2; ``tests/test_celery_claims.py``
-for the time limit); the last two are read in ``celery/worker/request.py`` of the
-pinned 5.7.0, not run. FM-2, FM-3 and FM-6 keep the first two from happening.
+body. Celery's ``celery.worker.request.Request`` stores FAILURE for a hard
+``time_limit`` (``on_failure`` and ``on_timeout``, both), for a lost worker that
+is not requeued and for ``Reject(requeue=False)`` (``on_failure``), and REVOKED
+for a revoked task; each of those fails the chord. The lab keeps the first two
+from happening (FM-2 requeues a lost task, FM-3 bounds it) or turns them into
+envelopes as well (FM-6's ``shared.timeouts.BackstopRequest`` for the time
+limit). The lab runs the time limit, the lost worker and ``Reject(requeue=False)``
+(S2, S6 hard, ``tests/test_celery_claims.py``); revoke is read in
+``celery/worker/request.py`` of the pinned 5.7.0, not run (the lab's workers run
+without remote control, which a revoke travels by).
 
 What passes through untouched: Celery's control-flow exceptions (``Retry``,
-``Ignore``, ``Reject``) and ``BaseException`` that is not an ``Exception``
-(``SystemExit``, ``KeyboardInterrupt``). Catching ``Retry`` would turn a retry
-into a terminal failure.
+``Ignore``, ``Reject``) and a ``BaseException`` that is not an ``Exception``
+unless its class declares an ``envelope_reason`` (``SystemExit``,
+``KeyboardInterrupt`` and ``GeneratorExit`` pass; ``shared.timeouts.HardTimeout``,
+a ``BaseException`` so that a body's ``except Exception`` cannot swallow it, is
+recorded). Catching ``Retry`` would turn a retry into a terminal failure.
 
 Reasons: an exception class may carry ``envelope_reason``; Celery's
-``SoftTimeLimitExceeded`` is ``soft_timeout``; anything else is ``error``.
+``SoftTimeLimitExceeded`` is ``soft_timeout``; anything else is ``error``. Two
+reasons are written outside ``@enveloped``: ``dead_lettered`` by the DLQ drain
+(``shared.dlq``) and ``time_limit`` by ``shared.timeouts.BackstopRequest``.
 
 Attempts: whoever counts attempts better than Celery may call ``note_attempt(n)``
 before the body runs (the lab's observer does, from ``task_prerun``: it counts
@@ -51,7 +59,7 @@ from celery import Task
 from celery.exceptions import Ignore, Reject, Retry, SoftTimeLimitExceeded
 
 Status = Literal["SUCCESS", "FAILURE"]
-Reason = Literal["error", "dead_lettered", "retries_exhausted", "soft_timeout", "hard_timeout"]
+Reason = Literal["error", "dead_lettered", "retries_exhausted", "soft_timeout", "hard_timeout", "time_limit"]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 Wire = dict[str, Any]
 
@@ -78,7 +86,8 @@ class Result(Generic[P]):
     payload: P | None
     error: str | None
     reason: Reason | None
-    attempts: int
+    attempts: int  # bodies that started (see "Attempts" above)
+    deliveries: int | None = None  # broker deliveries, when the broker said (a dead letter)
 
     @property
     def ok(self) -> bool:
@@ -89,8 +98,8 @@ class Result(Generic[P]):
         return cls("SUCCESS", payload, None, None, attempts)
 
     @classmethod
-    def failure(cls, error: str, reason: Reason, attempts: int) -> Result[P]:
-        return cls("FAILURE", None, error, reason, attempts)
+    def failure(cls, error: str, reason: Reason, attempts: int, deliveries: int | None = None) -> Result[P]:
+        return cls("FAILURE", None, error, reason, attempts, deliveries)
 
     def to_wire(self) -> Wire:
         """A JSON-ready dict (the lab accepts JSON only)."""
@@ -100,6 +109,7 @@ class Result(Generic[P]):
             "error": self.error,
             "reason": self.reason,
             "attempts": self.attempts,
+            **({"deliveries": self.deliveries} if self.deliveries is not None else {}),
         }
 
     @staticmethod
@@ -116,12 +126,14 @@ class Result(Generic[P]):
         if reason is not None and reason not in REASONS:
             raise ValueError(f"unknown failure reason {reason!r}")
         error = data.get("error")
+        deliveries = data.get("deliveries")
         return Result(
             status=status,
             payload=data.get("payload"),
             error=str(error) if error is not None else None,
             reason=reason,
             attempts=attempts,
+            deliveries=deliveries if isinstance(deliveries, int) else None,
         )
 
 
@@ -169,7 +181,9 @@ def enveloped(
                 payload = fn(task, *args, **kwargs)
             except PASS_THROUGH:
                 raise
-            except Exception as exc:  # every other exit becomes a FAILURE envelope
+            except BaseException as exc:  # every other exit becomes a FAILURE envelope ...
+                if not isinstance(exc, Exception) and getattr(type(exc), "envelope_reason", None) is None:
+                    raise  # ... but SystemExit, KeyboardInterrupt and GeneratorExit
                 return Result[P].failure(describe(exc), reason_of(exc), _attempts(task)).to_wire()
             return Result[P].success(payload, _attempts(task)).to_wire()
         finally:

@@ -1,44 +1,88 @@
-"""``@hard_timeout``: a deadline that raises inside the task body (the FM-6 fix).
+"""``@hard_timeout`` and ``BackstopRequest``: deadlines that end a chord member as an envelope (FM-6).
 
-How: ``signal.setitimer(ITIMER_REAL, seconds)``; the SIGALRM handler raises
+``@hard_timeout(seconds)`` (knob: the deadline, kept on the wrapper as
+``hard_timeout_seconds``, which a check reads). How:
+``signal.setitimer(ITIMER_REAL, seconds)``; the SIGALRM handler raises
 ``HardTimeout`` (``envelope_reason = "hard_timeout"``) in the main thread, in
 whatever Python code is running, including code that catches and ignores
-Celery's ``SoftTimeLimitExceeded``. The body unwinds, ``@enveloped`` records a
-SUCCESS-state failure, the chord completes, and the pool slot is free again.
+Celery's ``SoftTimeLimitExceeded``. ``HardTimeout`` is a ``BaseException``, not
+an ``Exception``, so a body's ``except Exception`` cannot swallow it either,
+and ``@enveloped`` has to record a ``BaseException`` whose class declares an
+``envelope_reason`` as well as any ``Exception``. The body unwinds,
+``@enveloped`` records a SUCCESS-state failure, the chord completes, and the
+pool slot is free again.
 
 Pair it with ``soft_time_limit`` (the polite request, below the hard timeout)
 and keep Celery's ``time_limit`` (above it) as the backstop for what a signal
-cannot reach.
+cannot reach, with ``BackstopRequest`` as the task's ``Request`` class.
 
-The wrapper keeps its deadline as ``hard_timeout_seconds`` (what a check reads).
+``BackstopRequest`` (a ``celery.worker.request.Request``; attach it with
+``@app.task(..., Request=BackstopRequest)``) changes what the worker's main
+process records when ``time_limit`` expires. In Celery 5.7.0, billiard's
+``TimeoutHandler.on_hard_timeout`` first sets the job's result to
+``TimeLimitExceeded``, which calls ``Request.on_failure``, then calls
+``Request.on_timeout(soft=False)``, then ``_trywaitkill`` sends the pool process
+SIGTERM, waits 0.1 s and sends SIGKILL (billiard's SIGTERM handler in a pool
+process is Python code, so a process stuck in C dies of the SIGKILL). Celery's
+``on_failure`` and ``on_timeout`` each call ``backend.mark_as_failure``, and the
+chord becomes ``ChordError``.
+``BackstopRequest`` handles both calls once: it sends what the trace would have
+sent after the body (the request's link callbacks and the next step of its
+chain) with a failure envelope, stores that envelope with
+``backend.mark_as_done``, whose ``on_chord_part_return`` counts the member, so
+the chord body runs, acks the message (``task_acks_late``) and sends
+``task-succeeded``. Its reason is ``time_limit``, apart from ``hard_timeout``: the process was
+killed, no ``finally`` ran and the pool process was replaced; ``attempts`` is
+``request.retries + 1``. No
+WorkerLostError follows: the job is already settled when its process dies.
 
 Limits (state them to anyone who relies on it):
 
-- main thread only: signals are delivered to the main thread, so it refuses to
-  run elsewhere (prefork pool children run tasks on their main thread; the
-  threads, eventlet and gevent pools do not);
-- it cannot interrupt C code that does not return to the interpreter (a C
-  extension stuck in a loop, a blocking call that retries on EINTR inside C);
-  Celery's ``time_limit`` is what kills that;
-- one timer per process: nesting ``@hard_timeout`` replaces the outer timer.
+- ``@hard_timeout`` runs on the main thread only: signals are delivered to the
+  main thread, so it refuses to run elsewhere (prefork pool children run tasks
+  on their main thread; the threads, eventlet and gevent pools do not);
+- ``@hard_timeout`` cannot interrupt C code that does not return to the
+  interpreter (a C extension stuck in a loop, a blocking call that retries on
+  EINTR inside C): only ``time_limit`` ends that, by killing the process, and
+  neither ``finally`` blocks nor ``task_postrun`` run in it;
+- one timer per process: nesting ``@hard_timeout`` replaces the outer timer;
+- ``BackstopRequest`` acks even with ``task_acks_on_timeout=False`` (Celery would
+  requeue): the envelope is the member's last word, and a rerun would count it in
+  the chord twice; it stores nothing when the pool process had already stored an
+  outcome (the kill can race the result), nor during a cold shutdown (Celery's
+  own handling then); it sends no ``task_failure`` signal and calls no
+  ``Task.on_failure`` (the stored state is SUCCESS, as for any enveloped
+  failure).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from celery import Task
+from celery import Task, signature, states
+from celery.exceptions import TimeLimitExceeded
+from celery.worker import state as worker_state
+from celery.worker.request import Request
+from celery.worker.state import task_ready
+
+from shared.envelope import Result, Wire
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class HardTimeout(Exception):
+logger = logging.getLogger(__name__)
+
+
+class HardTimeout(BaseException):
+    """``@hard_timeout``'s deadline passed; a ``BaseException`` so ``except Exception`` lets it through."""
+
     envelope_reason = "hard_timeout"
 
 
@@ -69,3 +113,54 @@ def hard_timeout(
         return wrapper
 
     return decorate
+
+
+class BackstopRequest(Request):
+    """Celery's ``Request``, recording an expired ``time_limit`` as a SUCCESS-state envelope."""
+
+    _time_limit_handled = False
+
+    def on_failure(self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False) -> None:
+        exc = getattr(exc_info, "exception", None)
+        exc = getattr(exc, "exc", exc)  # billiard's ExceptionWithTraceback, which Celery's on_failure unwraps too
+        if isinstance(exc, TimeLimitExceeded) and not worker_state.should_terminate:
+            self._on_time_limit(exc.args[0] if exc.args else "?")  # billiard's on_hard_timeout, first call
+            return
+        super().on_failure(exc_info, send_failed_event, return_ok)
+
+    def on_timeout(self, soft: bool, timeout: float) -> None:
+        if soft or worker_state.should_terminate:
+            super().on_timeout(soft, timeout)
+            return
+        self._on_time_limit(timeout)  # billiard's on_hard_timeout, second call
+
+    def _on_time_limit(self, timeout: object) -> None:
+        if self._time_limit_handled:
+            return
+        self._time_limit_handled = True
+        task_ready(self)
+        context: Any = getattr(self, "_context")  # the task's Context (celery-types does not declare it)
+        message = f"TimeLimitExceeded: {self.name} ran past its time_limit of {timeout}s; its pool process is killed"
+        logger.error("%s[%s]: %s", self.name, self.id, message)
+        if not self._outcome_stored():
+            envelope = Result[Any].failure(message, "time_limit", int(context.retries or 0) + 1).to_wire()
+            self._send_next(envelope, context)
+            self.task.backend.mark_as_done(self.id, envelope, request=context)  # counts the chord member
+            self.send_event("task-succeeded", result=repr(envelope), runtime=None)
+        if self.task.acks_late:
+            self.acknowledge()
+
+    def _outcome_stored(self) -> bool:
+        """Did the pool process store its own outcome before the kill (the timer can win that race)?"""
+        try:
+            return self.task.backend.get_state(self.id) in states.READY_STATES
+        except Exception:  # the backend cannot say: store the envelope, as the trace would
+            return False
+
+    def _send_next(self, envelope: Wire, context: Any) -> None:
+        """What ``celery.app.trace`` sends before it stores a result: link callbacks, then the chain's next step."""
+        app, root_id = self.task.app, context.root_id or self.id
+        for callback in context.callbacks or ():
+            signature(callback, app=app).apply_async((envelope,), parent_id=self.id, root_id=root_id)
+        if chain := context.chain:
+            signature(chain[-1], app=app).apply_async((envelope,), chain=chain[:-1], parent_id=self.id, root_id=root_id)

@@ -12,7 +12,7 @@ from celery.signals import task_retry
 
 from shared.envelope import Result, enveloped
 from lab.faults import FLAKY, PermanentError, TransientError, inject
-from shared.retry import RetryPolicy, transient_retryable
+from shared.retry import DelayQueues, RetryPolicy, transient_retryable
 from shared.timeouts import HardTimeout, hard_timeout
 
 
@@ -131,3 +131,83 @@ def test_only_the_hard_timeout_stops_a_hang_that_ignores_the_soft_limit(local_ap
     finally:
         soft.cancel()
         signal.signal(signal.SIGUSR1, previous)
+
+
+def _sleep_swallowing_exceptions(seconds: float) -> int:
+    """Sleep ``seconds`` inside ``except Exception: continue``; return how many it swallowed."""
+    swallowed, deadline = 0, time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            time.sleep(left)
+        except Exception:
+            swallowed += 1
+            continue
+    return swallowed
+
+
+def test_an_exception_raised_by_an_alarm_is_swallowed_by_a_broad_handler() -> None:
+    """Why HardTimeout is a BaseException: the same alarm raising an Exception goes nowhere."""
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise RuntimeError("deadline")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        assert _sleep_swallowing_exceptions(0.6) == 1  # raised, swallowed, and the body slept on
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_broad_except_exception_cannot_swallow_the_hard_timeout(local_app: Celery) -> None:
+    """fm6's doc10: HardTimeout passes ``except Exception`` and @enveloped records it."""
+
+    def body(task: Task[Any, Any]) -> int:
+        return _sleep_swallowing_exceptions(30)
+
+    started = time.monotonic()
+    wire = enveloped(hard_timeout(0.2)(body))(_task(local_app, body))
+    envelope = Result.from_wire(wire)
+    assert envelope.reason == "hard_timeout" and (envelope.error or "").startswith("HardTimeout")
+    assert time.monotonic() - started < 2
+    assert not isinstance(HardTimeout("x"), Exception)
+
+
+def test_enveloped_lets_system_exit_through(local_app: Celery) -> None:
+    def body(task: Task[Any, Any]) -> None:
+        raise SystemExit(3)
+
+    with pytest.raises(SystemExit):
+        enveloped(body)(_task(local_app, body))
+
+
+def test_delay_queues_split_delays_into_doubling_buckets_and_slices() -> None:
+    """shared/retry.py: bucket b holds [base 2**b, base 2**(b+1)) in four slices; longer waits clamp."""
+    d = DelayQueues("ns.fm5.tasks", RetryPolicy(max_retries=3, base=0.1))
+    assert d.buckets == 3  # up to the longest jittered delay, 2 x 0.4 s
+    assert [d.queue_for(x).name for x in (0.1, 0.19, 0.26, 0.79, 1.5)] == [
+        "ns.fm5.tasks.retry.0.0", "ns.fm5.tasks.retry.0.3", "ns.fm5.tasks.retry.1.1", "ns.fm5.tasks.retry.2.3",
+        "ns.fm5.tasks.retry.2.3"]
+    queues = d.queues()
+    assert len(queues) == 12 and all(str(q.name).startswith("ns.fm5.tasks.retry.") for q in queues)
+    assert all((q.queue_arguments or {}) == {"x-dead-letter-exchange": "ns.fm5.tasks",
+                                             "x-dead-letter-routing-key": "ns.fm5.tasks"} for q in queues)
+
+
+def test_a_retry_after_longer_than_the_backoff_is_honoured(local_app: Celery) -> None:
+    seen: list[float] = []
+
+    def on_retry(sender: object = None, reason: object = None, **_: object) -> None:
+        seen.append(float(getattr(reason, "when", 0.0)))
+
+    def body(task: Task[Any, Any]) -> None:
+        raise TransientError("429", retry_after=2.5)
+
+    task_retry.connect(on_retry, weak=False)
+    try:
+        task = _task(local_app, transient_retryable(RetryPolicy(max_retries=1, base=0.1))(body))
+        task.apply()
+    finally:
+        task_retry.disconnect(on_retry)
+    assert seen == [2.5]
