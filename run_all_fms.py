@@ -68,12 +68,14 @@ def selected(args: argparse.Namespace) -> list[str]:
 
 
 def summary_table(reports: list[RunReport], prove: bool) -> str:
-    lines = [f"{'FM':<5} {'fixed (guarantees)':<34} {'broken (symptom)' if prove else ''}".rstrip()]
+    head = f"{'broken (symptom)':<28} hard variant, before its fix" if prove else ""
+    lines = [f"{'FM':<5} {'fixed (guarantees)':<34} {head}".rstrip()]
     for row in harness.matrix(reports):
-        fixed, broken = row.fixed, row.broken
+        fixed, broken, weak = row.fixed, row.broken, row.weak
         left = f"{fixed.verdict} {' '.join(c.label for c in fixed.checks)}" if fixed else "-"
-        right = f"{broken.verdict} {' '.join(c.label for c in broken.checks)} (on {broken.code})" if broken else ""
-        lines.append(f"{row.fm:<5} {left:<34} {right}".rstrip())
+        middle = f"{broken.verdict} {' '.join(c.label for c in broken.checks)} (on {broken.code})" if broken else ""
+        right = f"{weak.verdict} {' '.join(c.label for c in weak.checks)} (on {weak.code})" if weak else ""
+        lines.append(f"{row.fm:<5} {left:<34} {middle:<28} {right}".rstrip())
     return "\n".join(lines)
 
 

@@ -17,9 +17,15 @@ from lab.faults import HARD_HANG_CAP_SECONDS
 from lab.observe import Reader, attempt_starts
 from lab.fm import Fm
 from lab.runner import Observations, StopCondition
+from lab.scenarios import BURST
 
 PROBE_AT_ONCE_SECONDS = 2.0
 """G6: a probe task must come back within this after the run."""
+BURST_PROBE_SECONDS = 0.5
+"""G5: a probe sent while the burst's retries wait must come back within this."""
+OWNER_RECOVERY_SECONDS = 3.0
+"""G4: the email is out within this after the claim's owner was killed before sending
+(its redelivery resumes the claim; the lab's pool requeues a dead child's task at once)."""
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,10 @@ def _failed_detail(obs: Observations, doc: str) -> tuple[str, str]:
 
 def g1(obs: Observations, fm: Fm) -> Check:
     c = _Collector("G1")
-    runs = obs.notify_runs.get("chord", 0)
-    c.expect(runs == 1, f"chord notify ran {runs}x", "exactly 1")
+    # From scenario 4 on, deliveries of the chord's notify are killed on purpose (G4
+    # counts them); whatever the deliveries, exactly one of them may finish.
+    ends = sum(1 for e in obs.events if e.kind == "notify_end" and e.get("role") == "chord")
+    c.expect(ends == 1, f"chord notify finished {ends}x", "exactly 1")
     env = obs.chord.envelope
     c.expect(
         obs.chord.state == "SUCCESS" and env is not None and env.ok,
@@ -82,19 +90,45 @@ def g3(obs: Observations, fm: Fm) -> Check:
     a4 = obs.attempts.get("doc4", 0)
     c.expect(a4 == bound, f"doc4 attempts {a4}", f"the broker's bound {bound}" if bound else "a bound (no dead-letter policy)")
     reason, error = _failed_detail(obs, "doc4")
-    c.expect(reason == "dead_lettered" and "delivery_limit" in error, f"doc4 {reason or 'not failed'} {error!r}", "dead_lettered (delivery_limit)")
-    c.expect(obs.dlq_depth == 0, f"DLQ depth {obs.dlq_depth}", "0")
+    wanted = _dead_letter_error("parse_document", bound)
+    c.expect(reason == "dead_lettered" and error == wanted, f"doc4 {reason or 'not failed'} {error!r}", repr(wanted))
+    # The hard variant: doc9's poison is its fetch, the chain's head, not the chord member.
+    f9, a9 = obs.fetch_attempts.get("doc9", 0), obs.attempts.get("doc9", 0)
+    c.expect(f9 == bound and a9 == 0, f"doc9 fetched {f9}x, parsed {a9}x", f"fetched {bound}x (the bound), parsed 0x")
+    reason, error = _failed_detail(obs, "doc9")
+    wanted = _dead_letter_error("fetch_document", bound)
+    c.expect(reason == "dead_lettered" and error == wanted, f"doc9 {reason or 'not failed'} {error!r}", repr(wanted))
+    kept = [e.get("doc") for e in obs.events if e.kind == "dead_letter_kept"]
+    c.expect(not kept and obs.dlq_depth == 0, f"DLQ depth {obs.dlq_depth}, kept {kept}", "0, nothing kept")
     return c.result()
+
+
+def _dead_letter_error(task: str, bound: int) -> str:
+    """What the drain writes for a poison message (every delivery started its body)."""
+    return f"{task} dead-lettered by the broker (delivery_limit) after {bound} deliveries, {bound} started"
 
 
 def g4(obs: Observations, fm: Fm) -> Check:
     c = _Collector("G4")
     c.expect(len(obs.emails) == 1, f"emails {len(obs.emails)}", "exactly 1")
+    # The hard variant: the owner dies before sending (its redelivery resumes the claim), then
+    # once the email is out (the next redelivery sends again; the mail API drops the repeat key).
+    c.expect(obs.mail_calls == 2, f"mail API calls {obs.mail_calls}", "2 (the second one deduplicated)")
+    runs = obs.notify_runs.get("chord", 0)
+    crashes = [e.get("when") for e in obs.events if e.kind == "crash" and e.get("role") == "chord"]
+    c.expect(runs == 3 and crashes == ["before_send", "after_send"], f"chord notify started {runs}x, killed {crashes}",
+             "3x, killed before_send then after_send")
+    died = next((e.t for e in obs.events if e.kind == "crash" and e.get("when") == "before_send"), None)
+    sent = next((e.t for e in obs.events if e.kind == "email"), None)
+    took = sent - died if died is not None and sent is not None else None
+    c.expect(took is not None and took <= OWNER_RECOVERY_SECONDS,
+             f"email {'never sent' if took is None else f'{took:.2f}s'} after the owner died",
+             f"<= {OWNER_RECOVERY_SECONDS}s")
     dup = obs.duplicate
     env = dup.envelope if dup else None
     payload = cast(object, env.payload if env is not None and env.ok else None)
-    sent = cast(Mapping[str, object], payload).get("sent") if isinstance(payload, Mapping) else None
-    c.expect(sent is False, f"duplicate returned sent={sent}", "sent=False")
+    sent_flag = cast(Mapping[str, object], payload).get("sent") if isinstance(payload, Mapping) else None
+    c.expect(sent_flag is False, f"duplicate returned sent={sent_flag}", "sent=False")
     # The gate holds the owner between claiming and sending, so the duplicate meets a
     # busy claim first: its busy-retry is the observable sign that it saw the claim.
     saw = any(e.kind == "notify_retry" and e.get("role") == "duplicate" for e in obs.events)
@@ -124,7 +158,25 @@ def g5(obs: Observations, fm: Fm) -> Check:
             # cannot be shorter (a busy pool may make it longer, never shorter).
             c.expect(low <= delay < high, f"{doc} retry {k + 1} planned {delay:.3f}s", f"in [{low:.3f}, {high:.3f})")
             c.expect(gap >= delay, f"{doc} gap {k + 1} {gap:.3f}s", f">= planned {delay:.3f}s")
+    # The hard variant: a burst of waiting retries must not hold up new work.
+    burst = [d for d in BURST if d in obs.docs]
+    ok = [d for d in burst if d in obs.ok_docs() and obs.attempts.get(d) == 2]
+    c.expect(len(ok) == len(burst), f"burst {len(ok)} of {len(burst)} ok after 2 attempts", f"all {len(burst)}")
+    sent, back = obs.burst_probe or (0.0, None)
+    first_retry = _first_retry_start(obs, burst)
+    took = back - sent if back is not None else None
+    c.expect(took is not None and took <= BURST_PROBE_SECONDS and first_retry is not None and back is not None
+             and back < first_retry,
+             f"probe during the burst {'lost' if took is None else f'back in {took:.3f}s'}"
+             + (f", {first_retry - sent:.3f}s before the first retry ran" if first_retry is not None and back is not None else ""),
+             f"<= {BURST_PROBE_SECONDS}s, before any retry of the burst ran")
     return c.result()
+
+
+def _first_retry_start(obs: Observations, burst: list[str]) -> float | None:
+    """When the first burst document began its second attempt (its retry)."""
+    starts = [e.t for e in obs.events if e.kind == "attempt_start" and e.get("doc") in burst and e.get("attempt") == "2"]
+    return min(starts) if starts else None
 
 
 def g6(obs: Observations, fm: Fm) -> Check:
@@ -133,6 +185,14 @@ def g6(obs: Observations, fm: Fm) -> Check:
     r8, _ = _failed_detail(obs, "doc8")
     c.expect(r7 == "soft_timeout", f"doc7 {r7 or 'not failed'}", "soft_timeout")
     c.expect(r8 == "hard_timeout", f"doc8 {r8 or 'not failed'}", "hard_timeout")
+    # The hard variants: a body that swallows Exception cannot swallow HardTimeout (a
+    # BaseException); C code outlives every signal and ends at Celery's time_limit, which
+    # the backstop request records as an envelope instead of a FAILURE state.
+    r10, _ = _failed_detail(obs, "doc10")
+    r11, e11 = _failed_detail(obs, "doc11")
+    c.expect(r10 == "hard_timeout", f"doc10 {r10 or 'not failed'}", "hard_timeout")
+    c.expect(r11 == "time_limit" and "TimeLimitExceeded" in e11, f"doc11 {r11 or 'not failed'} {e11!r}",
+             "time_limit (TimeLimitExceeded)")
     p = obs.probe_seconds
     c.expect(p is not None and p <= PROBE_AT_ONCE_SECONDS, f"probe {'lost' if p is None else f'{p:.2f}s'}", f"<= {PROBE_AT_ONCE_SECONDS}s")
     return c.result()
@@ -193,7 +253,10 @@ def s3(obs: Observations, fixed: Fm) -> Check:
 
 def s4(obs: Observations, fixed: Fm) -> Check:
     c = _Collector("S4")
-    c.expect(len(obs.emails) == 2, f"emails {len(obs.emails)}", "2")
+    # Without a claim every delivery that reaches the mail API sends: the duplicate, killed
+    # once its email is out, its redelivery, and the owner's redelivery (the owner itself
+    # was killed before sending). Without an idempotency key the API delivers them all.
+    c.expect(len(obs.emails) == 3 and obs.mail_calls == 3, f"emails {len(obs.emails)} of {obs.mail_calls} calls", "3 of 3")
     return c.result()
 
 
@@ -225,6 +288,71 @@ def s6(obs: Observations, fixed: Fm) -> Check:
 
 
 SYMPTOMS: tuple[Callable[[Observations, Fm], Check], ...] = (s1, s2, s3, s4, s5, s6)
+
+
+# ---- hard variants: scenario n on FM n without its hard fix (lab.weak) ----
+
+
+def s3_hard(obs: Observations, fixed: Fm) -> Check:
+    c = _Collector("S3 hard")
+    bound, f9 = _bound(fixed), obs.fetch_attempts.get("doc9", 0)
+    c.expect(f9 == bound, f"doc9 fetched {f9}x", f"{bound}x, then dead-lettered")
+    kept = any(e.kind == "dead_letter_kept" and e.get("doc") == "doc9" for e in obs.events)
+    c.expect(kept, f"doc9's dead letter {'kept in the DLQ' if kept else 'not seen'}", "kept: no chord member to finalise")
+    c.expect(obs.chord.state == "PENDING", f"chord {obs.chord.state}", "PENDING (never completes)")
+    _notify_never(c, obs)
+    return c.result()
+
+
+def s4_hard(obs: Observations, fixed: Fm) -> Check:
+    c = _Collector("S4 hard")
+    died = next((e.t for e in obs.events if e.kind == "crash" and e.get("when") == "before_send"), None)
+    own = [e for e in obs.events if e.kind == "notify_retry" and e.get("role") == "chord" and died is not None and e.t > died]
+    c.expect(bool(own), f"the owner's redelivery {'busy-retried on its own claim' if own else 'was not turned away'}",
+             "turned away by its own claim")
+    c.expect(not obs.emails, f"emails {len(obs.emails)}", "0")
+    return c.result()
+
+
+def s5_hard(obs: Observations, fixed: Fm) -> Check:
+    c = _Collector("S5 hard")
+    burst = [d for d in BURST if d in obs.docs]
+    sent, back = obs.burst_probe or (0.0, None)
+    first_retry = _first_retry_start(obs, burst)
+    c.expect(back is not None and first_retry is not None and back > first_retry,
+             f"probe during the burst {'lost' if back is None else f'back in {back - sent:.3f}s'}"
+             + (f", {back - first_retry:.3f}s after the first retry ran" if back is not None and first_retry is not None else ""),
+             "back only after the burst's retries came due (the worker's prefetch held them)")
+    return c.result()
+
+
+def s6_hard(obs: Observations, fixed: Fm) -> Check:
+    c = _Collector("S6 hard")
+    _chord_error(c, obs, "TimeLimitExceeded")
+    _notify_never(c, obs)
+    return c.result()
+
+
+WEAK: dict[int, Callable[[Observations, Fm], Check]] = {3: s3_hard, 4: s4_hard, 5: s5_hard, 6: s6_hard}
+
+
+def weak_symptom(n: int, obs: Observations, fixed: Fm) -> Check:
+    return WEAK[n](obs, fixed)
+
+
+def weak_stop(n: int, fixed: Fm) -> tuple[str, StopCondition] | None:
+    """Where a weak run stops when its chord never completes (S3 hard) or waits long (S4 hard)."""
+    if n == 3:
+        return ("doc9's dead letter was kept", lambda r: r.has_event("dead_letter_kept", doc="doc9"))
+    if n == 4:
+        return ("the owner was turned away by its own claim", _owner_turned_away)
+    return None
+
+
+def _owner_turned_away(r: Reader) -> bool:
+    events = r.events()
+    died = next((e.t for e in events if e.kind == "crash" and e.get("when") == "before_send"), None)
+    return died is not None and any(e.kind == "notify_retry" and e.get("role") == "chord" and e.t > died for e in events)
 
 
 def symptom(n: int, obs: Observations, fixed: Fm) -> Check:

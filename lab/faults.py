@@ -4,13 +4,29 @@ A scenario maps documents to faults; the fault travels with the work itself, in
 the document's text (a first line ``x-lab-fault: POISON``, written by the runner
 into the lab's document store), so the same task code meets every fault
 unchanged and no task signature carries the lab. On the wire a fault is a short
-string: ``FAIL``, ``CRASH_ONCE``, ``POISON``, ``FLAKY:2``, ``FLAKE_FOREVER``,
-``SOFT_HANG``, ``HARD_HANG``.
+string: ``FAIL``, ``CRASH_ONCE``, ``POISON``, ``FETCH_POISON``, ``FLAKY:2``,
+``FLAKE_FOREVER``, ``THROTTLED``, ``SOFT_HANG``, ``HARD_HANG``, ``SWALLOW_HANG``,
+``C_HANG``. ``THROTTLED`` is a 429 with ``Retry-After`` on the first attempt
+(``TransientError(retry_after=THROTTLE_SECONDS)``), then success: a burst of
+them is a burst of waiting retries.
 
 ``lab_fault(task, document)`` reads the sentinel and misbehaves as it says, on
 the attempt the observer counted (``lab.observe.current_attempt``).
+``FETCH_POISON`` is the one fault of the fetch, not of the parse: the document
+store stand-in (``lab.pipeline.fetch_text``) calls ``fetch_fault`` on the text it
+read, so the chain's *head* dies, before ``parse_document`` exists for it.
 
-Limits: ``CRASH_ONCE`` and ``POISON`` SIGKILL the current process, which under
+The hangs, from polite to hopeless:
+
+- ``SOFT_HANG`` sleeps; Celery's ``SoftTimeLimitExceeded`` ends it;
+- ``HARD_HANG`` sleeps and swallows ``SoftTimeLimitExceeded``, nothing else;
+- ``SWALLOW_HANG`` sleeps inside ``except Exception: continue``, the broad
+  handler found in real code: it swallows every ``Exception`` raised into it;
+- ``C_HANG`` spins in one C call (``sum(range(n))``) that never returns to the
+  interpreter, so no Python signal handler runs until it ends (about a minute on
+  the lab's machine); only killing the process stops it.
+
+Limits: ``CRASH_ONCE``, ``POISON`` and ``FETCH_POISON`` SIGKILL the current process, which under
 the prefork pool is one pool child. Under ``--pool solo`` they would kill the
 worker itself; the lab always runs prefork.
 """
@@ -22,7 +38,7 @@ import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn, get_args
 
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -30,15 +46,20 @@ from celery.exceptions import SoftTimeLimitExceeded
 from lab.observe import current_attempt, short_doc
 from shared.retry import TransientError
 
-Kind = Literal["FAIL", "CRASH_ONCE", "POISON", "FLAKY", "FLAKE_FOREVER", "SOFT_HANG", "HARD_HANG"]
-KINDS: tuple[Kind, ...] = ("FAIL", "CRASH_ONCE", "POISON", "FLAKY", "FLAKE_FOREVER", "SOFT_HANG", "HARD_HANG")
+Kind = Literal["FAIL", "CRASH_ONCE", "POISON", "FETCH_POISON", "FLAKY", "FLAKE_FOREVER", "THROTTLED", "SOFT_HANG",
+               "HARD_HANG", "SWALLOW_HANG", "C_HANG"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 SOFT_HANG_SECONDS = 2.0
 """How long ``SOFT_HANG`` sleeps when nothing interrupts it (well past fm6's soft limit)."""
 CRASH_AFTER_SECONDS = 0.1
 """How long ``CRASH_ONCE``/``POISON`` work before the kill: the crash comes mid-task."""
 HARD_HANG_CAP_SECONDS = 60.0
-"""``HARD_HANG`` gives up after this long, so a forgotten worker does not hang for ever."""
+"""``HARD_HANG`` and ``SWALLOW_HANG`` give up after this long, so a forgotten worker does not hang for ever."""
+THROTTLE_SECONDS = 1.5
+"""``THROTTLED``: the ``Retry-After`` of its 429, which the retry honours."""
+C_HANG_ITERATIONS = 5 * 10**9
+"""``C_HANG`` sums this many integers in one C call: about a minute of CPU on the lab's machine."""
 
 
 class PermanentError(Exception):
@@ -71,9 +92,13 @@ class Fault:
 FAIL = Fault("FAIL")
 CRASH_ONCE = Fault("CRASH_ONCE")
 POISON = Fault("POISON")
+FETCH_POISON = Fault("FETCH_POISON")
 FLAKE_FOREVER = Fault("FLAKE_FOREVER")
+THROTTLED = Fault("THROTTLED")
 SOFT_HANG = Fault("SOFT_HANG")
 HARD_HANG = Fault("HARD_HANG")
+SWALLOW_HANG = Fault("SWALLOW_HANG")
+C_HANG = Fault("C_HANG")
 
 
 def FLAKY(times: int) -> Fault:  # noqa: N802 - reads like the other sentinels
@@ -97,25 +122,47 @@ def inject(fault: Fault | None, attempt: int, *, doc: str = "") -> None:
                 raise TransientError(f"503 from the parser service (attempt {attempt})")
         case "FLAKE_FOREVER":
             raise TransientError(f"503 from the parser service (attempt {attempt})")
+        case "THROTTLED":
+            if attempt == 1:
+                raise TransientError(f"429 from the parser service, Retry-After {THROTTLE_SECONDS}s", THROTTLE_SECONDS)
         case "SOFT_HANG":
             time.sleep(SOFT_HANG_SECONDS)  # a soft time limit interrupts this sleep
         case "HARD_HANG":
-            _hang_ignoring_soft_limit()
+            _hang_swallowing(SoftTimeLimitExceeded)
+        case "SWALLOW_HANG":
+            _hang_swallowing(Exception)
+        case "C_HANG":
+            sum(range(C_HANG_ITERATIONS))  # one C call: no bytecode boundary for a signal handler to run at
+        case "FETCH_POISON":
+            pass  # the fetch's fault (fetch_fault); a parse never meets it
 
 
 def _sigkill_self(after: float) -> None:
     time.sleep(after)  # the work done before the crash
+    kill_self()
+
+
+def kill_self() -> NoReturn:
+    """SIGKILL this process: no handler, no ``finally``, no ack (a pool child dies)."""
     os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable: SIGKILL is not delivered late")
 
 
-def _hang_ignoring_soft_limit() -> None:
+def _hang_swallowing(swallowed: type[BaseException]) -> None:
     deadline = time.monotonic() + HARD_HANG_CAP_SECONDS
     while (left := deadline - time.monotonic()) > 0:
         try:
             time.sleep(left)
-        except SoftTimeLimitExceeded:
+        except swallowed:
             continue  # the badly behaved code this fault stands for swallows it
-    raise RuntimeError(f"HARD_HANG gave up after {HARD_HANG_CAP_SECONDS:.0f}s")
+    raise RuntimeError(f"the hang gave up after {HARD_HANG_CAP_SECONDS:.0f}s")
+
+
+def fetch_fault(text: str) -> None:
+    """The fetch's fault: ``FETCH_POISON`` kills the process reading this document, every time."""
+    fault = fault_in(text)
+    if fault is not None and fault.kind == "FETCH_POISON":
+        _sigkill_self(CRASH_AFTER_SECONDS)
 
 
 FAULT_LINE = "x-lab-fault: "

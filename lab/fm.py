@@ -31,7 +31,7 @@ from kombu import Queue
 
 from lab.app import short_name
 from shared.dlq import DeadLetteringQueue, bound_of
-from shared.retry import RetryPolicy
+from shared.retry import DelayQueues, RetryPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
@@ -76,13 +76,14 @@ class Fm:
 
     @property
     def queues(self) -> list[Queue]:
-        """Every queue the FM owns: its task queues and their dead-letter queues."""
+        """Every queue the FM owns: its task queues, their dead-letter queues and its retries' delay queues."""
         out: list[Queue] = []
         for q in self.task_queues:
             out.append(q)
             if isinstance(q, DeadLetteringQueue) and q.dead_letters is not None:
                 out.append(q.dead_letters)
-        return out
+        delays = next((d for f in layers(self.parse_document.run) if isinstance(d := getattr(f, "delay_queues", None), DelayQueues)), None)
+        return out + (delays.queues() if delays is not None else [])
 
     @property
     def dead_letter_queue(self) -> Queue | None:

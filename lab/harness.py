@@ -34,7 +34,7 @@ import redis
 from kombu import Connection
 from kombu.exceptions import OperationalError
 
-from lab import checks, services
+from lab import checks, services, weak
 from lab.checks import Check
 from lab.fm import Fm, NotAnFm, fm_modules, load_module
 from lab.observe import client
@@ -49,7 +49,7 @@ RUN_TIMEOUT = 90.0
 SERVICE_CHECK_SECONDS = 1.0
 """How often the watch during a run asks the broker and Redis whether they answer."""
 
-Kind = Literal["fixed", "broken", "bug"]
+Kind = Literal["fixed", "broken", "weak", "bug"]
 Stage = Literal["resetting", "starting the worker", "waiting for the worker", "running the scenario",
                 "stopping the worker", "checking", "cleaning up"]
 OnStage = Callable[[Stage], None]
@@ -79,7 +79,10 @@ def resolve(names: list[str]) -> list[str]:
 
 
 def load(short: str) -> Fm:
-    """The FM ``short`` (``fm3``), read off its module."""
+    """The FM ``short`` (``fm3``), read off its module; ``fm3w`` is fm3's weak variant (``lab.weak``)."""
+    base = short[:-1] if short.endswith("w") else short
+    if base != short and weak.has_weak(base):
+        return checked(weak.weak(base, fm_modules()[base]))
     return checked(load_module(fm_modules()[short]))
 
 
@@ -93,7 +96,7 @@ def checked(fm: Fm) -> Fm:
 
 
 def number(short: str) -> int:
-    return int(short[2:])
+    return int(short[2:].rstrip("w"))
 
 
 # ---- namespace reset -----------------------------------------------------------
@@ -189,7 +192,8 @@ class RunReport:
 
 
 def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
-    """fixed: scenario N on FM N; broken: scenario N on FM N-1; bug: scenario 1 on fm0.
+    """fixed: scenario N on FM N; broken: scenario N on FM N-1; weak: scenario N on FM N
+    without the fix of its hard variant (``lab.weak``); bug: scenario 1 on fm0.
 
     ``on_stage`` hears each stage as it begins: resetting, starting the worker,
     waiting for the worker, running the scenario, stopping the worker, checking
@@ -204,8 +208,9 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     started = time.monotonic()
     try:
         lab = load(code)
-        fixed = load(fm) if kind == "broken" else lab
-        stop: tuple[str, StopCondition] | None = checks.symptom_stop(n, fixed) if kind == "broken" else None
+        fixed = load(fm) if kind in ("broken", "weak") else lab
+        stop: tuple[str, StopCondition] | None = (
+            checks.symptom_stop(n, fixed) if kind == "broken" else checks.weak_stop(n, fixed) if kind == "weak" else None)
         run_id = new_run_id()
         on_stage("resetting")
         wait_stopped(lab.short)  # the last worker of this code must be gone, its queues emptied, first
@@ -353,9 +358,11 @@ def service_cause(exc: BaseException) -> str | None:
 
 
 def _checks(kind: Kind, n: int, obs: Observations, fixed: Fm) -> list[Check]:
-    """fixed: G1..Gn of FM n; broken: Sn; bug: S1 (fm0's own bug)."""
+    """fixed: G1..Gn of FM n; broken: Sn; weak: Sn hard; bug: S1 (fm0's own bug)."""
     if kind == "fixed":
         return checks.guarantees(n, obs, fixed)
+    if kind == "weak":
+        return [checks.weak_symptom(n, obs, fixed)]
     return [checks.symptom(n if kind == "broken" else 1, obs, fixed)]
 
 
@@ -375,6 +382,7 @@ class MatrixRow:
     fm: str
     fixed: RunReport | None  # the fixed run (fm0: its bug run)
     broken: RunReport | None
+    weak: RunReport | None = None  # the hard variant on the FM without its hard fix
 
 
 def matrix(reports: list[RunReport]) -> list[MatrixRow]:
@@ -382,11 +390,13 @@ def matrix(reports: list[RunReport]) -> list[MatrixRow]:
     cells: dict[str, dict[str, RunReport]] = {}
     for r in reports:
         cells.setdefault(r.fm, {})[r.kind] = r
-    return [MatrixRow(fm, c.get("fixed") or c.get("bug"), c.get("broken")) for fm, c in cells.items()]
+    return [MatrixRow(fm, c.get("fixed") or c.get("bug"), c.get("broken"), c.get("weak")) for fm, c in cells.items()]
 
 
 def code_of(fm: str, kind: Kind) -> str:
-    """The FM whose code a run runs: its own (fixed), the one before (broken), fm0 (bug)."""
+    """The FM whose code a run runs: its own (fixed), the one before (broken), its weak variant, fm0 (bug)."""
+    if kind == "weak":
+        return weak.weak_name(fm)
     return fm if kind == "fixed" else f"fm{number(fm) - 1}" if kind == "broken" else "fm0"
 
 
@@ -439,6 +449,8 @@ def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str,
         runs.append((fm, "fixed"))
         if prove:
             runs.append((fm, "broken"))
+            if weak.has_weak(fm):
+                runs.append((fm, "weak"))
     if include_fm0 or "fm0" in selected:
         runs.insert(0, ("fm0", "bug"))
     return runs

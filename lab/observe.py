@@ -3,6 +3,8 @@
 The FM files' task bodies hold no observation code. The observer listens to
 Celery's own signals in the worker and turns them into ``Happening`` records:
 
+- ``task_prerun`` of ``fetch_document``: a fetch starts (counted per document,
+  apart from the parse's attempts);
 - ``task_prerun`` of ``parse_document``: an attempt starts. Attempts are counted
   per document in Redis (``INCR``), which survives a redelivery that Celery's
   ``request.retries`` does not see; the count goes to ``@enveloped``
@@ -10,7 +12,8 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
 - ``task_postrun``: the attempt (or ``notify``) ended; how is read off the
   envelope it returned (or the exception, for fm0's bare tasks);
 - ``task_retry``: a retry was planned, ``Retry.when`` seconds from now;
-- ``shared.dlq.dead_lettered``: the DLQ drain finalised a chord member.
+- ``shared.dlq.dead_lettered``: the DLQ drain finalised a chord member;
+  ``shared.dlq.dead_letter_kept``: it put a message back in the DLQ instead.
 
 What a killed process cannot report (no ``task_postrun``), the attempt counter
 and the broker still tell: an attempt that started and never ended.
@@ -24,8 +27,11 @@ Redis layout (``P`` = ``<namespace>:run:<run_id>:``), every key with a TTL:
 - ``P doc:<doc>``: the document's text (the lab's document store, ``lab.pipeline``);
 - ``P attempts:<doc>``: INCR per attempt of ``parse_document``;
 - ``P events``: a stream, one entry per happening (wall time in ``t``);
-- ``P emails``: one item per email the mail stand-in "sent";
-- ``P gated``, ``P gate``: FM-4's interleaving (``lab.pipeline.send_email``);
+- ``P fetch-attempts:<doc>``: INCR per attempt of ``fetch_document``;
+- ``P emails``: one item per email the mail stand-in delivered; ``P mail_calls``:
+  one item per call of it; ``P mail-key:<key>``: an idempotency key it has seen;
+- ``P gated``, ``P gate``: FM-4's interleaving; ``P crash_plan``: FM-4's crashes
+  (``lab.pipeline.send_email``);
 - ``P duplicate``: the task id of the duplicate ``notify`` the runner fired, so
   that the reader tells the chord's own ``notify`` (role ``chord``) from it.
 
@@ -114,7 +120,7 @@ def doc_in(args: Sequence[object]) -> tuple[str, str] | None:
 class Happening:
     """One thing a task did, as the observer saw it."""
 
-    kind: str  # attempt_start, attempt_end, retry, notify_start, notify_end, notify_retry, dead_lettered
+    kind: str  # fetch_start, attempt_start, attempt_end, retry, notify_start, notify_end, notify_retry, dead_lettered
     run_id: str
     task_id: str
     doc: str = ""
@@ -174,6 +180,10 @@ class Observer:
             _attempts[task_id] = n
             note_attempt(n)
             self.emit(Happening("attempt_start", run, task_id, doc, {"attempt": str(n)}))
+        elif role == "fetch_document" and (found := doc_in(args)):
+            run, doc = found
+            n = count_attempt(run, doc, "fetch-attempts")
+            self.emit(Happening("fetch_start", run, task_id, doc, {"attempt": str(n)}))
         elif role == "notify" and (run := _pipeline_in(args, kwargs)):
             self.emit(Happening("notify_start", run, task_id))
 
@@ -213,12 +223,18 @@ class Observer:
             run, doc = found
             self.emit(Happening("dead_lettered", run, letter.task_id, doc, {"death": letter.death_reason}))
 
+    def dead_letter_kept(self, task_id: str, args: Sequence[object], why: str) -> None:
+        found = doc_in(args)
+        if found:
+            run, doc = found
+            self.emit(Happening("dead_letter_kept", run, task_id, doc, {"why": why}))
+
 
 # ---- the lab's sink: a run's record in Redis ------------------------------------------
 
 
-def count_attempt(run_id: str, doc: str) -> int:
-    r, key = client(), f"{run_prefix(run_id)}attempts:{doc}"
+def count_attempt(run_id: str, doc: str, counter: str = "attempts") -> int:
+    r, key = client(), f"{run_prefix(run_id)}{counter}:{doc}"
     n = int(r.incr(key))
     r.expire(key, TTL_SECONDS)
     return n
@@ -243,6 +259,14 @@ class RunRecorder:
 
     def get(self, name: str) -> str | None:
         return cast(str | None, self.r.get(self.prefix + name))
+
+    def pop(self, name: str) -> str | None:
+        """Take the first item of a list (a plan the runner wrote), or None."""
+        return cast(str | None, self.r.lpop(self.prefix + name))
+
+    def claim_once(self, name: str, value: str) -> bool:
+        """Set ``name`` unless it is set already; True when this call set it."""
+        return bool(self.r.set(self.prefix + name, value, nx=True, ex=TTL_SECONDS))
 
     def gate_open(self) -> bool:
         """FM-4's interleaving: has the runner opened the gate?"""
@@ -288,6 +312,11 @@ def _on_dead_lettered(sender: object = None, letter: dlq.DeadLetter | None = Non
         OBSERVER.dead_lettered(letter)
 
 
+def _on_dead_letter_kept(sender: object = None, headers: Mapping[str, object] | None = None,
+                         args: Sequence[object] = (), why: str = "", **_: object) -> None:
+    OBSERVER.dead_letter_kept(str((headers or {}).get("id") or ""), args, why)
+
+
 _installed = False
 
 
@@ -300,6 +329,7 @@ def install() -> None:
     task_postrun.connect(_on_postrun, weak=False)
     task_retry.connect(_on_retry, weak=False)
     dlq.dead_lettered.connect(_on_dead_lettered, weak=False)
+    dlq.dead_letter_kept.connect(_on_dead_letter_kept, weak=False)
     _installed = True
 
 
@@ -329,9 +359,13 @@ class Reader:
         self.prefix = self.rec.prefix
         self.r = self.rec.r
 
-    def attempts(self, doc: str) -> int:
-        raw = self.rec.get(f"attempts:{doc}")
+    def attempts(self, doc: str, counter: str = "attempts") -> int:
+        """Attempts of ``parse_document`` on ``doc`` (``counter="fetch-attempts"``: of its fetch)."""
+        raw = self.rec.get(f"{counter}:{doc}")
         return int(raw) if raw is not None else 0
+
+    def mail_calls(self) -> int:
+        return int(self.r.llen(self.prefix + "mail_calls"))
 
     def duplicate_id(self) -> str | None:
         return self.rec.get("duplicate")

@@ -8,11 +8,22 @@ domain modules, kept small. The FM files import it and hold the Celery code.
 - ``summarise(results, doc_ids)``: the chord body's aggregation of ok and failed
   documents, from envelopes (FM-1 on) or bare payloads (fm0);
 - ``fetch_text(doc_id)``: the document store (Redis stands in for S3 or an HTTP
-  API); the runner writes each run's documents there, faults included;
-- ``send_email(pipeline_id, summary)``: the mail API stand-in; it records each
-  email it "sends", and when the scenario fires a duplicate ``notify`` it first
-  waits at the runner's gate, so that the duplicate is certain to arrive while
-  this one is between "decided to send" and "sent" (FM-4's interleaving).
+  API); the runner writes each run's documents there, faults included; a
+  ``FETCH_POISON`` document kills the process that reads it (``lab.faults``);
+- ``send_email(pipeline_id, summary, idempotency_key=None)``: the mail API
+  stand-in. It records each call and each email it delivers. Given an
+  idempotency key it delivers once per key: a later call with the same key
+  delivers nothing and answers with the first message's id, the way mail and
+  payment APIs that take an idempotency key behave (for as long as they keep
+  the key). It also plays two parts of the scenario, because they must happen
+  exactly between "decided to send" and "sent":
+  - FM-4's interleaving: when the scenario fires a duplicate ``notify``, callers
+    wait at the runner's gate until it opens, so the duplicate is certain to
+    arrive while the first caller holds the claim;
+  - FM-4's hard variant: the scenario's crash plan, one step per call in call
+    order: ``before_send`` kills the caller's process after it claimed and
+    before the email goes out; ``after_send`` kills it once the email is out,
+    before ``notify`` marks the claim sent.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from typing import Any, TypedDict, cast
 
 from celery import current_task
 
+from lab.faults import fetch_fault, kill_self
 from lab.observe import RunRecorder, doc_id, short_doc, split_doc_id
 from lab.waiting import wait_until
 from shared.envelope import Result, is_envelope
@@ -71,6 +83,7 @@ def fetch_text(doc_id: str) -> str:
     text = RunRecorder(found[0]).get(f"doc:{found[1]}") if found else None
     if text is None:
         raise DocumentMissing(f"no document {doc_id!r} in the store")
+    fetch_fault(text)  # the lab: a FETCH_POISON document kills its reader
     return text
 
 
@@ -100,13 +113,29 @@ def summarise(results: Sequence[object], doc_ids: Sequence[str]) -> Summary:
     return {"ok": ok, "failed": failed, "sent": False}
 
 
-def send_email(pipeline_id: str, summary: Summary) -> None:
-    """The side effect that must happen once per pipeline (the lab's pipeline id is its run id)."""
+def send_email(pipeline_id: str, summary: Summary, idempotency_key: str | None = None) -> str:
+    """The side effect that must happen once per pipeline; returns the message id.
+
+    The lab's pipeline id is its run id, so the run's record is the mailbox.
+    """
     run = RunRecorder(pipeline_id)
     task_id = str(cast(Any, current_task).request.id) if current_task else ""
-    if run.get("gated") is not None:
+    crash = run.pop("crash_plan")  # this call's step of the scenario's crash plan, if any
+    if run.get("gated") is not None and not run.gate_open():
         run.event("gate_wait", task=task_id)
         if not wait_until(run.gate_open, GATE_TIMEOUT_SECONDS, interval=0.01):
             raise GateTimeout(f"gate not opened within {GATE_TIMEOUT_SECONDS:.0f}s")
+    if crash == "before_send":
+        run.event("crash", task=task_id, when=crash)
+        kill_self()
+    run.append("mail_calls", task_id)
+    message_id = f"{pipeline_id}/{task_id}"
+    if idempotency_key is not None and not run.claim_once(f"mail-key:{idempotency_key}", message_id):
+        run.event("email_deduplicated", task=task_id)
+        return run.get(f"mail-key:{idempotency_key}") or message_id
     run.append("emails", f"{task_id}|pipeline {pipeline_id}: {len(summary['ok'])} ok, {len(summary['failed'])} failed")
     run.event("email", task=task_id)
+    if crash == "after_send":
+        run.event("crash", task=task_id, when=crash)
+        kill_self()
+    return message_id

@@ -11,6 +11,9 @@ document store (``lab.pipeline``), each with the fault the scenario gives it in
 its text; the FM's own ``submit(doc_ids, pipeline_id)`` then sends the chord,
 with document ids ``<run_id>/<doc>`` and the run id as the pipeline id.
 
+FM-5's burst: once every document of the scenario's burst waits to retry, the
+runner sends a probe task and notes when it comes back (``burst_probe``).
+
 FM-4's interleaving is made deterministic with a gate: every ``notify`` that
 reaches "send" waits until the runner opens it (``lab.pipeline.send_email``); the
 runner fires the duplicate ``notify`` only when the chord's own ``notify`` is
@@ -71,14 +74,17 @@ class Observations:
     run_id: str
     scenario: int
     docs: tuple[str, ...]
-    attempts: Mapping[str, int]
+    attempts: Mapping[str, int]  # parse_document attempts per document
+    fetch_attempts: Mapping[str, int]  # fetch_document attempts per document
     events: tuple[Event, ...]
     notify_runs: Mapping[str, int]  # role ("chord", "duplicate") -> executions
-    emails: tuple[str, ...]
+    emails: tuple[str, ...]  # delivered by the mail stand-in
+    mail_calls: int  # calls of the mail stand-in (a deduplicated call delivers nothing)
     chord: Outcome
     duplicate: Outcome | None
     dlq_depth: int | None  # messages left in the DLQ, when the FM has one
     probe_seconds: float | None  # round trip of a probe task after the run
+    burst_probe: tuple[float, float | None] | None  # a probe sent while the burst waited: (sent, back) wall times
     stopped_by: str  # "chord finished", a symptom's name, or "deadline"
     submitted_at: float
     elapsed: float
@@ -150,15 +156,24 @@ def run_scenario(
     doc_ids = [store_document(run_id, doc, document_text(doc, fault)) for doc, fault in sc.faults.items()]
     if sc.duplicate_notify:
         reader.rec.put("gated", "1")
+    for crash in sc.crash_plan:
+        reader.rec.append("crash_plan", crash)
     submitted_at = time.time()
     started = time.monotonic()
     body_result = fm.submit(doc_ids, run_id)
     duplicate: AsyncResult[Any] | None = None
     gate_opened = False
+    burst_probe: AsyncResult[Any] | None = None
+    burst_sent, burst_back = 0.0, None
 
     def step() -> str | None:
         """One look at the run; returns why to stop, or None to go on."""
-        nonlocal duplicate, gate_opened
+        nonlocal duplicate, gate_opened, burst_probe, burst_sent, burst_back
+        if sc.burst:
+            if burst_probe is None and _burst_waiting(reader, sc.burst):
+                burst_probe, burst_sent = fm.probe.apply_async(), time.time()
+            elif burst_probe is not None and burst_back is None and burst_probe.ready():
+                burst_back = time.time()
         if sc.duplicate_notify:
             if duplicate is None and reader.has_event("gate_wait", role="chord"):
                 duplicate = _fire_duplicate(fm, reader, body_result, doc_ids, run_id)
@@ -170,7 +185,8 @@ def run_scenario(
         if body_result.ready():
             # A failed chord never reaches the gate, so no duplicate will come.
             waiting_for_duplicate = sc.duplicate_notify and body_result.state == "SUCCESS"
-            if not waiting_for_duplicate or (duplicate is not None and duplicate.ready()):
+            waiting_for_probe = burst_probe is not None and burst_back is None
+            if (not waiting_for_duplicate or (duplicate is not None and duplicate.ready())) and not waiting_for_probe:
                 return "chord finished"
         return None
 
@@ -197,13 +213,16 @@ def run_scenario(
         scenario=sc.number,
         docs=sc.docs,
         attempts={doc: reader.attempts(doc) for doc in sc.docs},
+        fetch_attempts={doc: reader.attempts(doc, "fetch-attempts") for doc in sc.docs},
         events=tuple(reader.events()),
         notify_runs={role: reader.notify_runs(role) for role in ("chord", "duplicate")},
         emails=tuple(reader.emails()),
+        mail_calls=reader.mail_calls(),
         chord=chord_outcome,
         duplicate=Outcome.of(duplicate) if duplicate is not None else None,
         dlq_depth=dlq_depth(fm),
         probe_seconds=probe_seconds(fm, timeout=10.0) if probe_after and healthy else None,
+        burst_probe=(burst_sent, burst_back) if burst_probe is not None else None,
         stopped_by=stopped_by,
         submitted_at=submitted_at,
         elapsed=time.monotonic() - started,
@@ -219,6 +238,12 @@ def _fire_duplicate(fm: Fm, reader: Reader, body_result: AsyncResult[Any], doc_i
     task_id = str(uuid.uuid4())
     reader.rec.put("duplicate", task_id)  # so the reader tells its events from the chord's notify
     return fm.notify.apply_async(args=(results, doc_ids, pipeline_id), task_id=task_id)
+
+
+def _burst_waiting(reader: Reader, burst: tuple[str, ...]) -> bool:
+    """Has every document of the burst planned its retry (so all of them wait now)?"""
+    planned = {e.get("doc") for e in reader.events() if e.kind == "retry"}
+    return all(doc in planned for doc in burst)
 
 
 def _duplicate_met_claim(reader: Reader) -> bool:

@@ -1,6 +1,9 @@
 """Scenarios (DESIGN.md §2): which document meets which fault.
 
-Scenario N is cumulative: it holds every fault of scenarios 1..N. The runner
+Scenario N is cumulative: it holds every fault of scenarios 1..N, the hard
+variants included (a fault of the fetch, the owner of the ``notify`` claim
+killed twice, a burst of waiting retries, a body that swallows ``Exception``, a
+hang in C code). The runner
 writes each fault into its document's text (``lab.faults.document_text``), so the
 code under test meets the fault as it is: an earlier FM's code gets a later
 scenario with no switch and no extra argument.
@@ -11,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lab.faults import CRASH_ONCE, FAIL, FLAKE_FOREVER, FLAKY, HARD_HANG, POISON, SOFT_HANG, Fault
+from lab.faults import (C_HANG, CRASH_ONCE, FAIL, FETCH_POISON, FLAKE_FOREVER, FLAKY, HARD_HANG, POISON, SOFT_HANG,
+                        SWALLOW_HANG, THROTTLED, Fault)
 
 # (document, fault, first scenario that has it)
 _TABLE: tuple[tuple[str, Fault | None, int], ...] = (
@@ -23,8 +27,21 @@ _TABLE: tuple[tuple[str, Fault | None, int], ...] = (
     ("doc6", FLAKE_FOREVER, 5),
     ("doc7", SOFT_HANG, 6),
     ("doc8", HARD_HANG, 6),
+    ("doc9", FETCH_POISON, 3),  # the hard variant of scenario 3: the poison is the chain's head
+    ("doc10", SWALLOW_HANG, 6),  # the hard variants of scenario 6: a body that swallows Exception,
+    ("doc11", C_HANG, 6),  # and one stuck in C code
+    # The hard variant of scenario 5: a burst of waiting retries, twice what the prefetch
+    # (worker_concurrency 2 x worker_prefetch_multiplier 4) holds, so that the probe queues
+    # behind more of them than the short retries of doc5 and doc6 can cycle through.
+    *((f"doc{n}", THROTTLED, 5) for n in range(12, 28)),
 )
+BURST: tuple[str, ...] = tuple(f"doc{n}" for n in range(12, 28))
+"""Scenario 5's burst: the runner sends a probe task once all of them wait to retry."""
 DUPLICATE_NOTIFY_FROM = 4
+CRASH_PLAN: tuple[str, ...] = ("before_send", "after_send")
+"""Scenario 4's hard variant: the first ``notify`` to reach the mail API is killed
+after claiming and before sending, the second once the email is out and before it
+marks the claim sent (``lab.pipeline.send_email`` plays it)."""
 SCENARIOS = range(1, 7)
 
 
@@ -33,6 +50,11 @@ class Scenario:
     number: int
     faults: Mapping[str, Fault | None]
     duplicate_notify: bool
+    crash_plan: tuple[str, ...] = ()
+
+    @property
+    def burst(self) -> tuple[str, ...]:
+        return tuple(d for d in BURST if d in self.faults)
 
     @property
     def docs(self) -> tuple[str, ...]:
@@ -43,4 +65,5 @@ def scenario(number: int) -> Scenario:
     if number not in SCENARIOS:
         raise ValueError(f"no scenario {number}; there are {SCENARIOS.start}..{SCENARIOS.stop - 1}")
     faults = {doc: fault for doc, fault, first in _TABLE if first <= number}
-    return Scenario(number, faults, number >= DUPLICATE_NOTIFY_FROM)
+    duplicate = number >= DUPLICATE_NOTIFY_FROM
+    return Scenario(number, faults, duplicate, CRASH_PLAN if duplicate else ())

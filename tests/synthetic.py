@@ -2,7 +2,7 @@
 
 ``fixed_run()`` holds every ending a timeline draws: ok, raised error, killed and
 redelivered, dead-lettered, retried then ok, retries exhausted, soft and hard
-timeouts, a chord ``notify`` that sends and a duplicate that busy-retries then
+timeouts, a process killed at its time limit, a chord ``notify`` that sends and a duplicate that busy-retries then
 skips. ``broken_run()`` is a run stopped on its symptom: a pinned slot, a kill
 the run did not outlive, a retry still to come, no ``notify``.
 """
@@ -16,7 +16,7 @@ from lab.observe import Event
 from lab.runner import Observations, Outcome
 
 T0 = 1_000_000.0  # submission time (wall clock)
-DOCS = tuple(f"doc{i}" for i in range(1, 9))
+DOCS = (*(f"doc{i}" for i in range(1, 9)), "doc11")
 
 
 def ev(t: float, kind: str, **fields: object) -> Event:
@@ -35,8 +35,9 @@ def observations(events: list[Event], chord: Outcome, *, fm: str = "fm6", stoppe
                  elapsed: float = 2.5, emails: tuple[str, ...] = ()) -> Observations:
     attempts = {d: sum(1 for e in events if e.kind == "attempt_start" and e.get("doc") == d) for d in DOCS}
     notify = {r: sum(1 for e in events if e.kind == "notify_start" and e.get("role") == r) for r in ("chord", "duplicate")}
-    return Observations(fm=fm, run_id="120000-abc123", scenario=6, docs=DOCS, attempts=attempts, events=tuple(events),
-                        notify_runs=notify, emails=emails, chord=chord, duplicate=None, dlq_depth=0, probe_seconds=0.01,
+    fetches = {d: sum(1 for e in events if e.kind == "fetch_start" and e.get("doc") == d) for d in DOCS}
+    return Observations(fm=fm, run_id="120000-abc123", scenario=6, docs=DOCS, attempts=attempts, fetch_attempts=fetches,
+                        events=tuple(events), notify_runs=notify, emails=emails, mail_calls=len(emails), chord=chord, duplicate=None, dlq_depth=0, probe_seconds=0.01, burst_probe=None,
                         stopped_by=stopped_by, submitted_at=T0, elapsed=elapsed)
 
 
@@ -60,6 +61,7 @@ def fixed_run(doc1_error: str = "PermanentError: doc1 is malformed") -> Observat
         start(1.5, "doc6", 4), end(1.501, "doc6", 4, "error", "TransientError: 503"),
         start(0.27, "doc7", 1), end(0.77, "doc7", 1, "soft_timeout", "SoftTimeLimitExceeded"),
         start(0.28, "doc8", 1), end(1.48, "doc8", 1, "hard_timeout", "HardTimeout: past 1.2s"),
+        start(0.29, "doc11", 1),  # killed at its time_limit: no end; the backstop wrote its envelope
         ev(1.6, "notify_start", role="chord"), ev(1.601, "gate_wait", role="chord"),
         ev(1.62, "notify_start", role="duplicate"), ev(1.621, "notify_retry", role="duplicate", delay="0.0500"),
         ev(1.64, "email", role="chord"), ev(1.641, "notify_end", role="chord", outcome="ok", sent=True),
@@ -68,8 +70,9 @@ def fixed_run(doc1_error: str = "PermanentError: doc1 is malformed") -> Observat
     chord = summary_outcome(["doc2", "doc3", "doc5"], [
         ("doc1", "error", doc1_error), ("doc4", "dead_lettered", "dead-lettered by the broker"),
         ("doc6", "retries_exhausted", "RetriesExhausted: gave up after 4 attempts"),
-        ("doc7", "soft_timeout", "SoftTimeLimitExceeded"), ("doc8", "hard_timeout", "HardTimeout: past 1.2s")])
-    return observations(events, chord, elapsed=1.7, emails=("chord|pipeline: 3 ok, 5 failed",))
+        ("doc7", "soft_timeout", "SoftTimeLimitExceeded"), ("doc8", "hard_timeout", "HardTimeout: past 1.2s"),
+        ("doc11", "time_limit", "TimeLimitExceeded: past 3s")])
+    return observations(events, chord, elapsed=1.7, emails=("chord|pipeline: 3 ok, 6 failed",))
 
 
 def broken_run() -> Observations:

@@ -31,7 +31,7 @@ def test_default_selection_is_fm1_to_fm6() -> None:
 
 def test_plan_orders_runs() -> None:
     assert harness.plan(["fm1", "fm3"], include_fm0=True, prove=True) == [
-        ("fm0", "bug"), ("fm1", "fixed"), ("fm1", "broken"), ("fm3", "fixed"), ("fm3", "broken")]
+        ("fm0", "bug"), ("fm1", "fixed"), ("fm1", "broken"), ("fm3", "fixed"), ("fm3", "broken"), ("fm3", "weak")]
     assert harness.plan(["fm0"], include_fm0=False, prove=False) == [("fm0", "bug")]
 
 

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from lab import harness
+from lab import harness, weak
 from lab.fm import ROOT, fm_modules, layers
 from lab.scenarios import scenario
 from lab.settings import NAMESPACE
+from lab.variants import VARIANTS_DIR
 from lab.show.diff import code_of, step
 
 FMS = list(fm_modules().items())  # (short, module), fm0..fm6
@@ -165,7 +166,19 @@ def test_fm3_task_queue_is_a_bounded_quorum_queue_that_dead_letters_to_its_dlq()
 
 def test_scenarios_are_cumulative() -> None:
     assert scenario(1).docs == ("doc1", "doc2")
-    assert scenario(6).docs == tuple(f"doc{i}" for i in range(1, 9))
+    assert scenario(3).docs == ("doc1", "doc2", "doc3", "doc4", "doc9")  # doc9: scenario 3's hard variant
+    assert set(scenario(6).docs) == {f"doc{i}" for i in range(1, 28)}
+    assert scenario(5).burst == tuple(f"doc{i}" for i in range(12, 28)) and not scenario(4).burst
     assert not scenario(3).duplicate_notify and scenario(4).duplicate_notify
+    assert not scenario(3).crash_plan and scenario(4).crash_plan == ("before_send", "after_send")
     with pytest.raises(ValueError):
         scenario(7)
+
+
+def test_every_weak_variant_is_its_fm_without_the_hard_fix() -> None:
+    """lab/weak.py: each edit matches its FM exactly once, and the variant still loads."""
+    for fm, edits in weak.EDITS.items():
+        variant = weak.weak(fm, fm_modules()[fm])
+        assert variant.short == weak.weak_name(fm)
+        source = (VARIANTS_DIR / f"{variant.module}.py").read_text()
+        assert all(new in source for _, new in edits)

@@ -34,7 +34,7 @@ BROWSER_TIMEOUT = 60.0
 ARTIFACTS = ROOT / "artifacts"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync")
-LANES = [f"doc{i}" for i in range(1, 9)] + ["notify"]
+LANES = [f"doc{i}" for i in range(1, 9)] + ["doc11", "notify"]
 EVIL = "<script>alert('doc1')</script> & \"quoted\""
 
 

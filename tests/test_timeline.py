@@ -48,7 +48,7 @@ def test_a_documents_final_state_carries_the_envelope_reason_from_the_summary() 
     assert finals == {
         "doc1": ("failed", "error"), "doc2": ("ok", None), "doc3": ("ok", None), "doc4": ("failed", "dead_lettered"),
         "doc5": ("ok", None), "doc6": ("failed", "retries_exhausted"), "doc7": ("failed", "soft_timeout"),
-        "doc8": ("failed", "hard_timeout")}
+        "doc8": ("failed", "hard_timeout"), "doc11": ("failed", "time_limit")}
     assert {d.mark for d in tl.docs if d.final == "failed"} == set(REASONS)
 
 

@@ -100,9 +100,10 @@ def write(path: Path, reports: Sequence[RunReport]) -> Path:
 def _matrix(matrix_rows: Sequence[MatrixRow]) -> str:
     rows = "".join(
         f'<tr><th><a href="#{escape(row.fm)}">{escape(row.fm)}</a></th><td>{_verdict(row.fixed)}</td>'
-        f"<td>{_verdict(row.broken, row.fm)}</td></tr>"
+        f"<td>{_verdict(row.broken, row.fm)}</td><td>{_verdict(row.weak, '-') if row.weak else '–'}</td></tr>"
         for row in matrix_rows)
-    return f'<table class="matrix"><tr><th>FM</th><th>fixed (guarantees)</th><th>broken (symptom)</th></tr>{rows}</table>'
+    return ('<table class="matrix"><tr><th>FM</th><th>fixed (guarantees)</th><th>broken (symptom)</th>'
+            f'<th>hard variant, before its fix</th></tr>{rows}</table>')
 
 
 def _verdict(r: RunReport | None, fm: str = "") -> str:
@@ -118,7 +119,7 @@ def _section(row: MatrixRow, lesson: Lesson | None) -> str:
     module = f'<p class="module"><code>{escape(lesson.module)}.py</code></p>' if lesson else ""
     lessons = "".join(f'<div class="lesson" data-part="{escape(name.lower())}"><h3>{escape(name)}</h3>{_prose(text)}</div>'
                       for name, text in (lesson.sections.items() if lesson else ()))
-    runs = [r for r in (row.fixed, row.broken) if r is not None]
+    runs = [r for r in (row.fixed, row.broken, row.weak) if r is not None]
     cells = "".join(_cell(r) for r in runs)
     timelines = [(r, timeline.build(r.observations) if r.observations is not None else None) for r in runs]
     span = max((tl.span for _, tl in timelines if tl is not None), default=0.0)  # one time scale for the FM's runs

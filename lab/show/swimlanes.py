@@ -5,7 +5,7 @@ One lane per document (``<g class="lane" data-doc="doc4">``) and one for
 upper half, a duplicate on the lower). An attempt is a bar from its start to its
 end; its ending is a mark in the colour and shape of ``timeline.MARKS``: one per
 envelope reason (``error``, ``dead_lettered``, ``retries_exhausted``,
-``soft_timeout``, ``hard_timeout``) and for ``ok``, ``killed`` (a dashed bar up to
+``soft_timeout``, ``hard_timeout``, ``time_limit``) and for ``ok``, ``killed`` (a dashed bar up to
 whatever came next, since no end was recorded), ``retried`` (a dotted line over
 the backoff to the next attempt) and ``running`` (a bar to the right edge). Every
 shape has a ``<title>`` (a tooltip); every text is escaped. ``legend()`` draws
@@ -80,7 +80,9 @@ def _attempt(doc: str, a: Attempt, y: float, scale: _Scale, next_t: float, final
     x0 = scale.x(a.start)
     end = a.end if a.end is not None else next_t
     x1 = max(scale.x(end), x0 + 3)
-    mark = final_reason if a.how == "raised" and final_reason else a.mark
+    # A process killed at its time_limit has no end of its own; the backstop's envelope names it.
+    ended_by = a.how == "raised" or (a.how == "killed" and final_reason == "time_limit")
+    mark = final_reason if ended_by and final_reason else a.mark
     tip = f"{doc} attempt {a.n}: {a.start:.3f}s → " + _tip(a, next_t)
     bar = (f'<rect class="attempt attempt-{a.how}" data-attempt="{a.n}" x="{x0}" y="{y - 6}" width="{round(x1 - x0, 1)}" '
            f'height="12" rx="2" fill="{MARKS[mark].colour}"><title>{escape(tip)}</title></rect>')
@@ -125,12 +127,13 @@ def _notify_lane(tl: Timeline, row: int, scale: _Scale) -> str:
 
 
 def _notify_bar(n: NotifyRun, y: float, scale: _Scale, span: float) -> str:
-    key = {"sent": "email", "skipped": "ok", "retried": "retried", "running": "running"}[n.how]
+    key = {"sent": "email", "skipped": "ok", "retried": "retried", "killed": "killed", "running": "running"}[n.how]
     x0 = scale.x(n.start)
     x1 = max(scale.x(n.end if n.end is not None else span), x0 + 3)
     retry = f" after {1000 * (n.retry_in or 0.0):.0f} ms (claim busy)" if n.how == "retried" else ""
     gate = f", waited at the gate from {n.gate_wait:.3f}s" if n.gate_wait is not None else ""
-    tip = f"notify ({n.role}) {n.start:.3f}s → {n.how}{retry}{gate}"
+    crash = f" ({n.crash})" if n.crash else ""
+    tip = f"notify ({n.role}) {n.start:.3f}s → {n.how}{crash}{retry}{gate}"
     return (f'<rect class="notify-run notify-{n.how}" data-role="{escape(n.role)}" x="{x0}" y="{y - 4}" '
             f'width="{round(x1 - x0, 1)}" height="8" rx="2" fill="{MARKS[key].colour}"><title>{escape(tip)}</title></rect>')
 
@@ -156,6 +159,8 @@ def _shape(key: str, x: float, y: float) -> str:
         return f'<polygon points="{x},{y - r - 2} {x + r + 1},{y} {x},{y + r + 2} {x - r - 1},{y}"/>'
     if key == "dead_lettered":
         return f'<rect x="{x - r}" y="{y - r}" width="{2 * r}" height="{2 * r}"/>'
+    if key == "time_limit":
+        return f'<rect x="{x - r}" y="{y - r}" width="{2 * r}" height="{2 * r}" fill="#fff" stroke-width="2.5"/>'
     if key == "killed":
         return (f'<polygon points="{x - 1},{y - 8} {x + 4},{y - 8} {x + 1},{y - 1} {x + 5},{y - 1} {x - 3},{y + 8} '
                 f'{x - 1},{y + 1} {x - 5},{y + 1}" stroke="none"/>')

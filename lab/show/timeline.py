@@ -11,7 +11,7 @@ How an attempt ends (``Attempt.end``):
 
 - ``ok``: the body returned;
 - ``raised``: the body raised; ``reason`` is what ``@enveloped`` calls it
-  (``error``, ``soft_timeout``, ``hard_timeout``) and ``error`` the exception;
+  (``error``, ``soft_timeout``, ``hard_timeout``, ``time_limit``) and ``error`` the exception;
 - ``retried``: it raised and ``@transient_retryable`` planned a retry in ``retry_in`` s;
 - ``killed``: no end was recorded, yet the run went on without it: a later attempt
   of the same document, the DLQ drain finalising it, or the chord finishing. The
@@ -37,7 +37,7 @@ from lab.runner import Observations
 
 End = Literal["ok", "raised", "retried", "killed", "running"]
 Final = Literal["ok", "failed", "killed", "running", "retrying", "not started"]
-NotifyEnd = Literal["sent", "skipped", "retried", "running"]
+NotifyEnd = Literal["sent", "skipped", "retried", "killed", "running"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ MARKS: Mapping[str, Mark] = {
     "retries_exhausted": Mark("⊗", "#ef6c00", "retries_exhausted: the last retry failed too"),
     "soft_timeout": Mark("◔", "#c79100", "soft_timeout: soft time limit, the body gave up"),
     "hard_timeout": Mark("◆", "#ad1457", "hard_timeout: @hard_timeout raised inside the body"),
+    "time_limit": Mark("■", "#4e342e", "time_limit: Celery's time_limit killed the process; the backstop recorded it"),
     "dead_lettered": Mark("⊘", "#6a1b9a", "dead_lettered: the broker gave up, the drain finalised it"),
     "killed": Mark("†", "#212121", "killed: the process died mid-attempt"),
     "retried": Mark("↻", "#1565c0", "retried: a retry was planned after a delay"),
@@ -103,6 +104,7 @@ class NotifyRun:
     how: NotifyEnd
     gate_wait: float | None = None  # when it began waiting at the runner's gate
     retry_in: float | None = None  # for ``retried``: the planned delay (FM-4's busy claim)
+    crash: str | None = None  # for ``killed``: before_send or after_send
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,9 @@ def _notifies(events: list[Event], at: float) -> tuple[NotifyRun, ...]:
             del open_runs[role]
         elif e.kind == "gate_wait":
             open_runs[role] = replace(current, gate_wait=e.t - at)
+        elif e.kind == "crash":  # the scenario killed it (FM-4's hard variant); the email may be out
+            done.append(replace(current, end=e.t - at, how="killed", crash=e.get("when")))
+            del open_runs[role]
         elif e.kind == "notify_end":
             done.append(replace(current, end=e.t - at, how="sent" if e.get("sent") == "True" else "skipped"))
             del open_runs[role]

@@ -95,6 +95,8 @@ def _notify_ending(n: NotifyRun) -> tuple[str, str]:
         return "skipped, sent=False (already sent)", "ok"
     if n.how == "retried":
         return f"retried after {1000 * (n.retry_in or 0.0):.0f} ms (claim busy)", "retried"
+    if n.how == "killed":
+        return f"killed {'after the email was out' if n.crash == 'after_send' else 'before sending'}{gate}", "killed"
     return f"no end when the run stopped{gate}", "running"
 
 
