@@ -12,7 +12,9 @@ calls ``_retry_worker_lost``): it publishes the lost task again with
 ``retries + 1`` until ``max_retries``, and then marks it FAILURE, so the chord
 still breaks (``tests/test_celery_claims.py`` runs it on fm2: ``doc4`` attempted
 4 times, then ``ChordError(WorkerLostError)``). The broker's bound below ends in
-a SUCCESS-state envelope instead, and needs no retry delay on the task.
+a SUCCESS-state envelope instead, needs no retry delay on the task, and also
+bounds a worker lost whole, whose main process is not there to call
+``on_failure`` (``tests/test_celery_claims.py`` kills one three times).
 
 Fix (``shared/dlq.py``):
 
@@ -23,17 +25,29 @@ Fix (``shared/dlq.py``):
   later 4.x releases changed which returns count; ``shared/dlq.py`` says more.
   The lab runs RabbitMQ 3.x; the 4.x behaviour is stated, not run.)
 - nobody consumes the DLQ as a task queue. A beat task, ``drain_dead_letters``,
-  reads it every 0.25 s and, for a chord member, writes a SUCCESS-state
-  ``Result`` with reason ``dead_lettered`` through ``backend.mark_as_done`` with
-  a request rebuilt from the message headers; ``Backend.mark_as_done`` calls
-  ``on_chord_part_return``, the member counts, and ``notify`` fires.
+  reads it every 0.25 s and finds the chord member each dead letter stands for:
+  the message itself (``doc4``'s ``parse_document``), or, for a chain's head, the
+  last task of the chain it carries. Scenario 3's hard variant is ``doc9``,
+  whose *fetch* is poison: ``fetch_document`` is not the chord member, and
+  ``parse_document`` was never sent. For that member the drain writes a
+  SUCCESS-state ``Result`` with reason ``dead_lettered`` through
+  ``backend.mark_as_done``, with a request rebuilt from the message;
+  ``Backend.mark_as_done`` calls ``on_chord_part_return``, the member counts,
+  and ``notify`` fires. A dead letter that leads to no member stays in the DLQ
+  for an operator; nothing is acked unless it was finalised.
 - the DLQ must exist before a message dies (RabbitMQ drops a dead letter it
   cannot route): ``DeadLetteringQueue`` is a kombu ``Queue`` that declares its
   ``dead_letters`` queue whenever it is declared itself, by the worker or anyone.
+- deliveries are not attempts: a worker killed whole returns every message it
+  held, prefetched and never started included, and RabbitMQ counts each return
+  (``tests/test_celery_claims.py``: three kills dead-letter eight members of
+  which two ran per round). ``count_starts(app)`` counts real starts per task id,
+  and the envelope says both (``after 3 deliveries, 3 started``). Choose the
+  limit above the whole-worker losses a prefetched message may live through.
 
 Delta from fm2: the ``DLQ``, ``task_queues`` with a ``DeadLetteringQueue`` whose
 ``queue_arguments`` say ``quorum``, ``x-delivery-limit`` and ``x-dead-letter-exchange``,
-and ``drain_dead_letters`` on ``beat_schedule`` (worker flag -B).
+``drain_dead_letters`` on ``beat_schedule`` (worker flag -B), and ``count_starts``.
 
 Tradeoffs: a dead-lettered document is reported failed, not retried; an
 operator must look at why. The drain runs every 0.25 s here (seconds or
@@ -63,7 +77,7 @@ from kombu import Exchange, Queue
 from lab.app import lab_app
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
-from shared.dlq import DeadLetteringQueue, drain
+from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, enveloped, unwrap
 
 app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
@@ -76,6 +90,7 @@ app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=Q
     queue_arguments={"x-queue-type": "quorum", "x-delivery-limit": 2,  # FM-3: RabbitMQ 3.x delivers 3 times at most
                      "x-dead-letter-exchange": DLQ.exchange.name, "x-dead-letter-routing-key": DLQ.routing_key})]
 app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
+count_starts(app)  # FM-3: starts per task id, so a dead letter tells its deliveries from its real attempts
 
 
 @app.task(bind=True)

@@ -2,25 +2,51 @@
 
 Symptom (fm3 on scenario 4): a second ``notify`` for the same pipeline arrives
 while the first is sending (a redelivery after a lost ack, an operator who
-re-fires the body). Both send: two emails.
+re-fires the body), and the process sending dies twice: once before it sends,
+once right after. Every delivery that reaches the mail API sends: three emails.
 
 Root cause: at-least-once delivery, which FM-2 and FM-3 chose on purpose.
 Nothing in Celery deduplicates a task by business key.
 
-Fix: a claim in Redis per pipeline id (``shared/claim.py``): ``SET NX`` with a
-TTL marks it ``claimed``, the owner sends and marks it ``sent``. A concurrent
-``notify`` finds it ``claimed`` and busy-retries (``Task.retry``, 50 ms) in
-case the owner fails and releases; a later one finds ``sent`` and returns
-``sent=False``. The scenario makes the overlap certain: the first ``notify``
-waits at a gate (inside the mail stand-in) after claiming, and the runner opens
-the gate only once the duplicate has seen the claim (its first retry).
+Fix (two halves):
+
+- a claim in Redis per pipeline id (``shared/claim.py``): ``SET NX`` with a TTL
+  marks it ``claimed`` by the task id, the owner sends and marks it ``sent``. A
+  concurrent ``notify`` finds it ``claimed`` and busy-retries (``Task.retry``,
+  50 ms) in case the owner fails and releases; a later one finds ``sent`` and
+  returns ``sent=False``. The owner's own redelivery (the same task id, FM-2
+  requeued it when its process died) resumes the claim instead of waiting for it.
+  The busy-retry budget (``policy.busy_retries``) outlasts the claim's 60 s TTL, so a
+  claim whose owner never comes back expires before the waiting ``notify`` gives up;
+- the mail API's idempotency key (``idempotency_key=claim.key``): an owner killed
+  after sending and before marking ``sent`` is redelivered and sends again, and
+  the mail API delivers that key once. The claim keeps the calls to one in the
+  common case; the key makes the email exactly-once when the claim cannot.
+
+Scenario 4 makes the interleaving certain: the first ``notify`` waits at a gate
+(inside the mail stand-in) after claiming, the runner opens it only once the
+duplicate has seen the claim (its first busy-retry), and the mail stand-in then
+kills the owner before it sends, and its redelivery once the email is out. G4:
+one email, two calls to the mail API, the chord's ``notify`` started 3 times,
+the email out within 3 s of the first kill, the duplicate ``sent=False``.
+
+Hard variant, before this fix (``--prove``, ``lab/weak.py``): with the claim as
+it was (no resume, 400 busy-retries of 50 ms), the owner's redelivery is turned
+away by its own claim; 20 s of retries end before the 60 s TTL, and
+``tests/test_celery_claims.py`` runs that to its end: no email at all, and the
+chord SUCCESS holding notify's ``MaxRetriesExceededError``. Without the key, the
+owner killed after sending sends twice (the same file).
 
 Delta from fm3: ``NotifyClaim`` in notify: ``acquire``, ``self.retry`` while
-busy, ``"sent": False`` when done, ``claim.sending()`` around ``send_email``.
+busy, ``"sent": False`` when done, ``claim.sending()`` around ``send_email``
+with its ``idempotency_key``.
 
-Tradeoffs: an owner that sends and dies before marking ``sent`` leaves a claim
-that expires (60 s), and the next attempt sends again: at-most-twice in that
-window, unless the mail provider also deduplicates on the pipeline id.
+Tradeoffs: recovery from a dead owner needs its redelivery (immediate here;
+FM-2's requeue) or, failing that, the claim's TTL. A redelivery while the first
+delivery still runs (RabbitMQ requeues on a lost *connection*, and Celery 5.7
+lets the running task go on) resumes the claim too, and both call the mail API:
+the key is what keeps that to one email. Without a receiver that honours an
+idempotency key, at-most-once and at-least-once are the only choices.
 Busy-retries cost broker round trips while the owner works.
 
 Still open: a transient error fails a document for good (FM-5).
@@ -45,7 +71,7 @@ from lab.app import lab_app
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
 from shared.claim import NotifyClaim
-from shared.dlq import DeadLetteringQueue, drain
+from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, enveloped, unwrap
 
 app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
@@ -58,6 +84,7 @@ app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=Q
     queue_arguments={"x-queue-type": "quorum", "x-delivery-limit": 2,  # FM-3: RabbitMQ 3.x delivers 3 times at most
                      "x-dead-letter-exchange": DLQ.exchange.name, "x-dead-letter-routing-key": DLQ.routing_key})]
 app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
+count_starts(app)  # FM-3: starts per task id, so a dead letter tells its deliveries from its real attempts
 
 
 @app.task(bind=True)
@@ -78,13 +105,13 @@ def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
 @enveloped  # FM-1
 def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeline_id: str) -> Summary:
     summary = summarise(results, doc_ids)
-    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX in the backend's Redis
+    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX; the owner's redelivery resumes it
     if (state := claim.acquire()) == "busy":  # FM-4: another notify is sending; it may still fail
-        raise self.retry(countdown=0.05, max_retries=400)
+        raise self.retry(countdown=claim.policy.poll, max_retries=claim.policy.busy_retries)  # FM-4: outlast the claim's TTL
     if state == "done":  # FM-4: already sent
         return {**summary, "sent": False}
     with claim.sending():  # FM-4: released if sending fails, marked sent if it succeeds
-        send_email(pipeline_id, summary)
+        send_email(pipeline_id, summary, idempotency_key=claim.key)  # FM-4: the mail API delivers a key once
     return {**summary, "sent": True}
 
 

@@ -7,21 +7,36 @@ error as terminal, so ``doc5`` fails after 1 attempt.
 Root cause: every exception is terminal; nothing tells a transient error from
 a permanent one.
 
-Fix: ``@transient_retryable(RetryPolicy(...))`` (``shared/retry.py``) between
-``@enveloped`` and the body: a ``TransientError`` is retried with Celery's
-``Task.retry`` after ``0.1 * 2**k`` seconds times a jitter in ``[1, 2)``, at
-most 3 times; then it raises ``RetriesExhausted`` and ``@enveloped`` records
-reason ``retries_exhausted``. ``doc5`` succeeds on attempt 3; ``doc6`` (503
-for ever) fails after 4 attempts; each planned delay falls in its doubling band
-and no observed gap is shorter than its planned delay.
+Fix: ``@transient_retryable(RetryPolicy(...), wait_in=QUEUE)`` (``shared/retry.py``)
+between ``@enveloped`` and the body: a ``TransientError`` is retried with
+Celery's ``Task.retry`` after ``0.1 * 2**k`` seconds times a jitter in ``[1, 2)``
+(at least the ``Retry-After`` the error carries), at most 3 times; then it raises
+``RetriesExhausted`` and ``@enveloped`` records reason ``retries_exhausted``.
+``doc5`` succeeds on attempt 3; ``doc6`` (503 for ever) fails after 4
+attempts; each planned delay falls in its doubling band and no observed gap is
+shorter than its planned delay.
 
-Delta from fm4: ``@transient_retryable`` with its ``RetryPolicy`` on parse_document.
+Hard variant: a burst of waiting retries (``doc12``..``doc27``, each a 429 with
+``Retry-After: 1.5``). A plain countdown retry is an ETA message that the worker
+holds, unacknowledged, until it is due, and on FM-3's quorum queue the prefetch
+is static (``celery.worker.consumer.tasks.Tasks.qos_global`` turns global QoS
+off; RabbitMQ does not apply a later per-consumer ``basic.qos`` to a running
+consumer): sixteen waiting retries fill the prefetch of 8 (2 processes x
+multiplier 4) and new work waits until they come due (``--prove``: a probe sent
+while the burst waits comes back only after the first of its retries ran).
+``wait_in=QUEUE`` keeps waiting retries in the broker: delay queues
+``QUEUE.retry.<bucket>.<slice>`` with a per-message TTL that dead-letter back to
+``QUEUE`` (``shared/retry.py`` says how, and why not Celery 5.7's native delayed
+delivery: it needs a topic exchange and broker-wide ``celery_delayed_*`` names).
+G5: the probe is back within 0.5 s, before any retry of the burst ran, and every
+burst document is ok after 2 attempts.
+
+Delta from fm4: ``@transient_retryable`` with its ``RetryPolicy`` and ``wait_in`` on parse_document.
 
 Tradeoffs: the lab's base delay is 0.1 s to stay fast; production uses
-seconds and a cap. A waiting retry is an ETA message: the worker holds it,
-unacknowledged, until it is due (Celery 5.7 logs that native delayed delivery
-does not apply to the lab's direct exchange). Only errors you declare
-transient are retried.
+seconds and a cap. A retry waits behind an older one in its delay queue (TTLs
+expire at the head only): it may run up to a quarter of its delay band late,
+never early. Only errors you declare transient are retried.
 
 Still open: a hung call pins a worker slot for ever (FM-6).
 
@@ -45,7 +60,7 @@ from lab.app import lab_app
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
 from shared.claim import NotifyClaim
-from shared.dlq import DeadLetteringQueue, drain
+from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, enveloped, unwrap
 from shared.retry import RetryPolicy, transient_retryable
 
@@ -59,6 +74,7 @@ app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=Q
     queue_arguments={"x-queue-type": "quorum", "x-delivery-limit": 2,  # FM-3: RabbitMQ 3.x delivers 3 times at most
                      "x-dead-letter-exchange": DLQ.exchange.name, "x-dead-letter-routing-key": DLQ.routing_key})]
 app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
+count_starts(app)  # FM-3: starts per task id, so a dead letter tells its deliveries from its real attempts
 
 
 @app.task(bind=True)
@@ -69,7 +85,7 @@ def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
 
 @app.task(bind=True)
 @enveloped  # FM-1
-@transient_retryable(RetryPolicy(max_retries=3, base=0.1))  # FM-5: TransientError, backoff with jitter
+@transient_retryable(RetryPolicy(max_retries=3, base=0.1), wait_in=QUEUE)  # FM-5: backoff, jitter; waits in the broker
 def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
     document: Fetched = unwrap(fetched)  # FM-1: the fetch's envelope; UpstreamFailed if it failed
     lab_fault(self, document)  # the lab: what the scenario does to this document
@@ -80,13 +96,13 @@ def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
 @enveloped  # FM-1
 def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeline_id: str) -> Summary:
     summary = summarise(results, doc_ids)
-    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX in the backend's Redis
+    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX; the owner's redelivery resumes it
     if (state := claim.acquire()) == "busy":  # FM-4: another notify is sending; it may still fail
-        raise self.retry(countdown=0.05, max_retries=400)
+        raise self.retry(countdown=claim.policy.poll, max_retries=claim.policy.busy_retries)  # FM-4: outlast the claim's TTL
     if state == "done":  # FM-4: already sent
         return {**summary, "sent": False}
     with claim.sending():  # FM-4: released if sending fails, marked sent if it succeeds
-        send_email(pipeline_id, summary)
+        send_email(pipeline_id, summary, idempotency_key=claim.key)  # FM-4: the mail API delivers a key once
     return {**summary, "sent": True}
 
 

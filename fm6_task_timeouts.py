@@ -4,28 +4,46 @@ Symptom (fm5 on scenario 6): ``doc8`` hangs and ignores every polite request.
 Its pool slot is pinned for as long as it hangs; ``notify`` never runs.
 
 Root cause: no deadline inside the body. Celery's own ``time_limit`` alone is
-not enough: on expiry the worker kills the pool process, and
-``celery.worker.request.Request.on_timeout`` (hard branch) calls
-``backend.mark_as_failure`` with ``TimeLimitExceeded``. That puts the chord
-member in the FAILURE state, so the chord fails with ``ChordError`` (FM-1's
+not enough: on expiry billiard's ``TimeoutHandler.on_hard_timeout`` fails the
+job, which calls ``celery.worker.request.Request.on_failure``, then calls
+``Request.on_timeout`` (hard branch), then kills the pool process; both Celery
+calls store FAILURE with ``TimeLimitExceeded`` (``backend.mark_as_failure``).
+The chord member is FAILURE, the chord fails with ``ChordError`` (FM-1's
 symptom again) and ``notify`` does not run (``tests/test_celery_claims.py``
 runs exactly that: this file without ``@hard_timeout``).
 
-Fix: ``@hard_timeout(1.5)`` (``shared/timeouts.py``, ``SIGALRM`` through
-``setitimer``) raises ``HardTimeout`` inside the body, which ``@enveloped``
-records as reason ``hard_timeout``. ``soft_time_limit=1`` asks first:
-``SoftTimeLimitExceeded`` stops ``doc7``, which cooperates, and is recorded as
-``soft_timeout``. ``time_limit=5`` stays as the backstop for what a signal
-cannot interrupt (C code that never returns to the interpreter). Scenario 6 has
-no such code, so G6 holds without the backstop (tried); removing
-``@hard_timeout`` or ``soft_time_limit`` fails G6.
+Fix (``shared/timeouts.py``; from polite to forceful):
 
-Delta from fm5: ``@hard_timeout``, ``soft_time_limit`` and ``time_limit`` on parse_document.
+- ``soft_time_limit=1`` asks first: ``SoftTimeLimitExceeded`` stops ``doc7``,
+  which cooperates; ``@enveloped`` records ``soft_timeout``;
+- ``@hard_timeout(1.5)`` (``SIGALRM`` through ``setitimer``) raises
+  ``HardTimeout`` inside the body, in whatever Python code runs: ``doc8``
+  swallows ``SoftTimeLimitExceeded`` and ends ``hard_timeout``. ``HardTimeout``
+  is a ``BaseException``, so ``doc10``, whose body is wrapped in
+  ``except Exception: continue``, cannot swallow it either (scenario 6's first
+  hard variant; a test in ``tests/test_retry_and_timeout.py`` shows an
+  ``Exception`` subclass swallowed by the same body);
+- ``time_limit=3`` with ``Request=BackstopRequest`` for what no signal handler
+  reaches: ``doc11`` spins in one C call (``sum(range(n))``), which returns to
+  the interpreter only when it ends, so the ``SIGALRM`` handler never runs.
+  Celery kills the process at 3 s; ``BackstopRequest``, the worker-side request
+  class, stores a SUCCESS-state envelope with reason ``time_limit`` through
+  ``backend.mark_as_done`` instead of FAILURE, acks, and the chord completes
+  (scenario 6's second hard variant). Without it (``--prove``, ``lab/weak.py``)
+  that same document ends the chord in ``ChordError(TimeLimitExceeded(3))``.
+
+G6: ``doc7`` soft_timeout, ``doc8`` and ``doc10`` hard_timeout, ``doc11``
+time_limit, the chord completes, and a probe task is served at once afterwards.
+
+Delta from fm5: ``@hard_timeout``, ``soft_time_limit``, ``time_limit`` and ``Request`` on parse_document.
 
 Tradeoffs: a limit sized for the slowest legitimate document; ``SIGALRM`` is
 process-wide and main-thread only (prefork, not threads or gevent); a
-timed-out document is not retried. (celery-types types the task's limits as
-whole seconds, so the lab uses 1 and 5; Celery itself takes floats.)
+timed-out document is not retried; a process killed at ``time_limit`` runs no
+``finally`` and its pool process is replaced. The lab's backstop is 3 s, short
+so that the lab stays fast; it must stay above the hard timeout by the time an
+envelope takes to be stored. (celery-types types the task's limits as whole
+seconds, so the lab uses 1 and 3; Celery itself takes floats.)
 
 Run it alone (two shells, services up):
 
@@ -47,10 +65,10 @@ from lab.app import lab_app
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
 from shared.claim import NotifyClaim
-from shared.dlq import DeadLetteringQueue, drain
+from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, enveloped, unwrap
 from shared.retry import RetryPolicy, transient_retryable
-from shared.timeouts import hard_timeout
+from shared.timeouts import BackstopRequest, hard_timeout
 
 app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
 app.conf.task_acks_late = True  # FM-2: ack when the body has returned
@@ -62,6 +80,7 @@ app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=Q
     queue_arguments={"x-queue-type": "quorum", "x-delivery-limit": 2,  # FM-3: RabbitMQ 3.x delivers 3 times at most
                      "x-dead-letter-exchange": DLQ.exchange.name, "x-dead-letter-routing-key": DLQ.routing_key})]
 app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
+count_starts(app)  # FM-3: starts per task id, so a dead letter tells its deliveries from its real attempts
 
 
 @app.task(bind=True)
@@ -70,9 +89,9 @@ def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
     return {"doc": doc_id, "text": fetch_text(doc_id)}  # a document store stands in for S3
 
 
-@app.task(bind=True, soft_time_limit=1, time_limit=5)  # FM-6: ask first; Celery's kill is the backstop
+@app.task(bind=True, soft_time_limit=1, time_limit=3, Request=BackstopRequest)  # FM-6: ask; kill, still an envelope
 @enveloped  # FM-1
-@transient_retryable(RetryPolicy(max_retries=3, base=0.1))  # FM-5: TransientError, backoff with jitter
+@transient_retryable(RetryPolicy(max_retries=3, base=0.1), wait_in=QUEUE)  # FM-5: backoff, jitter; waits in the broker
 @hard_timeout(1.5)  # FM-6: SIGALRM raises HardTimeout inside the body
 def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
     document: Fetched = unwrap(fetched)  # FM-1: the fetch's envelope; UpstreamFailed if it failed
@@ -84,13 +103,13 @@ def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
 @enveloped  # FM-1
 def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeline_id: str) -> Summary:
     summary = summarise(results, doc_ids)
-    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX in the backend's Redis
+    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX; the owner's redelivery resumes it
     if (state := claim.acquire()) == "busy":  # FM-4: another notify is sending; it may still fail
-        raise self.retry(countdown=0.05, max_retries=400)
+        raise self.retry(countdown=claim.policy.poll, max_retries=claim.policy.busy_retries)  # FM-4: outlast the claim's TTL
     if state == "done":  # FM-4: already sent
         return {**summary, "sent": False}
     with claim.sending():  # FM-4: released if sending fails, marked sent if it succeeds
-        send_email(pipeline_id, summary)
+        send_email(pipeline_id, summary, idempotency_key=claim.key)  # FM-4: the mail API delivers a key once
     return {**summary, "sent": True}
 
 

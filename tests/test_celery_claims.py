@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any, cast
 
 import pytest
+from celery import chord, group
 from kombu import Connection, Exchange, Producer, Queue
 
-from lab import harness, variants
+from lab import harness, variants, weak, workers
+from lab.faults import SOFT_HANG, document_text
 from lab.fm import Fm
 from lab.harness import running_worker
-from lab.runner import dlq_depth, new_run_id, run_scenario
+from lab.observe import Reader, doc_id, short_doc
+from lab.pipeline import store_document
+from lab.runner import Observations, dlq_depth, new_run_id, run_scenario
 from lab.scenarios import scenario
 from lab.settings import broker_url
+from lab.waiting import wait_until
+from lab.workers import Worker
 from shared import dlq
+from shared.envelope import Result
 
 pytestmark = pytest.mark.usefixtures("real_services")
 
@@ -24,7 +32,7 @@ HARD_TIMEOUT_LINE = "@hard_timeout(1.5)  # FM-6: SIGALRM raises HardTimeout insi
 def test_celery_time_limit_alone_fails_the_chord() -> None:
     """fm6's docstring: without @hard_timeout the hard time limit breaks the chord."""
     fm = variants.derive("fm6_task_timeouts", "fm6t_backstop_only",
-                         [(HARD_TIMEOUT_LINE, ""), ("soft_time_limit=1, time_limit=5", "soft_time_limit=1, time_limit=2")])
+                         [(HARD_TIMEOUT_LINE, ""), ("soft_time_limit=1, time_limit=3, Request=BackstopRequest)", "soft_time_limit=1, time_limit=2)")])
     assert fm.hard_timeout is None
     harness.reset(fm)
     run_id = new_run_id()
@@ -51,16 +59,32 @@ def _publish_to_dlq(fm: Fm, body: Any, headers: dict[str, Any]) -> None:
         )
 
 
-def test_the_drain_acks_what_is_not_a_chord_member_and_goes_on() -> None:
+def test_the_drain_keeps_what_leads_to_no_chord_member_and_goes_on() -> None:
+    """shared/dlq.py: nothing is acked unless it was finalised; what the drain cannot
+    finalise goes back to the DLQ, is announced once, and does not stop the drain."""
     fm = harness.load("fm3")
     harness.reset(fm)
     assert fm.dead_letter_queue is not None
-    _publish_to_dlq(fm, [[], {}, {"chord": None}], {"id": "not-a-member", "task": "fm3.parse_document"})
-    _publish_to_dlq(fm, {"not": "a task message"}, {})
-    _publish_to_dlq(fm, [[], {}, {}], {})
-    assert dlq_depth(fm) == 3
-    assert dlq.drain(fm.app, fm.dead_letter_queue) == 0
-    assert dlq_depth(fm) == 0
+    kept: list[str] = []
+
+    def on_kept(sender: object = None, why: str = "", **_: object) -> None:
+        kept.append(why)
+
+    dlq.dead_letter_kept.connect(on_kept, weak=False)
+    try:
+        _publish_to_dlq(fm, [[], {}, {"chord": None}], {"id": "not-a-member", "task": "fm3.parse_document"})
+        _publish_to_dlq(fm, {"not": "a task message"}, {"id": "not-a-task"})
+        _publish_to_dlq(fm, [[], {}, {"chain": [{"task": "x", "options": {}}]}], {"id": "chain-without-member"})
+        assert dlq_depth(fm) == 3
+        assert dlq.drain(fm.app, fm.dead_letter_queue) == 0
+        assert dlq_depth(fm) == 3  # all three back in the DLQ, for an operator
+        assert dlq.drain(fm.app, fm.dead_letter_queue) == 0  # the next drain: same, and quiet
+        assert dlq_depth(fm) == 3
+    finally:
+        dlq.dead_letter_kept.disconnect(on_kept)
+    assert sorted(kept) == sorted(["not a chord member, and no chain leads to one", "not a Celery task message",
+                                   "not a chord member, and no chain leads to one"])
+    harness.reset(fm)
 
 
 def test_declaring_the_task_queue_declares_its_dead_letter_queue() -> None:
@@ -100,6 +124,9 @@ def test_task_retry_on_worker_lost_bounds_the_poison_loop_and_still_breaks_the_c
          "app.conf.task_retry_on_worker_lost = True  # Celery 5.7: retry a lost task, max_retries times"),
         ("@app.task(bind=True)\n@enveloped  # FM-1\ndef parse_document",
          "@app.task(bind=True, default_retry_delay=0)\n@enveloped  # FM-1\ndef parse_document"),
+        ("@app.task(bind=True)\n@enveloped  # FM-1: every exit is a SUCCESS-state envelope\ndef fetch_document",
+         "@app.task(bind=True, default_retry_delay=0)\n@enveloped  # FM-1: every exit is a SUCCESS-state envelope\n"
+         "def fetch_document"),
     ])
     harness.reset(fm)
     run_id = new_run_id()
@@ -107,6 +134,112 @@ def test_task_retry_on_worker_lost_bounds_the_poison_loop_and_still_breaks_the_c
         obs = run_scenario(fm, scenario(3), run_id, timeout=60, probe_after=False)
     harness.reset(fm)
     assert obs.attempts["doc4"] == 4  # the first attempt and max_retries (3) retries
+    assert obs.fetch_attempts["doc9"] == 4  # the same bound for the poison fetch
     assert obs.chord.state == "FAILURE" and obs.chord.error_type == "ChordError"
     assert "WorkerLostError" in (obs.chord.error or "")
     assert obs.notify_runs["chord"] == 0
+
+
+# ---- FM-4's hard variant: the claim's owner dies ----------------------------------------
+
+
+def _fm4_variant(name: str, edits: list[tuple[str, str]]) -> Fm:
+    return variants.derive("fm4_duplicated_runs", name, edits)
+
+
+def _run_scenario_4(fm: Fm, label: str) -> Observations:
+    harness.reset(fm)
+    run_id = new_run_id()
+    with running_worker(fm, run_id, label, grace=0.5):
+        obs = run_scenario(fm, scenario(4), run_id, timeout=60, probe_after=False)
+    harness.reset(fm)
+    return obs
+
+
+def test_a_busy_retry_budget_shorter_than_the_claim_ttl_sends_no_email() -> None:
+    """shared/claim.py: the owner killed before sending, its redelivery busy on its own claim,
+    and a budget (20 x 50 ms) that ends long before the claim's 60 s TTL: no email at all, and
+    the chord still reports SUCCESS, with notify's MaxRetriesExceededError in the envelope."""
+    resume, budget = weak.EDITS["fm4"][1]
+    fm = _fm4_variant("fm4b_short_budget", [weak.EDITS["fm4"][0], (resume, budget.replace("max_retries=400", "max_retries=20"))])
+    obs = _run_scenario_4(fm, "variant-fm4-short-budget")
+    assert obs.emails == () and obs.mail_calls == 0
+    env = obs.chord.envelope
+    assert obs.chord.state == "SUCCESS" and env is not None and not env.ok
+    assert "MaxRetriesExceededError" in (env.error or "")
+
+
+def test_without_the_idempotency_key_the_owner_killed_after_sending_sends_twice() -> None:
+    """fm4's docstring: the claim cannot stop the resend of an owner that died after sending;
+    the mail API's idempotency key does (G4: 2 calls, 1 email)."""
+    fm = _fm4_variant("fm4k_no_key", [weak.EDITS["fm4"][2]])
+    obs = _run_scenario_4(fm, "variant-fm4-no-key")
+    assert obs.mail_calls == 2 and len(obs.emails) == 2
+    assert [e.get("when") for e in obs.events if e.kind == "crash"] == ["before_send", "after_send"]
+
+
+# ---- FM-3: deliveries are not attempts --------------------------------------------------
+
+
+def test_a_whole_worker_kill_charges_a_delivery_to_every_message_it_held() -> None:
+    """shared/dlq.py: a worker killed whole returns every message it held, started or only
+    prefetched, and RabbitMQ counts each return. Eight members that each sleep 2 s, two pool
+    processes, a prefetch of eight: three kills dead-letter all eight, though only two ran
+    per round; the envelope tells deliveries from starts."""
+    fm = harness.load("fm3")
+    harness.reset(fm)
+    run_id = new_run_id()
+    bound = fm.delivery_bound
+    assert bound == 3
+    docs = [f"hang{i}" for i in range(1, 9)]
+    fetched = [Result[Any].success({"doc": store_document(run_id, d, document_text(d, SOFT_HANG)), "text":
+                                    document_text(d, SOFT_HANG)}, 1).to_wire() for d in docs]
+    reader = Reader(run_id)
+    header = group(fm.parse_document.s(f) for f in fetched)
+    result = chord(header)(fm.notify.s([doc_id(run_id, d) for d in docs], run_id))
+
+    members = [str(r.id) for r in cast(Any, result.parent).results]
+
+    def started() -> int:  # what the drain will report: count_starts, per task id
+        return sum(dlq.starts_of(fm.app, m) for m in members)
+
+    for round_ in range(1, bound + 1):
+        worker = Worker(fm, run_id, harness.LOG_DIR / f"variant-fm3-killed-whole-{run_id}-{round_}.log")
+        worker.start()
+        try:
+            assert wait_until(lambda: started() >= 2 * round_, 30), f"round {round_}: two slots never started"
+        finally:
+            assert worker.proc is not None
+            workers.signal_group(worker.proc.pid, signal.SIGKILL)  # the whole worker: main process, pool, beat
+            worker.proc.wait(10)
+    assert started() == 2 * bound
+    with running_worker(fm, run_id, "variant-fm3-after-kills", grace=0.5):  # its beat drains the DLQ
+        summary = result.get(timeout=30)
+    payload = cast(dict[str, list[dict[str, str]]], Result.from_wire(summary).payload)
+    failed = {short_doc(f["doc"]): f for f in payload["failed"]}
+    assert set(failed) == set(docs)
+    starts = {d: dlq.starts_of(fm.app, m) for d, m in zip(docs, members)}
+    assert starts == {d: reader.attempts(d) for d in docs}  # the lab's own count agrees
+    for d in docs:
+        assert failed[d]["reason"] == "dead_lettered"
+        assert failed[d]["error"] == (f"parse_document dead-lettered by the broker (delivery_limit) after {bound} "
+                                      f"deliveries, {starts[d]} started")
+    assert sum(starts.values()) == 2 * bound and sum(1 for n in starts.values() if n == 0) >= len(docs) - 2 * bound
+    harness.reset(fm)
+
+
+def test_reject_without_requeue_passes_the_envelope_and_fails_the_chord() -> None:
+    """shared/envelope.py: ``Reject`` passes through ``@enveloped`` (a control-flow exception),
+    and Celery 5.7's ``Request.on_failure`` stores FAILURE for ``Reject(requeue=False)``."""
+    fm = variants.derive("fm1_mid_pipeline_error", "fm1j_reject", [
+        ("    lab_fault(self, document)  # the lab: what the scenario does to this document\n",
+         "    raise Reject(\"beyond repair\", requeue=False)  # every document: the worker drops its message\n"),
+        ("from celery import Task, chain, chord, group\n", "from celery import Task, chain, chord, group\nfrom celery.exceptions import Reject\n"),
+    ])
+    harness.reset(fm)
+    run_id = new_run_id()
+    with running_worker(fm, run_id, "variant-fm1-reject", grace=0.5):
+        obs = run_scenario(fm, scenario(1), run_id, timeout=60, probe_after=False)
+    harness.reset(fm)
+    assert obs.chord.state == "FAILURE" and obs.chord.error_type == "ChordError"
+    assert "reject requeue=False: beyond repair" in (obs.chord.error or "") and obs.notify_runs["chord"] == 0
