@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 from lab.show import timeline, timeline_text
@@ -10,7 +11,7 @@ from lab.harness import RunReport
 from lab.show.progress import Board
 from lab.runner import Outcome
 from lab.show.timeline import MARKS, DocTimeline, Timeline
-from tests.synthetic import broken_run, end, ev, fixed_run, lost_run, observations, start
+from tests.synthetic import broken_run, end, ev, fixed_run, lost_run, observations, start, summary_outcome
 
 
 def doc(tl: Timeline, name: str) -> DocTimeline:
@@ -136,3 +137,16 @@ def test_an_outcome_no_envelope_reason_names_is_drawn_as_an_error() -> None:
     tl = timeline.build(obs)
     assert [(a.how, a.reason, a.mark) for a in doc(tl, "doc1").attempts] == [("raised", "error", "error")]
     assert [(n.role, n.how) for n in tl.notifies] == [("chord", "running")]
+
+
+def test_a_poison_fetch_shows_its_fetches_when_no_parse_ever_began() -> None:
+    events = [ev(0.02, "fetch_start", doc="doc9", attempt=1), ev(0.2, "fetch_start", doc="doc9", attempt=2),
+              ev(0.4, "fetch_start", doc="doc9", attempt=3), ev(0.7, "dead_lettered", doc="doc9"),
+              ev(0.03, "fetch_start", doc="doc2", attempt=1), start(0.05, "doc2", 1), end(0.06, "doc2", 1)]
+    obs = dataclasses.replace(observations(events, summary_outcome(["doc2"], [("doc9", "dead_lettered", "x")])),
+                              docs=("doc2", "doc9"))
+    tl = timeline.build(obs)
+    assert [(a.stage, a.how) for a in doc(tl, "doc9").attempts] == [("fetch", "killed")] * 3
+    assert [(a.stage, a.how) for a in doc(tl, "doc2").attempts] == [("parse", "ok")]  # its one fetch is not drawn
+    text = "\n".join(timeline_text.plain(line) for line in timeline_text.lines(tl, "fm3 fixed"))
+    assert text.count("fetch killed: the process died") == 3

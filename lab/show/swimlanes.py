@@ -83,7 +83,7 @@ def _attempt(doc: str, a: Attempt, y: float, scale: _Scale, next_t: float, final
     # A process killed at its time_limit has no end of its own; the backstop's envelope names it.
     ended_by = a.how == "raised" or (a.how == "killed" and final_reason == "time_limit")
     mark = final_reason if ended_by and final_reason else a.mark
-    tip = f"{doc} attempt {a.n}: {a.start:.3f}s → " + _tip(a, next_t)
+    tip = f"{doc} {'fetch' if a.stage == 'fetch' else 'attempt'} {a.n}: {a.start:.3f}s → " + _tip(a, next_t)
     bar = (f'<rect class="attempt attempt-{a.how}" data-attempt="{a.n}" x="{x0}" y="{y - 6}" width="{round(x1 - x0, 1)}" '
            f'height="12" rx="2" fill="{MARKS[mark].colour}"><title>{escape(tip)}</title></rect>')
     extra = ""

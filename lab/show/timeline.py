@@ -74,6 +74,7 @@ class Attempt:
     reason: str | None = None  # for ``raised``: error, soft_timeout, hard_timeout
     error: str = ""
     retry_in: float | None = None  # for ``retried``: the planned delay in seconds
+    stage: str = "parse"  # "fetch": a fetch that never led to a parse (a poison chain head)
 
     @property
     def mark(self) -> str:
@@ -149,6 +150,12 @@ def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over
         end = ends.get(str(n))
         followed = i + 1 < len(starts) or dead is not None or chord_over
         attempts.append(_attempt(n, start.t - at, end, retries.get(str(n)), at, followed))
+    if not starts:  # no parse ever began: show the fetches, the chain's head (they died, or are running)
+        fetches = [e for e in events if e.kind == "fetch_start"]
+        for i, f in enumerate(fetches):
+            followed = i + 1 < len(fetches) or dead is not None or chord_over
+            attempts.append(Attempt(i + 1, f.t - at, None, "killed" if followed else "running", stage="fetch"))
+        attempts = attempts if len(fetches) > 1 or dead is not None else []
     final, reason, error = _final(obs, doc, attempts, dead)
     return DocTimeline(doc, tuple(attempts), dead, final, reason, error)
 

@@ -57,7 +57,8 @@ def _doc(d: DocTimeline, stopped_at: float) -> list[Line]:
     what = f"failed: {d.reason}" if d.final == "failed" else FINAL_WORDS.get(d.final, d.final)
     out: list[Line] = [(Piece(f"  {d.doc:<6}"), Piece(what, d.mark))]
     for a in d.attempts:
-        out.append((Piece(f"    #{a.n} {span(a.start, a.end)} "), Piece(_ending(a, stopped_at), a.mark)))
+        stage = "fetch " if a.stage == "fetch" else ""
+        out.append((Piece(f"    #{a.n} {span(a.start, a.end)} "), Piece(stage + _ending(a, stopped_at), a.mark)))
     if d.dead_lettered_at is not None:
         out.append((Piece(f"       {seconds(d.dead_lettered_at)}s".ljust(22)),
                     Piece("dead-lettered: finalised by the DLQ drain", "dead_lettered")))
