@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from lab.faults import (C_HANG, CRASH_ONCE, FAIL, FETCH_POISON, FLAKE_FOREVER, FLAKY, HARD_HANG, POISON, SOFT_HANG,
                         SWALLOW_HANG, THROTTLED, Fault)
 
-# (document, fault, first scenario that has it)
+# (document, fault, first scenario that has it), in the order of submission. The burst
+# goes last, so that its probe meets pool processes that the hangs no longer hold (a busy
+# pool delays any new work; the burst is about the prefetch).
 _TABLE: tuple[tuple[str, Fault | None, int], ...] = (
     ("doc1", FAIL, 1),
     ("doc2", None, 1),
