@@ -3,6 +3,7 @@
     python run_all_fms.py                      # fm1..fm6, each checks its guarantees
     python run_all_fms.py --only fm3           # one FM (short or full name)
     python run_all_fms.py --include-fm0        # also show fm0's bug (S1)
+    python run_all_fms.py --case-studies       # also the case studies (--only severity_batch: that one)
     python run_all_fms.py --prove              # also run scenario N on FM N-1 (symptom SN)
     python run_all_fms.py --prove --include-fm0 --report lab-report.html
                                                # also write the workshop report (one HTML file)
@@ -51,6 +52,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="run_all_fms.py", description="reliable-celery-lab: run the failure modes")
     p.add_argument("--only", nargs="+", metavar="FM", help="FMs to run, short (fm3) or full (fm3_dlq_reconciliation) names")
     p.add_argument("--include-fm0", action="store_true", help="also run fm0 and expect its bug (S1)")
+    p.add_argument("--case-studies", action="store_true", help="also run every case study (case_studies/), "
+                   "with --prove its write-up's symptoms too")
     p.add_argument("--prove", action="store_true", help="also run scenario N on FM N-1's code and expect symptom SN")
     p.add_argument("--report", type=Path, metavar="PATH", help="write the workshop report (one self-contained HTML file) to PATH")
     p.add_argument("--down", action="store_true", help="stop workers and services the lab started, then exit")
@@ -62,20 +65,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def selected(args: argparse.Namespace) -> list[str]:
-    if args.only:
-        return harness.resolve(list(args.only))
-    return [fm for fm in fm_modules() if harness.number(fm) >= 1]
+    chosen = harness.resolve(list(args.only)) if args.only else [fm for fm in fm_modules() if harness.number(fm) >= 1]
+    studies = list(harness.CASE_STUDIES) if args.case_studies else []
+    return [*chosen, *(s for s in studies if s not in chosen)]
 
 
 def summary_table(reports: list[RunReport], prove: bool) -> str:
-    head = f"{'broken (symptom)':<28} hard variant, before its fix" if prove else ""
-    lines = [f"{'FM':<5} {'fixed (guarantees)':<34} {head}".rstrip()]
-    for row in harness.matrix(reports):
+    """One row per FM (and per case-study scenario): fixed, broken (for a case study: its
+    write-up), and the hard variant before its fix."""
+    rows = harness.matrix(reports)
+    width = max([5, *(len(r.fm) for r in rows)])
+    head = f"{'broken / write-up (symptom)':<28} hard variant, before its fix" if prove else ""
+    lines = [f"{'FM':<{width}} {'fixed (guarantees)':<34} {head}".rstrip()]
+    for row in rows:
         fixed, broken, weak = row.fixed, row.broken, row.weak
         left = f"{fixed.verdict} {' '.join(c.label for c in fixed.checks)}" if fixed else "-"
         middle = f"{broken.verdict} {' '.join(c.label for c in broken.checks)} (on {broken.code})" if broken else ""
         right = f"{weak.verdict} {' '.join(c.label for c in weak.checks)} (on {weak.code})" if weak else ""
-        lines.append(f"{row.fm:<5} {left:<34} {middle:<28} {right}".rstrip())
+        lines.append(f"{row.fm:<{width}} {left:<34} {middle:<28} {right}".rstrip())
     return "\n".join(lines)
 
 

@@ -63,8 +63,9 @@ def short_name(module: str) -> str:
     return module.split(".")[-1].split("_", 1)[0]
 
 
-def lab_app(module: str) -> Celery:
-    fm = short_name(module)
+def lab_app(module: str, short: str | None = None) -> Celery:
+    """The app of ``module``; ``short`` names its namespace when the module name does not (a case study)."""
+    fm = short or short_name(module)
     queue = amqp_name(fm, "tasks")
     app = Celery(f"rcl_{fm}", broker=broker_url(), backend=backend_url())
     app.conf.update(

@@ -132,22 +132,23 @@ class NotAnFm(Exception):
     """A module that does not hold an FM program (app, tasks, submit)."""
 
 
-def from_module(module: ModuleType) -> Fm:
+def from_module(module: ModuleType, member: str = "parse_document", body: str = "notify") -> Fm:
+    """The program in ``module``; a case study names its chord member and body (``score_chunk``, ``reconcile``)."""
     found, submit = getattr(module, "app", None), getattr(module, "submit", None)
     if not isinstance(found, Celery) or not callable(submit):
         raise NotAnFm(f"{module.__name__} has no Celery `app` and `submit`")
     app = cast(Celery, found)
-    short = short_name(module.__name__)
+    short = str(app.main or "").removeprefix("rcl_") or short_name(module.__name__)
     try:
-        tasks = {name: app.tasks[f"{module.__name__}.{name}"] for name in ("parse_document", "notify")}
+        tasks = {name: app.tasks[f"{module.__name__}.{name}"] for name in (member, body)}
         probe = app.tasks[f"{short}.probe"]
     except KeyError as exc:
         raise NotAnFm(f"{module.__name__} does not define the task {exc}") from exc
-    return Fm(short, module.__name__, app, cast(Submit, submit), tasks["parse_document"], tasks["notify"], probe)
+    return Fm(short, module.__name__, app, cast(Submit, submit), tasks[member], tasks[body], probe)
 
 
-def load_module(name: str, folder: Path | None = None) -> Fm:
-    """Import the FM program ``name`` (from ``folder`` too, for a variant) and read it."""
+def load_module(name: str, folder: Path | None = None, member: str = "parse_document", body: str = "notify") -> Fm:
+    """Import the program ``name`` (from ``folder`` too, for a variant) and read it."""
     if folder is not None and str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
-    return from_module(importlib.import_module(name))
+    return from_module(importlib.import_module(name), member, body)

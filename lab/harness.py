@@ -21,6 +21,7 @@ connect timeout, not at the run's deadline.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 import time
@@ -67,19 +68,49 @@ class RunBroken(Exception):
 # ---- finding FMs -------------------------------------------------------------
 
 
+CASE_STUDIES: dict[str, str] = {"severity_batch": "case_studies.severity_batch.study"}
+"""Each case study (``case_studies/<name>/``) and the module that runs its scenarios."""
+
+
+def study(name: str) -> Any:
+    """The study module of a case study, of one of its cells (``severity_batch/batch``) or of its code."""
+    base = name.split("/", 1)[0]
+    for case, module in CASE_STUDIES.items():
+        if base == case:
+            return importlib.import_module(module)
+    for module in CASE_STUDIES.values():
+        found = importlib.import_module(module)
+        if base in found.CODES:
+            return found
+    raise HarnessError(f"no case study {name!r}")
+
+
+def is_case(name: str) -> bool:
+    """A case study's name, one of its cells, or one of its programs' codes."""
+    return name.split("/", 1)[0] in CASE_STUDIES or any(name in c for c in _case_codes())
+
+
+def _case_codes() -> list[dict[str, Kind]]:
+    return [importlib.import_module(m).CODES for m in CASE_STUDIES.values()]
+
+
 def resolve(names: list[str]) -> list[str]:
     """Short names for ``--only`` arguments given as short or full names, each once, in order."""
     modules = fm_modules()
-    short_of = {**{s: s for s in modules}, **{m: s for s, m in modules.items()}}
+    short_of = {**{s: s for s in modules}, **{m: s for s, m in modules.items()}, **{c: c for c in CASE_STUDIES}}
     unknown = [n for n in names if n not in short_of]
     if unknown:
-        valid = ", ".join(f"{s} ({m})" for s, m in modules.items())
+        valid = ", ".join([*(f"{s} ({m})" for s, m in modules.items()), *(f"{c} (case study)" for c in CASE_STUDIES)])
         raise HarnessError(f"unknown FM {', '.join(unknown)}; valid: {valid}")
     return list(dict.fromkeys(short_of[n] for n in names))
 
 
 def load(short: str) -> Fm:
-    """The FM ``short`` (``fm3``), read off its module; ``fm3w`` is fm3's weak variant (``lab.weak``)."""
+    """The FM ``short`` (``fm3``), read off its module; ``fm3w`` is fm3's weak variant (``lab.weak``);
+    ``sb`` and ``sbw`` are case study 1's programs."""
+    if is_case(short):
+        found = study(short)
+        return cast(Fm, found.program(found.CODES[short]))
     base = short[:-1] if short.endswith("w") else short
     if base != short and weak.has_weak(base):
         return checked(weak.weak(base, fm_modules()[base]))
@@ -201,6 +232,8 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     """
     global current
     on_stage = _interruptible(on_stage)
+    if is_case(fm):
+        return cast(RunReport, study(fm).run_one(fm, kind, on_stage))
     n = number(fm)
     code = code_of(fm, kind)
     sc_n = 1 if kind == "bug" else n
@@ -395,6 +428,8 @@ def matrix(reports: list[RunReport]) -> list[MatrixRow]:
 
 def code_of(fm: str, kind: Kind) -> str:
     """The FM whose code a run runs: its own (fixed), the one before (broken), its weak variant, fm0 (bug)."""
+    if is_case(fm):
+        return cast(str, study(fm).code_of(kind))
     if kind == "weak":
         return weak.weak_name(fm)
     return fm if kind == "fixed" else f"fm{number(fm) - 1}" if kind == "broken" else "fm0"
@@ -423,7 +458,7 @@ def refuse_busy_queues(codes: list[str]) -> None:
 def clean(say: Callable[[str], None] = print) -> None:
     """Delete every queue, exchange and Redis key of the namespace, and nothing else."""
     shorts = list(fm_modules())
-    fms = [load(s) for s in shorts]
+    fms = [load(s) for s in shorts] + [load(code) for codes in _case_codes() for code in codes]
     for path in sorted(VARIANTS_DIR.glob("fm*_*.py")) if VARIANTS_DIR.exists() else []:
         try:
             fms.append(checked(load_module(path.stem, VARIANTS_DIR)))
@@ -436,6 +471,8 @@ def clean(say: Callable[[str], None] = print) -> None:
         exchanges.update(amqp_name(short, s) for s in ("dlx", "control.pidbox", "events"))
     delete_names(sorted(queues), sorted(exchanges))
     deleted = delete_keys(f"{NAMESPACE}:*")
+    for module in CASE_STUDIES.values():  # their ledgers' rows in this namespace (the tables stay)
+        importlib.import_module(module).clear_ledger()
     say(f"namespace {NAMESPACE}: deleted its queues and exchanges (of the {len(queues)} queue and {len(exchanges)} "
         f"exchange names the lab may have made, those that existed) and {deleted} Redis key(s)")
 
@@ -443,6 +480,9 @@ def clean(say: Callable[[str], None] = print) -> None:
 def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str, Kind]]:
     runs: list[tuple[str, Kind]] = []
     for fm in selected:
+        if is_case(fm):
+            runs.extend(study(fm).cells(prove))
+            continue
         n = number(fm)
         if n == 0:
             continue

@@ -137,10 +137,15 @@ def current_attempt(task_id: str | None) -> int:
     return _attempts.get(task_id or "", 1)
 
 
+ROLES = {"score_chunk": "parse_document", "reconcile": "notify"}
+"""A case study's tasks in the FMs' roles: its chord member (one attempt per chunk,
+the chunk standing for the document) and its chord body (the run standing for the pipeline)."""
+
+
 def _role_of(task: object) -> str:
     """``parse_document`` for a task (or a task name) ``fm3_dlq_reconciliation.parse_document``."""
-    name = task if isinstance(task, str) else getattr(task, "name", "")
-    return str(name).rsplit(".", 1)[-1]
+    name = str(task if isinstance(task, str) else getattr(task, "name", "")).rsplit(".", 1)[-1]
+    return ROLES.get(name, name)
 
 
 def _pipeline_in(args: Sequence[object], kwargs: Mapping[str, object]) -> str | None:

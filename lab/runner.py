@@ -95,14 +95,14 @@ class Observations:
 
     def failed(self, doc: str) -> Mapping[str, Any] | None:
         summary = self.summary()
-        for f in cast(list[Mapping[str, Any]], summary["failed"] if summary else []):
+        for f in cast(list[Mapping[str, Any]], summary.get("failed", []) if summary else []):
             if short_doc(str(f.get("doc"))) == doc:
                 return f
         return None
 
     def ok_docs(self) -> list[str]:
         summary = self.summary()
-        return [short_doc(str(d)) for d in cast(list[object], summary["ok"])] if summary else []
+        return [short_doc(str(d)) for d in cast(list[object], summary.get("ok", []))] if summary else []
 
     def attempt_times(self, doc: str) -> list[float]:
         return attempt_starts(self.events, doc)

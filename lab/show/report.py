@@ -28,6 +28,8 @@ from lab.harness import MatrixRow, RunReport, matrix
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
 """The docstring paragraphs the report shows, in this order."""
+CASE_SECTIONS = ("The write-up", "What the runs show", "Fix", "Tradeoffs")
+"""A case study's: what the write-up claims, what the runs show, the fix, the tradeoffs."""
 _HEADING = re.compile(r"^(?P<name>[A-Z][\w -]{1,30}?)\s*(?P<note>\([^)]*\))?:(\s|$)")
 
 
@@ -41,7 +43,7 @@ class Lesson:
     sections: Mapping[str, str]  # a name of SECTIONS -> its text (paragraphs kept)
 
 
-def parse_docstring(fm: str, module: str, doc: str) -> Lesson:
+def parse_docstring(fm: str, module: str, doc: str, sections: tuple[str, ...] = SECTIONS) -> Lesson:
     """Split a docstring into its headed paragraphs ("Symptom (fm0 on scenario 1): ...").
 
     A paragraph that starts with ``Name:`` or ``Name (note):`` opens a section that
@@ -56,13 +58,13 @@ def parse_docstring(fm: str, module: str, doc: str) -> Lesson:
         m = _HEADING.match(para)
         if m:
             name = _canonical(m.group("name"))
-            current = found.setdefault(name, []) if name in SECTIONS else None
+            current = found.setdefault(name, []) if name in sections else None
             if current is not None:
                 rest = para[m.end():].strip()
                 current.append(" ".join(part for part in (m.group("note") or "", rest) if part))
         elif current is not None:
             current.append(para)
-    return Lesson(fm, module, summary, {name: "\n\n".join(found[name]) for name in SECTIONS if name in found})
+    return Lesson(fm, module, summary, {name: "\n\n".join(found[name]) for name in sections if name in found})
 
 
 def _canonical(name: str) -> str:
@@ -73,6 +75,12 @@ def _canonical(name: str) -> str:
 
 
 def lesson(fm: str) -> Lesson:
+    """An FM's lesson from its file; a case study cell's (``severity_batch/batch``) from its fixed program."""
+    if "/" in fm:
+        case = fm.split("/", 1)[0]
+        module = f"case_studies/{case}/fixed"
+        tree = ast.parse((ROOT / f"{module}.py").read_text())
+        return parse_docstring(fm, module.replace("/", "."), ast.get_docstring(tree) or "", CASE_SECTIONS)
     module = fm_modules()[fm]
     tree = ast.parse((ROOT / f"{module}.py").read_text())  # read, not imported: no app is built
     return parse_docstring(fm, module, ast.get_docstring(tree) or "")
@@ -90,7 +98,9 @@ def render(reports: Sequence[RunReport], lessons: Mapping[str, Lesson], generate
 
 
 def write(path: Path, reports: Sequence[RunReport]) -> Path:
-    lessons = {fm: lesson(fm) for fm in dict.fromkeys(r.fm for r in reports)}
+    cells = list(dict.fromkeys(r.fm for r in reports))
+    firsts = [c for i, c in enumerate(cells) if "/" not in c or c.split("/")[0] not in {x.split("/")[0] for x in cells[:i]}]
+    lessons = {fm: lesson(fm) for fm in firsts}  # a case study's lesson once, with its first scenario
     generated = (time.strftime("generated %Y-%m-%d %H:%M:%S by run_all_fms.py") +
                  f" in namespace {NAMESPACE}; broker {mask_url(broker_url())}, backend {mask_url(backend_url())}")
     path.write_text(render(reports, lessons, generated), encoding="utf-8")

@@ -127,7 +127,8 @@ def _notify_lane(tl: Timeline, row: int, scale: _Scale) -> str:
 
 
 def _notify_bar(n: NotifyRun, y: float, scale: _Scale, span: float) -> str:
-    key = {"sent": "email", "skipped": "ok", "retried": "retried", "killed": "killed", "running": "running"}[n.how]
+    key = {"sent": "email", "skipped": "ok", "ended": "ok" if n.outcome == "ok" else "error", "retried": "retried",
+           "killed": "killed", "running": "running"}[n.how]
     x0 = scale.x(n.start)
     x1 = max(scale.x(n.end if n.end is not None else span), x0 + 3)
     retry = f" after {1000 * (n.retry_in or 0.0):.0f} ms (claim busy)" if n.how == "retried" else ""

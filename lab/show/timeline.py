@@ -37,7 +37,7 @@ from lab.runner import Observations
 
 End = Literal["ok", "raised", "retried", "killed", "running"]
 Final = Literal["ok", "failed", "killed", "running", "retrying", "not started"]
-NotifyEnd = Literal["sent", "skipped", "retried", "killed", "running"]
+NotifyEnd = Literal["sent", "skipped", "ended", "retried", "killed", "running"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,7 @@ class NotifyRun:
     gate_wait: float | None = None  # when it began waiting at the runner's gate
     retry_in: float | None = None  # for ``retried``: the planned delay (FM-4's busy claim)
     crash: str | None = None  # for ``killed``: before_send or after_send
+    outcome: str = ""  # for ``ended``: ok, or the envelope's reason
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,9 @@ def _notifies(events: list[Event], at: float) -> tuple[NotifyRun, ...]:
             done.append(replace(current, end=e.t - at, how="killed", crash=e.get("when")))
             del open_runs[role]
         elif e.kind == "notify_end":
-            done.append(replace(current, end=e.t - at, how="sent" if e.get("sent") == "True" else "skipped"))
+            sent = e.get("sent")  # a body with no "sent" (a case study's reconcile) just ended
+            how: NotifyEnd = "sent" if sent == "True" else "skipped" if sent == "False" else "ended"
+            done.append(replace(current, end=e.t - at, how=how, outcome=e.get("outcome")))
             del open_runs[role]
     done.extend(replace(r, end=None) for r in open_runs.values())
     return tuple(sorted(done, key=lambda r: r.start))

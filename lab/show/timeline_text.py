@@ -94,6 +94,8 @@ def _notify_ending(n: NotifyRun) -> tuple[str, str]:
         return f"sent{gate}", "ok"
     if n.how == "skipped":
         return "skipped, sent=False (already sent)", "ok"
+    if n.how == "ended":
+        return ("ended: ok", "ok") if n.outcome == "ok" else (f"ended: {n.outcome}", "error")
     if n.how == "retried":
         return f"retried after {1000 * (n.retry_in or 0.0):.0f} ms (claim busy)", "retried"
     if n.how == "killed":
