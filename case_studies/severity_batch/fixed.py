@@ -75,8 +75,8 @@ from kombu import Exchange, Queue
 
 from case_studies.severity_batch.claims import MODEL_VERSION, PoisonClaim, parse, score
 from case_studies.severity_batch.ledger import Ledger
-from case_studies.severity_batch.stand_ins import (ChunkRef, FeatureStoreUnavailable, RunSpec, chunks, extract,
-                                                   feature_store, lab_chunk_fault)
+from case_studies.severity_batch.stand_ins import (ChunkRef, FeatureStoreUnavailable, RunSpec, chunk_name, chunks,
+                                                   extract, feature_store, lab_chunk_fault)
 from lab.app import lab_app
 from shared.backend import backend_redis
 from shared.dlq import DeadLetteringQueue, count_starts, drain
@@ -143,10 +143,10 @@ def score_chunk(self: Task[Any, Any], chunk: ChunkRef) -> ChunkCounts:
 
 @app.task(bind=True)
 @enveloped  # FM-1
-def reconcile(self: Task[Any, Any], results: list[Wire], refs: list[ChunkRef], run_id: str) -> dict[str, int]:
-    dispatched = sum(r["stop"] - r["start"] for r in refs)
+def reconcile(self: Task[Any, Any], results: list[Wire], dispatched: int, run_id: str) -> dict[str, int]:
     ok = [cast(ChunkCounts, Result.from_wire(w).payload) for w in results if is_envelope(w) and Result.from_wire(w).ok]
-    failed = [refs[i]["doc"] for i, w in enumerate(results) if not (is_envelope(w) and Result.from_wire(w).ok)]
+    failed = [f"{run_id}/{chunk_name(i)}" for i, w in enumerate(results)  # header order is chunk order
+              if not (is_envelope(w) and Result.from_wire(w).ok)]
     totals = {k: sum(int(c[k]) for c in ok) for k in ("scored", "quarantined", "skipped")}
     accounted = sum(totals.values())
     if failed or accounted != dispatched:  # fix: fail closed, and say the numbers
@@ -177,7 +177,7 @@ def submit(spec: RunSpec) -> AsyncResult[Any]:
     refs = chunks(spec)
     r, prefix = backend_redis(app)
     r.zadd(f"{prefix}runs:open", {spec["run"]: time.time() + DEADLINE_SECONDS})  # fix: watched until its deadline
-    return chord(group(score_chunk.s(r) for r in refs))(reconcile.s(refs, spec["run"]))
+    return chord(group(score_chunk.s(r) for r in refs))(reconcile.s(spec["claims"], spec["run"]))
 
 
 if __name__ == "__main__":  # submit the scenario to a worker you started, then check it

@@ -85,8 +85,7 @@ def score_chunk(self: Task[Any, Any], chunk: ChunkRef) -> ChunkCounts:
 
 
 @app.task(bind=True)
-def reconcile(self: Task[Any, Any], results: list[ChunkCounts], refs: list[ChunkRef], run_id: str) -> dict[str, int]:
-    dispatched = sum(r["stop"] - r["start"] for r in refs)
+def reconcile(self: Task[Any, Any], results: list[ChunkCounts], dispatched: int, run_id: str) -> dict[str, int]:
     totals = {k: sum(int(c[k]) for c in results) for k in ("scored", "quarantined", "skipped")}
     if sum(totals.values()) != dispatched:
         raise BatchImbalance(f"dispatched {dispatched}, accounted {sum(totals.values())}")
@@ -96,4 +95,4 @@ def reconcile(self: Task[Any, Any], results: list[ChunkCounts], refs: list[Chunk
 
 def submit(spec: RunSpec) -> AsyncResult[Any]:
     refs = chunks(spec)
-    return chord(group(score_chunk.s(r) for r in refs))(reconcile.s(refs, spec["run"]))
+    return chord(group(score_chunk.s(r) for r in refs))(reconcile.s(spec["claims"], spec["run"]))
