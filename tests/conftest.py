@@ -17,8 +17,16 @@ from typing import Any  # noqa: E402
 import pytest  # noqa: E402
 from celery import Celery  # noqa: E402
 
+from sqlalchemy import create_engine  # noqa: E402
+from sqlalchemy.exc import OperationalError  # noqa: E402
+
+from case_studies.severity_batch.ledger import Ledger  # noqa: E402
 from lab import harness, services  # noqa: E402
 from lab.observe import client  # noqa: E402
+from lab.settings import mask_url  # noqa: E402
+
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+"""The case studies' ledger on PostgreSQL in tests (``RCL_TEST_POSTGRES_URL`` overrides it)."""
 
 
 @pytest.fixture
@@ -46,3 +54,24 @@ def redis_keys(real_services: None) -> Iterator[list[str]]:
     if keys:
         r: Any = client()
         r.delete(*keys)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """PostgreSQL for the ledger tests: skipped, saying why, when it does not answer,
+    unless ``RCL_REQUIRE_POSTGRES=1`` (``.ci/run``) makes that a failure."""
+    url = os.environ.get("RCL_TEST_POSTGRES_URL") or DEFAULT_POSTGRES_URL
+    probe = Ledger(url)
+    engine = create_engine(probe.url, connect_args={"connect_timeout": 3})
+    try:
+        with engine.connect():
+            pass
+    except OperationalError as error:
+        said = (str(error.orig).strip().splitlines() or ["no answer"])[0]
+        why = f"PostgreSQL does not answer at {mask_url(probe.url)}: {said} (set RCL_TEST_POSTGRES_URL)"
+        if os.environ.get("RCL_REQUIRE_POSTGRES") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    finally:
+        engine.dispose()
+    return url

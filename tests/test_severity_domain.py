@@ -1,9 +1,8 @@
 """Batch severity scoring's domain: the extract, validation and the score (pure, no services),
 and the ledger on SQLite and on PostgreSQL.
 
-The PostgreSQL URL is ``RCL_TEST_POSTGRES_URL`` (default ``DEFAULT_POSTGRES_URL``). When
-it does not answer, the PostgreSQL tests are skipped, saying why, unless
-``RCL_REQUIRE_POSTGRES=1`` (set by ``.ci/run``) makes them fail instead. The tables are
+The PostgreSQL URL comes from conftest.py's ``postgres_url`` (skipped, saying why, when
+PostgreSQL does not answer, unless ``RCL_REQUIRE_POSTGRES=1``). The tables are
 those of the test namespace (``rcltest``, see conftest.py), emptied before and after
 each test; the SQLite ledgers live in pytest's temporary folders.
 """
@@ -11,7 +10,6 @@ each test; the SQLite ledgers live in pytest's temporary folders.
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Iterator
 from decimal import ROUND_DOWN, Context, Decimal, localcontext
 from pathlib import Path
@@ -19,15 +17,12 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import create_engine
-from sqlalchemy.exc import OperationalError, StatementError
+from sqlalchemy.exc import StatementError
 
 from case_studies.severity_batch import claims, ledger
 from case_studies.severity_batch.claims import COLUMNS, MODEL_VERSION, POISON_KINDS, PoisonClaim, generate, parse, score
 from case_studies.severity_batch.ledger import Ledger, LedgerCounts
-from lab.settings import mask_url
 
-DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 def clean_row(**changes: str) -> claims.RawClaim:
@@ -146,25 +141,6 @@ def test_the_score_rises_with_the_loss_and_stays_in_bounds_at_the_extremes() -> 
 
 
 # The ledger, on SQLite and PostgreSQL.
-
-@pytest.fixture(scope="session")
-def postgres_url() -> str:
-    url = os.environ.get("RCL_TEST_POSTGRES_URL") or DEFAULT_POSTGRES_URL
-    probe = Ledger(url)
-    engine = create_engine(probe.url, connect_args={"connect_timeout": 3})
-    try:
-        with engine.connect():
-            pass
-    except OperationalError as error:
-        said = (str(error.orig).strip().splitlines() or ["no answer"])[0]
-        why = f"PostgreSQL does not answer at {mask_url(probe.url)}: {said} (set RCL_TEST_POSTGRES_URL)"
-        if os.environ.get("RCL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
-    finally:
-        engine.dispose()
-    return url
-
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def ledger_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:

@@ -1,0 +1,91 @@
+"""Case study 1 end to end, through the harness, on the real RabbitMQ, Redis and a real SQL
+ledger: every cell of its matrix with its exact numbers, the batch on PostgreSQL too, and
+the deadline watch."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+import pytest
+
+from case_studies.severity_batch import study
+from case_studies.severity_batch.claims import generate
+from case_studies.severity_batch.ledger import Ledger, LedgerCounts
+from lab import harness
+from lab.harness import RunReport
+from lab.runner import new_run_id
+from lab.waiting import wait_until
+from shared.backend import backend_redis
+
+pytestmark = pytest.mark.usefixtures("real_services")
+
+BATCH = generate(study.SEED, study.CLAIMS, poison_every=study.POISON_EVERY, featureless_every=study.FEATURELESS_EVERY)
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def cell(name: str, kind: harness.Kind) -> RunReport:
+    report = harness.run_one(f"severity_batch/{name}", kind, quiet)
+    assert report.error is None, report.error
+    assert report.checks and all(c.ok for c in report.checks), report.checks
+    return report
+
+
+def test_the_batch_is_signed_with_exact_counts_through_retries_a_kill_and_a_resubmission() -> None:
+    report = cell("batch", "fixed")
+    assert [c.label for c in report.checks] == ["SB1", "SB2", "SB3", "SB4"]
+    assert BATCH.scorable == 1958 and len(BATCH.poison_ids) == 20 and len(BATCH.featureless_ids) == 22
+    assert report.observations is not None
+    assert report.observations.attempts["chunk001"] == 3 and report.observations.attempts["chunk003"] == 2
+
+
+def test_a_chunk_that_never_succeeds_fails_the_run_closed() -> None:
+    report = cell("dead_chunk", "fixed")
+    assert [c.label for c in report.checks] == ["SB5"]
+
+
+def test_the_writeups_dead_chunk_leaves_the_run_neither_signed_nor_flagged() -> None:
+    report = cell("dead_chunk", "broken")
+    assert report.code == "sbw" and [c.label for c in report.checks] == ["SB5 write-up"]
+
+
+def test_a_straggler_past_the_writeups_result_expires() -> None:
+    fixed, writeup = cell("straggler", "fixed"), cell("straggler", "broken")
+    assert fixed.observations is not None and writeup.observations is not None
+    assert fixed.observations.chord.state == "SUCCESS"
+    assert writeup.observations.chord.state == "PENDING" and writeup.observations.notify_runs["chord"] == 0
+
+
+def test_the_batch_on_postgresql(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same cell with the ledger on PostgreSQL (the worker inherits RCL_LEDGER_URL)."""
+    monkeypatch.setenv("RCL_LEDGER_URL", postgres_url)
+    report = cell("batch", "fixed")
+    assert report.observations is not None
+    book = Ledger(postgres_url)
+    assert book.counts(report.observations.run_id) == LedgerCounts(scored=1958, quarantined=20)
+    manifest = book.manifest(report.observations.run_id)
+    assert manifest is not None and (manifest.scored, manifest.quarantined, manifest.skipped) == (1958, 20, 22)
+    book.clear()
+
+
+def test_the_watch_flags_a_run_that_nobody_reconciled_by_its_deadline() -> None:
+    """fixed.py: every run is signed or flagged within its deadline (plus the watch's period)."""
+    fm = study.program("fixed")
+    harness.reset(fm)
+    book = Ledger()
+    book.create()
+    book.clear()
+    run_id = new_run_id()
+    with harness.running_worker(fm, run_id, "severity-watch", grace=0.5):
+        r, prefix = backend_redis(fm.app)
+        cast(Any, r).zadd(f"{prefix}runs:open", {run_id: time.time() - 0.1})  # its deadline has just passed
+        started = time.monotonic()
+        assert wait_until(lambda: bool(book.flags(run_id)), 10), "the run was never flagged"
+        took = time.monotonic() - started
+    flags = book.flags(run_id)
+    assert [(f.reason, f.detail) for f in flags] == [("not reconciled", "no manifest and no flag 20s after submission")]
+    assert took <= 2.5 and not cast(Any, r).zscore(f"{prefix}runs:open", run_id)
+    harness.reset(fm)
