@@ -88,7 +88,7 @@ class Measured:
 
 
 def used_memory() -> int:
-    info = cast(dict[str, Any], client().info("memory"))
+    info = cast(dict[str, Any], cast(Any, client()).info("memory"))
     return int(info["used_memory"])
 
 
@@ -121,26 +121,27 @@ def measure(fm: Fm, claims: int, chunk_size: int, url: str, ledger_name: str) ->
                                     after=lambda: harness.purge(fm)) as worker:
             alive = harness.Liveness(worker)
             mem_before = used_memory()
-            peak = [mem_before, time.monotonic()]  # peak, when last sampled
+            peak, sampled = mem_before, time.monotonic()
             started = time.monotonic()
             body = submit(spec)
             submitted = time.monotonic() - started
-            ended = [0.0]
+            ended = 0.0
 
             def done() -> bool:
+                nonlocal peak, sampled, ended
                 alive()
                 now = time.monotonic()
-                if now - peak[1] >= SAMPLE_EVERY:
-                    peak[0], peak[1] = max(peak[0], used_memory()), now
+                if now - sampled >= SAMPLE_EVERY:
+                    peak, sampled = max(peak, used_memory()), now
                 if body.ready():
-                    ended[0] = now
+                    ended = now
                     return True
                 return False
 
             finished = wait_until(done, run_timeout(tasks))
-            elapsed = ended[0] - started
+            elapsed = ended - started
             mem_after = used_memory()
-            mem_peak = max(peak[0], mem_after)
+            mem_peak = max(peak, mem_after)
             keys_left = namespace_keys()
             problem = "" if finished else f"the chord body was not ready after {run_timeout(tasks):.0f}s"
             if finished:
