@@ -353,11 +353,14 @@ def weak_symptom(n: int, obs: Observations, fixed: Fm) -> Check:
 
 
 def weak_stop(n: int, fixed: Fm) -> tuple[str, StopCondition] | None:
-    """Where a weak run stops when its chord never completes (S3 hard) or waits long (S4 hard)."""
+    """Where a weak run stops: its chord never completes (S3 hard), would wait long (S4 hard),
+    or its symptom is over (S5 hard: the probe is back)."""
     if n == 3:
         return ("doc9's dead letter was kept", lambda r: r.has_event("dead_letter_kept", doc="doc9"))
     if n == 4:
         return ("the owner was turned away by its own claim", _owner_turned_away)
+    if n == 5:
+        return ("the burst's probe came back", lambda r: r.has_event("burst_probe_back"))
     return None
 
 

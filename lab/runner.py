@@ -172,8 +172,10 @@ def run_scenario(
         if sc.burst:
             if burst_probe is None and _burst_waiting(reader, sc.burst):
                 burst_probe, burst_sent = fm.probe.apply_async(), time.time()
+                reader.rec.event("burst_probe_sent")
             elif burst_probe is not None and burst_back is None and burst_probe.ready():
                 burst_back = time.time()
+                reader.rec.event("burst_probe_back")  # a weak run may stop here (lab.checks.weak_stop)
         if sc.duplicate_notify:
             if duplicate is None and reader.has_event("gate_wait", role="chord"):
                 duplicate = _fire_duplicate(fm, reader, body_result, doc_ids, run_id)
