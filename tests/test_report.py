@@ -9,6 +9,7 @@ killed afterwards. The screenshot is kept in ``artifacts/`` (git-ignored).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -287,3 +288,16 @@ def test_the_report_renders_to_a_screenshot(report_file: Path) -> None:
     chromium(report_file.as_uri(), "--hide-scrollbars", "--window-size=1280,2200", f"--screenshot={shot}")
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000  # a page with content, not a blank one
+
+
+def test_a_case_study_cell_has_its_lesson_from_the_fixed_program_and_one_lane_per_chunk() -> None:
+    chunks = [f"chunk{i:03d}" for i in range(3)]
+    obs = dataclasses.replace(fixed_run(), docs=tuple(chunks), fm="sb")
+    cell = RunReport("severity_batch/batch", "fixed", "sb", 1, checks=[Check("SB1", True, "manifest: dispatched 2000")],
+                     observations=obs)
+    lesson = report.lesson("severity_batch/batch")
+    assert list(lesson.sections) == list(report.CASE_SECTIONS)
+    page = report.render([cell], {"severity_batch/batch": lesson})
+    assert '<section class="fm" id="severity_batch/batch">' in page
+    assert [d for d in chunks if f'data-doc="{d}"' in page] == chunks
+    assert "manifest: dispatched 2000" in page and "<h3>What the runs show</h3>" in page
