@@ -112,6 +112,8 @@ class CaseRun:
     flags: list[Flag]
     resubmitted: tuple[LedgerCounts, Manifest | None, Outcome] | None  # after the second submission
     chord_size_key: bool | None  # did the chord's size key still exist when the run ended
+    poison_ids: frozenset[str]  # what the extract holds malformed
+    reasons: Mapping[str, str]  # the ledger's quarantine: claim id -> reason
 
 
 def _spec(run_id: str) -> RunSpec:
@@ -171,7 +173,7 @@ def run_scenario(fm: Fm, sc: Scenario, run_id: str, watch: Callable[[], None] | 
         resubmitted = (ledger.counts(run_id), ledger.manifest(run_id), Outcome.of(again))
     expected = LedgerCounts(scored=batch.scorable, quarantined=len(batch.poison_ids))
     return CaseRun(obs, sc, spec, expected, len(batch.featureless_ids), counts, manifest, ledger.flags(run_id),
-                   resubmitted, size_key)
+                   resubmitted, size_key, batch.poison_ids, ledger.reasons(run_id))
 
 
 def _chord_size_key_exists(fm: Fm, body: AsyncResult[Any]) -> bool | None:
@@ -218,6 +220,11 @@ def _ledger_exact(run: CaseRun) -> Check:
     got, want = run.counts, run.expected
     c(got == want, f"ledger rows: scored {got.scored}, quarantined {got.quarantined}",
       f"scored {want.scored}, quarantined {want.quarantined} (each row once)")
+    named = sum(1 for r in run.reasons.values() if r.strip())
+    same = frozenset(run.reasons) == run.poison_ids
+    c(same and named == len(run.poison_ids),
+      f"quarantined ids {'are' if same else 'are not'} the extract's poison rows, "
+      f"{named} with a reason", "exactly the poison rows, each with its reason")
     return c.check()
 
 
