@@ -140,7 +140,7 @@ class BackstopRequest(Request):
         self._time_limit_handled = True
         task_ready(self)
         context: Any = getattr(self, "_context")  # the task's Context (celery-types does not declare it)
-        message = f"TimeLimitExceeded: {self.name} ran past its time_limit of {timeout}s; its pool process is killed"
+        message = f"TimeLimitExceeded: {self.name} ran past its time_limit of {timeout}s, and its pool process is killed"
         logger.error("%s[%s]: %s", self.name, self.id, message)
         if not self._outcome_stored():
             envelope = Result[Any].failure(message, "time_limit", int(context.retries or 0) + 1).to_wire()
