@@ -141,7 +141,10 @@ def reset(fm: Fm) -> None:
     (``maybe_declare``), so a publisher that used the queue before the reset would
     otherwise publish to a deleted exchange, and RabbitMQ would drop the message.
     A queue left with other arguments (``PRECONDITION_FAILED`` on declare) is gone too.
+    First, the last worker of the same code must be gone: its ``after()`` empties these
+    queues, and would otherwise empty them under the next worker (a lost probe, seen).
     """
+    wait_stopped(fm.short)
     delete_names(fm.queue_names, fm.exchange_names)
     with Connection(broker_url()) as conn:
         for queue in fm.task_queues:  # a DeadLetteringQueue declares its DLQ too
@@ -246,8 +249,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
             checks.symptom_stop(n, fixed) if kind == "broken" else checks.weak_stop(n, fixed) if kind == "weak" else None)
         run_id = new_run_id()
         on_stage("resetting")
-        wait_stopped(lab.short)  # the last worker of this code must be gone, its queues emptied, first
-        reset(lab)
+        reset(lab)  # after the last worker of this code is gone and its queues emptied
         label = f"{fm}-{kind}-{code}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
         current = lab

@@ -187,7 +187,7 @@ def test_redis_dying_mid_run_is_an_error_naming_it_with_a_terminal_attached(priv
     text = seen.decode(errors="replace")
     assert proc.returncode == 3, text
     assert f"Redis at {url}" in text and "ERROR" in text, text[-3000:]
-    assert elapsed < 30, f"took {elapsed:.1f}s to end after Redis died"
+    assert elapsed < 10, f"took {elapsed:.1f}s to end after Redis died"  # measured 3.0 s (19 s with Celery's retry policy)
     assert wait_until(lambda: not celery_processes(ns), timeout=NOTICE_SECONDS)
     assert Lab("--clean", namespace=ns).finish() == 0  # its queues live on the shared broker
 

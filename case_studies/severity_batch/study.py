@@ -43,7 +43,7 @@ from lab.observe import Reader, attempt_starts
 from lab.pipeline import store_document
 from lab.runner import NOT_RUN_WINDOW, Observations, Outcome, new_run_id
 from lab.waiting import wait_until
-from lab.workers import LOG_DIR, STOP_GRACE, WorkerFailed, wait_stopped
+from lab.workers import LOG_DIR, STOP_GRACE, WorkerFailed
 
 NAME = "severity_batch"
 SEED, CLAIMS, CHUNK_SIZE, POISON_EVERY, FEATURELESS_EVERY = 20261130, 2000, 250, 97, 89
@@ -333,7 +333,6 @@ def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness
         fm = program(kind)
         run_id = new_run_id()
         on_stage("resetting")
-        wait_stopped(fm.short)
         harness.reset(fm)
         Ledger().clear()
         label = f"{NAME}-{name}-{kind}"
