@@ -181,10 +181,9 @@ def drain_dead_letters() -> int:  # FM-3
 
 def submit(spec: RunSpec) -> AsyncResult[Any]:
     """A chord of ``score_chunk`` over the run's chunks, ``reconcile`` once all have returned."""
-    refs = chunks(spec)
-    r, prefix = backend_redis(app)
-    r.zadd(f"{prefix}runs:open", {spec["run"]: time.time() + DEADLINE_SECONDS})  # fix: watched until its deadline
-    return chord(group(score_chunk.s(r) for r in refs))(reconcile.s(spec["claims"], spec["run"]))
+    runs, prefix = backend_redis(app)
+    runs.zadd(f"{prefix}runs:open", {spec["run"]: time.time() + DEADLINE_SECONDS})  # fix: watched until its deadline
+    return chord(group(score_chunk.s(c) for c in chunks(spec)))(reconcile.s(spec["claims"], spec["run"]))
 
 
 if __name__ == "__main__":  # submit the scenario to a worker you started, then check it
