@@ -17,7 +17,9 @@ Fix (two halves):
   returns ``sent=False``. The owner's own redelivery (the same task id, FM-2
   requeued it when its process died) resumes the claim instead of waiting for it.
   The busy-retry budget (``policy.busy_retries``) outlasts the claim's 60 s TTL, so a
-  claim whose owner never comes back expires before the waiting ``notify`` gives up;
+  claim whose owner never comes back expires before the waiting ``notify`` gives up
+  (``tests/test_celery_claims.py`` runs that with a 2 s TTL: the duplicate sends
+  once the claim has expired);
 - the mail API's idempotency key (``idempotency_key=claim.key``): an owner killed
   after sending and before marking ``sent`` is redelivered and sends again, and
   the mail API delivers that key once. The claim keeps the calls to one in the

@@ -16,7 +16,7 @@ from lab.fm import Fm
 from lab.harness import running_worker
 from lab.observe import Reader, doc_id, short_doc
 from lab.pipeline import store_document
-from lab.runner import Observations, dlq_depth, new_run_id, run_scenario
+from lab.runner import Observations, StopCondition, dlq_depth, new_run_id, run_scenario
 from lab.scenarios import scenario
 from lab.settings import broker_url
 from lab.waiting import wait_until
@@ -147,11 +147,11 @@ def _fm4_variant(name: str, edits: list[tuple[str, str]]) -> Fm:
     return variants.derive("fm4_duplicated_runs", name, edits)
 
 
-def _run_scenario_4(fm: Fm, label: str) -> Observations:
+def _run_scenario_4(fm: Fm, label: str, stop: tuple[str, StopCondition] | None = None) -> Observations:
     harness.reset(fm)
     run_id = new_run_id()
     with running_worker(fm, run_id, label, grace=0.5):
-        obs = run_scenario(fm, scenario(4), run_id, timeout=60, probe_after=False)
+        obs = run_scenario(fm, scenario(4), run_id, timeout=60, stop=stop, probe_after=False)
     harness.reset(fm)
     return obs
 
@@ -167,6 +167,27 @@ def test_a_busy_retry_budget_shorter_than_the_claim_ttl_sends_no_email() -> None
     env = obs.chord.envelope
     assert obs.chord.state == "SUCCESS" and env is not None and not env.ok
     assert "MaxRetriesExceededError" in (env.error or "")
+
+
+def test_a_waiting_notify_takes_over_once_a_dead_owners_claim_expires() -> None:
+    """shared/claim.py: the busy-retry budget outlasts the claim's TTL, so when the owner dies
+    and never comes back (here: nothing requeues a lost task), the duplicate sends once the
+    claim has expired. A 2 s TTL stands for the 60 s one; the chord's own notify, lost,
+    is stored FAILURE by Celery, and the duplicate's email is the pipeline's one."""
+    fm = _fm4_variant("fm4t_owner_gone", [
+        weak.EDITS["fm4"][0],
+        ("@app.task(bind=True)\n@enveloped  # FM-1\ndef notify",  # notify alone: a lost notify is not requeued
+         "@app.task(bind=True, reject_on_worker_lost=False)\n@enveloped  # FM-1\ndef notify"),
+        ("NotifyClaim.of(app, pipeline_id, owner=self.request.id)",
+         "NotifyClaim.of(app, pipeline_id, owner=self.request.id, policy=ClaimPolicy(claim_ttl=2))"),
+    ])
+    obs = _run_scenario_4(fm, "variant-fm4-owner-gone", stop=("the email is out", lambda r: r.has_event("email")))
+    assert [e.get("when") for e in obs.events if e.kind == "crash"][:1] == ["before_send"]
+    claimed_by = next(e.t for e in obs.events if e.kind == "notify_start" and e.get("role") == "chord")
+    emails = [e for e in obs.events if e.kind == "email"]
+    assert len(obs.emails) == 1 and [e.get("role") for e in emails] == ["duplicate"]
+    assert emails[0].t - claimed_by >= 2.0  # not before the claim (taken after this start) expired
+    assert obs.notify_runs["chord"] == 1  # the owner was never delivered again
 
 
 def test_without_the_idempotency_key_the_owner_killed_after_sending_sends_twice() -> None:
