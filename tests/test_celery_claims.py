@@ -29,16 +29,22 @@ pytestmark = pytest.mark.usefixtures("real_services")
 HARD_TIMEOUT_LINE = "@hard_timeout(1.5)  # FM-6: SIGALRM raises HardTimeout inside the body\n"
 
 
+def run_variant(fm: Fm, n: int, label: str, stop: tuple[str, StopCondition] | None = None) -> Observations:
+    """Scenario ``n`` on a variant's own worker, its namespace reset before and after."""
+    harness.reset(fm)
+    run_id = new_run_id()
+    with running_worker(fm, run_id, label, grace=0.5):
+        obs = run_scenario(fm, scenario(n), run_id, timeout=60, stop=stop, probe_after=False)
+    harness.reset(fm)
+    return obs
+
+
 def test_celery_time_limit_alone_fails_the_chord() -> None:
     """fm6's docstring: without @hard_timeout the hard time limit breaks the chord."""
     fm = variants.derive("fm6_task_timeouts", "fm6t_backstop_only",
                          [(HARD_TIMEOUT_LINE, ""), ("soft_time_limit=1, time_limit=3, Request=BackstopRequest)", "soft_time_limit=1, time_limit=2)")])
     assert fm.hard_timeout is None
-    harness.reset(fm)
-    run_id = new_run_id()
-    with running_worker(fm, run_id, "variant-fm6-backstop-only", grace=0.5):
-        obs = run_scenario(fm, scenario(6), run_id, timeout=60, probe_after=False)
-    harness.reset(fm)
+    obs = run_variant(fm, 6, "variant-fm6-backstop-only")
     assert obs.chord.state == "FAILURE" and obs.chord.error_type == "ChordError"
     assert "TimeLimitExceeded" in (obs.chord.error or "")
     assert obs.notify_runs["chord"] == 0
@@ -128,11 +134,7 @@ def test_task_retry_on_worker_lost_bounds_the_poison_loop_and_still_breaks_the_c
          "@app.task(bind=True, default_retry_delay=0)\n@enveloped  # FM-1: every exit is a SUCCESS-state envelope\n"
          "def fetch_document"),
     ])
-    harness.reset(fm)
-    run_id = new_run_id()
-    with running_worker(fm, run_id, "variant-fm2-retry-on-worker-lost", grace=0.5):
-        obs = run_scenario(fm, scenario(3), run_id, timeout=60, probe_after=False)
-    harness.reset(fm)
+    obs = run_variant(fm, 3, "variant-fm2-retry-on-worker-lost")
     assert obs.attempts["doc4"] == 4  # the first attempt and max_retries (3) retries
     assert obs.fetch_attempts["doc9"] == 4  # the same bound for the poison fetch
     assert obs.chord.state == "FAILURE" and obs.chord.error_type == "ChordError"
@@ -147,22 +149,13 @@ def _fm4_variant(name: str, edits: list[tuple[str, str]]) -> Fm:
     return variants.derive("fm4_duplicated_runs", name, edits)
 
 
-def _run_scenario_4(fm: Fm, label: str, stop: tuple[str, StopCondition] | None = None) -> Observations:
-    harness.reset(fm)
-    run_id = new_run_id()
-    with running_worker(fm, run_id, label, grace=0.5):
-        obs = run_scenario(fm, scenario(4), run_id, timeout=60, stop=stop, probe_after=False)
-    harness.reset(fm)
-    return obs
-
-
 def test_a_busy_retry_budget_shorter_than_the_claim_ttl_sends_no_email() -> None:
     """shared/claim.py: the owner killed before sending, its redelivery busy on its own claim,
     and a budget (20 x 50 ms) that ends long before the claim's 60 s TTL: no email at all, and
     the chord still reports SUCCESS, with notify's MaxRetriesExceededError in the envelope."""
     resume, budget = weak.EDITS["fm4"][1]
     fm = _fm4_variant("fm4b_short_budget", [weak.EDITS["fm4"][0], (resume, budget.replace("max_retries=400", "max_retries=20"))])
-    obs = _run_scenario_4(fm, "variant-fm4-short-budget")
+    obs = run_variant(fm, 4, "variant-fm4-short-budget")
     assert obs.emails == () and obs.mail_calls == 0
     env = obs.chord.envelope
     assert obs.chord.state == "SUCCESS" and env is not None and not env.ok
@@ -181,7 +174,7 @@ def test_a_waiting_notify_takes_over_once_a_dead_owners_claim_expires() -> None:
         ("NotifyClaim.of(app, pipeline_id, owner=self.request.id)",
          "NotifyClaim.of(app, pipeline_id, owner=self.request.id, policy=ClaimPolicy(claim_ttl=2))"),
     ])
-    obs = _run_scenario_4(fm, "variant-fm4-owner-gone", stop=("the email is out", lambda r: r.has_event("email")))
+    obs = run_variant(fm, 4, "variant-fm4-owner-gone", stop=("the email is out", lambda r: r.has_event("email")))
     assert [e.get("when") for e in obs.events if e.kind == "crash"][:1] == ["before_send"]
     claimed_by = next(e.t for e in obs.events if e.kind == "notify_start" and e.get("role") == "chord")
     emails = [e for e in obs.events if e.kind == "email"]
@@ -194,7 +187,7 @@ def test_without_the_idempotency_key_the_owner_killed_after_sending_sends_twice(
     """fm4's docstring: the claim cannot stop the resend of an owner that died after sending;
     the mail API's idempotency key does (G4: 2 calls, 1 email)."""
     fm = _fm4_variant("fm4k_no_key", [weak.EDITS["fm4"][2]])
-    obs = _run_scenario_4(fm, "variant-fm4-no-key")
+    obs = run_variant(fm, 4, "variant-fm4-no-key")
     assert obs.mail_calls == 2 and len(obs.emails) == 2
     assert [e.get("when") for e in obs.events if e.kind == "crash"] == ["before_send", "after_send"]
 
@@ -257,10 +250,6 @@ def test_reject_without_requeue_passes_the_envelope_and_fails_the_chord() -> Non
          "    raise Reject(\"beyond repair\", requeue=False)  # every document: the worker drops its message\n"),
         ("from celery import Task, chain, chord, group\n", "from celery import Task, chain, chord, group\nfrom celery.exceptions import Reject\n"),
     ])
-    harness.reset(fm)
-    run_id = new_run_id()
-    with running_worker(fm, run_id, "variant-fm1-reject", grace=0.5):
-        obs = run_scenario(fm, scenario(1), run_id, timeout=60, probe_after=False)
-    harness.reset(fm)
+    obs = run_variant(fm, 1, "variant-fm1-reject")
     assert obs.chord.state == "FAILURE" and obs.chord.error_type == "ChordError"
     assert "reject requeue=False: beyond repair" in (obs.chord.error or "") and obs.notify_runs["chord"] == 0

@@ -109,7 +109,8 @@ def test_the_harness_killed_by_any_signal_leaves_no_worker(sig: signal.Signals) 
     assert Lab("--clean", namespace=ns).finish() == 0
 
 
-def test_a_worker_killed_mid_run_ends_the_run_as_error_at_once() -> None:
+@pytest.mark.parametrize("cell", ["fm6", "severity_batch/straggler"])  # an FM, and a case study's run
+def test_a_worker_killed_mid_run_ends_the_run_as_error_at_once(cell: str) -> None:
     killed: list[float] = []
 
     def on_stage(stage: harness.Stage) -> None:
@@ -120,7 +121,7 @@ def test_a_worker_killed_mid_run_ends_the_run_as_error_at_once() -> None:
                 killed.append(time.monotonic())
             threading.Timer(0.3, kill).start()
 
-    report = harness.run_one("fm6", "fixed", on_stage)
+    report = harness.run_one(cell, "fixed", on_stage)
     assert killed, "the worker was never killed"
     assert report.verdict == "ERROR" and report.error is not None
     assert "the worker exited" in report.error

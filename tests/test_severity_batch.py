@@ -4,8 +4,6 @@ the deadline watch."""
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from typing import Any, cast
 
@@ -14,7 +12,7 @@ import pytest
 from case_studies.severity_batch import study
 from case_studies.severity_batch.claims import generate
 from case_studies.severity_batch.ledger import Ledger, LedgerCounts
-from lab import harness, workers
+from lab import harness
 from lab.harness import RunReport
 from lab.runner import new_run_id
 from lab.waiting import wait_until
@@ -92,20 +90,3 @@ def test_the_watch_flags_a_run_that_nobody_reconciled_by_its_deadline() -> None:
     assert took <= 2.5 and not cast(Any, r).zscore(f"{prefix}runs:open", run_id)
     harness.reset(fm)
 
-
-def test_a_case_study_worker_killed_mid_run_is_an_error_said_at_once() -> None:
-    """The harness's watch covers the case study's runs too: a dead worker is not a slow chunk."""
-    killed: list[float] = []
-
-    def on_stage(stage: harness.Stage) -> None:
-        if stage == "running the scenario":
-            def kill() -> None:
-                for r in workers.leftovers():
-                    workers.signal_group(r.pgid, signal.SIGKILL)
-                killed.append(time.monotonic())
-            threading.Timer(0.5, kill).start()
-
-    report = harness.run_one("severity_batch/straggler", "fixed", on_stage)
-    assert killed, "the worker was never killed"
-    assert report.verdict == "ERROR" and report.error is not None and "the worker exited" in report.error
-    assert time.monotonic() - killed[0] < 5.0
