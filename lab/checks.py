@@ -38,7 +38,9 @@ class Check:
     detail: str  # what was observed (and, on failure, what was expected)
 
 
-class _Collector:
+class Collector:
+    """What a check saw, and what it wanted where the two differ: one ``Check`` in the end."""
+
     def __init__(self, label: str) -> None:
         self.label = label
         self.problems: list[str] = []
@@ -59,7 +61,7 @@ def _failed_detail(obs: Observations, doc: str) -> tuple[str, str]:
 
 
 def g1(obs: Observations, fm: Fm) -> Check:
-    c = _Collector("G1")
+    c = Collector("G1")
     # From scenario 4 on, deliveries of the chord's notify are killed on purpose (G4
     # counts them); whatever the deliveries, exactly one of them may finish.
     ends = sum(1 for e in obs.events if e.kind == "notify_end" and e.get("role") == "chord")
@@ -79,7 +81,7 @@ def g1(obs: Observations, fm: Fm) -> Check:
 
 
 def g2(obs: Observations, fm: Fm) -> Check:
-    c = _Collector("G2")
+    c = Collector("G2")
     a3, a2 = obs.attempts.get("doc3", 0), obs.attempts.get("doc2", 0)
     c.expect(a3 == 2, f"doc3 attempts {a3}", "2")
     c.expect(a2 == 1, f"doc2 attempts {a2}", "1")
@@ -88,7 +90,7 @@ def g2(obs: Observations, fm: Fm) -> Check:
 
 
 def g3(obs: Observations, fm: Fm) -> Check:
-    c = _Collector("G3")
+    c = Collector("G3")
     bound = _bound(fm)
     a4 = obs.attempts.get("doc4", 0)
     c.expect(a4 == bound, f"doc4 attempts {a4}", f"the broker's bound {bound}" if bound else "a bound (no dead-letter policy)")
@@ -112,7 +114,7 @@ def _dead_letter_error(task: str, bound: int) -> str:
 
 
 def g4(obs: Observations, fm: Fm) -> Check:
-    c = _Collector("G4")
+    c = Collector("G4")
     c.expect(len(obs.emails) == 1, f"emails {len(obs.emails)}", "exactly 1")
     # The hard variant: the owner dies before sending (its redelivery resumes the claim), then
     # once the email is out (the next redelivery sends again; the mail API drops the repeat key).
@@ -140,7 +142,7 @@ def g4(obs: Observations, fm: Fm) -> Check:
 
 
 def g5(obs: Observations, fm: Fm) -> Check:
-    c = _Collector("G5")
+    c = Collector("G5")
     a5, a6 = obs.attempts.get("doc5", 0), obs.attempts.get("doc6", 0)
     c.expect("doc5" in obs.ok_docs() and a5 == 3, f"doc5 {'ok' if 'doc5' in obs.ok_docs() else 'failed'} after {a5}", "ok after 3")
     policy = fm.retry_policy
@@ -189,7 +191,7 @@ def _first_retry_start(obs: Observations, burst: list[str]) -> float | None:
 
 
 def g6(obs: Observations, fm: Fm) -> Check:
-    c = _Collector("G6")
+    c = Collector("G6")
     r7, _ = _failed_detail(obs, "doc7")
     r8, _ = _failed_detail(obs, "doc8")
     c.expect(r7 == "soft_timeout", f"doc7 {r7 or 'not failed'}", "soft_timeout")
@@ -218,7 +220,7 @@ def guarantees(n: int, obs: Observations, fm: Fm) -> list[Check]:
 # ---- symptoms: scenario n on FM n-1's code ----
 
 
-def _chord_error(c: _Collector, obs: Observations, must_name: str) -> None:
+def _chord_error(c: Collector, obs: Observations, must_name: str) -> None:
     ch = obs.chord
     c.expect(
         ch.state == "FAILURE" and ch.error_type == "ChordError" and must_name in (ch.error or ""),
@@ -227,20 +229,20 @@ def _chord_error(c: _Collector, obs: Observations, must_name: str) -> None:
     )
 
 
-def _notify_never(c: _Collector, obs: Observations) -> None:
+def _notify_never(c: Collector, obs: Observations) -> None:
     runs = obs.notify_runs.get("chord", 0)
     c.expect(runs == 0, f"notify ran {runs}x", "0")
 
 
 def s1(obs: Observations, fixed: Fm) -> Check:
-    c = _Collector("S1")
+    c = Collector("S1")
     _notify_never(c, obs)
     _chord_error(c, obs, "doc1 is malformed")
     return c.result()
 
 
 def s2(obs: Observations, fixed: Fm) -> Check:
-    c = _Collector("S2")
+    c = Collector("S2")
     a3 = obs.attempts.get("doc3", 0)
     c.expect(a3 == 1, f"doc3 attempts {a3}", "1")
     _chord_error(c, obs, "WorkerLostError")
@@ -253,7 +255,7 @@ def _bound(fixed: Fm) -> int:
 
 
 def s3(obs: Observations, fixed: Fm) -> Check:
-    c = _Collector("S3")
+    c = Collector("S3")
     a4, bound = obs.attempts.get("doc4", 0), _bound(fixed)
     c.expect(a4 > bound, f"doc4 attempts {a4}", f"past the bound {bound}")
     _notify_never(c, obs)
@@ -261,7 +263,7 @@ def s3(obs: Observations, fixed: Fm) -> Check:
 
 
 def s4(obs: Observations, fixed: Fm) -> Check:
-    c = _Collector("S4")
+    c = Collector("S4")
     # Without a claim every delivery that reaches the mail API sends: the duplicate, killed
     # once its email is out, its redelivery, and the owner's redelivery (the owner itself
     # was killed before sending). Without an idempotency key the API delivers them all.
@@ -270,7 +272,7 @@ def s4(obs: Observations, fixed: Fm) -> Check:
 
 
 def s5(obs: Observations, fixed: Fm) -> Check:
-    c = _Collector("S5")
+    c = Collector("S5")
     reason, _ = _failed_detail(obs, "doc5")
     a5 = obs.attempts.get("doc5", 0)
     c.expect(bool(reason) and a5 == 1, f"doc5 {reason or 'not failed'} after {a5}", "failed after 1")
@@ -282,7 +284,7 @@ def _hard_deadline(fixed: Fm) -> float:
 
 
 def s6(obs: Observations, fixed: Fm) -> Check:
-    c = _Collector("S6")
+    c = Collector("S6")
     starts = obs.attempt_times("doc8")
     ended = any(e.kind == "attempt_end" and e.get("doc") == "doc8" for e in obs.events)
     deadline = _hard_deadline(fixed)
@@ -303,7 +305,7 @@ SYMPTOMS: tuple[Callable[[Observations, Fm], Check], ...] = (s1, s2, s3, s4, s5,
 
 
 def s3_hard(obs: Observations, fixed: Fm) -> Check:
-    c = _Collector("S3 hard")
+    c = Collector("S3 hard")
     bound, f9 = _bound(fixed), obs.fetch_attempts.get("doc9", 0)
     c.expect(f9 == bound, f"doc9 fetched {f9}x", f"{bound}x, then dead-lettered")
     kept = any(e.kind == "dead_letter_kept" and e.get("doc") == "doc9" for e in obs.events)
@@ -314,7 +316,7 @@ def s3_hard(obs: Observations, fixed: Fm) -> Check:
 
 
 def s4_hard(obs: Observations, fixed: Fm) -> Check:
-    c = _Collector("S4 hard")
+    c = Collector("S4 hard")
     died = next((e.t for e in obs.events if e.kind == "crash" and e.get("when") == "before_send"), None)
     own = [e for e in obs.events if e.kind == "notify_retry" and e.get("role") == "chord" and died is not None and e.t > died]
     c.expect(bool(own), f"the owner's redelivery {'busy-retried on its own claim' if own else 'was not turned away'}",
@@ -324,7 +326,7 @@ def s4_hard(obs: Observations, fixed: Fm) -> Check:
 
 
 def s5_hard(obs: Observations, fixed: Fm) -> Check:
-    c = _Collector("S5 hard")
+    c = Collector("S5 hard")
     burst = [d for d in BURST if d in obs.docs]
     sent, back = obs.burst_probe or (0.0, None)
     waiting = _waiting_at(obs, burst, sent)
@@ -339,7 +341,7 @@ def s5_hard(obs: Observations, fixed: Fm) -> Check:
 
 
 def s6_hard(obs: Observations, fixed: Fm) -> Check:
-    c = _Collector("S6 hard")
+    c = Collector("S6 hard")
     _chord_error(c, obs, "TimeLimitExceeded")
     _notify_never(c, obs)
     return c.result()

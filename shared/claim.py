@@ -35,7 +35,8 @@ Limits: the claim alone cannot make a side effect exactly-once.
 - A redelivery can also come while the first delivery still runs: RabbitMQ
   requeues a message when its consumer's *connection* drops, and Celery 5.7 lets
   the running task go on (``worker_cancel_long_running_tasks_on_connection_loss``
-  is off by default); both deliveries then hold the same owner and both send.
+  defaults to False in ``celery/app/defaults.py``; read, not run); both deliveries
+  then hold the same owner and both send.
 - An owner slower than ``claim_ttl`` loses its claim to a waiting duplicate.
 
 In each case the second send carries the same ``idempotency_key`` (``claim.key``):

@@ -31,16 +31,18 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from celery.result import AsyncResult
+from sqlalchemy.exc import SQLAlchemyError
 
 from case_studies.severity_batch.claims import generate
 from case_studies.severity_batch.ledger import Flag, Ledger, LedgerCounts, Manifest
 from case_studies.severity_batch.stand_ins import RunSpec, chunk_name
 from lab import harness
-from lab.checks import Check
+from lab.checks import Check, Collector
 from lab.faults import CRASH_ONCE, FLAKE_FOREVER, FLAKY, SOFT_HANG, Fault, document_text
 from lab.fm import Fm, load_module
 from lab.observe import Reader, attempt_starts
 from lab.pipeline import store_document
+from lab.settings import mask_url
 from lab.runner import NOT_RUN_WINDOW, Observations, Outcome, new_run_id
 from lab.waiting import wait_until
 from lab.workers import LOG_DIR, STOP_GRACE, WorkerFailed
@@ -92,9 +94,7 @@ def code_of(kind: harness.Kind) -> str:
 
 def clear_ledger() -> None:
     """Delete this namespace's rows from the ledger (``run_all_fms.py --clean``)."""
-    ledger = Ledger()
-    ledger.create()
-    ledger.clear()
+    open_ledger(clear=True)
 
 
 # ---- one run --------------------------------------------------------------------
@@ -116,6 +116,20 @@ class CaseRun:
     reasons: Mapping[str, str]  # the ledger's quarantine: claim id -> reason
 
 
+def open_ledger(clear: bool = False) -> Ledger:
+    """The ledger, its tables made (and emptied of this namespace's rows, with ``clear``);
+    a database that does not answer is a broken run that names it (URL masked)."""
+    ledger = Ledger()
+    try:
+        ledger.create()
+        if clear:
+            ledger.clear()
+    except SQLAlchemyError as exc:
+        said = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["no answer"])[0]
+        raise harness.RunBroken(f"the ledger at {mask_url(ledger.url)} does not answer: {said}") from exc
+    return ledger
+
+
 def _spec(run_id: str) -> RunSpec:
     return RunSpec(run=run_id, seed=SEED, claims=CLAIMS, chunk_size=CHUNK_SIZE, poison_every=POISON_EVERY,
                    featureless_every=FEATURELESS_EVERY)
@@ -128,8 +142,7 @@ def run_scenario(fm: Fm, sc: Scenario, run_id: str, watch: Callable[[], None] | 
     names = tuple(chunk_name(i) for i in range(n_chunks))
     for i, fault in sc.faults.items():
         store_document(run_id, names[i], document_text(names[i], fault))
-    ledger = Ledger()
-    ledger.create()
+    ledger = open_ledger()
     reader = Reader(run_id)
     submit = cast(Callable[[RunSpec], AsyncResult[Any]], fm.submit)
     submitted_at, started = time.time(), time.monotonic()
@@ -187,71 +200,58 @@ def _chord_size_key_exists(fm: Fm, body: AsyncResult[Any]) -> bool | None:
 # ---- guarantees (fixed) and symptoms (write-up) ----------------------------------
 
 
-class _Expect:
-    def __init__(self, label: str) -> None:
-        self.label, self.problems, self.seen = label, list[str](), list[str]()
-
-    def __call__(self, cond: bool, seen: str, wanted: str = "") -> None:
-        self.seen.append(seen)
-        if not cond:
-            self.problems.append(f"{seen} (expected {wanted})" if wanted else seen)
-
-    def check(self) -> Check:
-        return Check(self.label, not self.problems, "; ".join(self.problems or self.seen))
-
-
 def _manifest_words(m: Manifest | None) -> str:
     return "no manifest" if m is None else (f"manifest: dispatched {m.dispatched}, scored {m.scored}, "
                                             f"quarantined {m.quarantined}, skipped {m.skipped}")
 
 
 def _signed(run: CaseRun) -> Check:
-    c = _Expect("SB1")
+    c = Collector("SB1")
     m, e = run.manifest, run.expected
     want = (CLAIMS, e.scored, e.quarantined, run.skipped)
     got = (m.dispatched, m.scored, m.quarantined, m.skipped) if m is not None else None
-    c(got == want, _manifest_words(m), f"dispatched {want[0]}, scored {want[1]}, quarantined {want[2]}, skipped {want[3]}")
-    c(not run.flags, f"flags {[f.reason for f in run.flags]}", "none")
-    return c.check()
+    c.expect(got == want, _manifest_words(m), f"dispatched {want[0]}, scored {want[1]}, quarantined {want[2]}, skipped {want[3]}")
+    c.expect(not run.flags, f"flags {[f.reason for f in run.flags]}", "none")
+    return c.result()
 
 
 def _ledger_exact(run: CaseRun) -> Check:
-    c = _Expect("SB2")
+    c = Collector("SB2")
     got, want = run.counts, run.expected
-    c(got == want, f"ledger rows: scored {got.scored}, quarantined {got.quarantined}",
+    c.expect(got == want, f"ledger rows: scored {got.scored}, quarantined {got.quarantined}",
       f"scored {want.scored}, quarantined {want.quarantined} (each row once)")
     named = sum(1 for r in run.reasons.values() if r.strip())
     same = frozenset(run.reasons) == run.poison_ids
-    c(same and named == len(run.poison_ids),
+    c.expect(same and named == len(run.poison_ids),
       f"quarantined ids {'are' if same else 'are not'} the extract's poison rows, "
       f"{named} with a reason", "exactly the poison rows, each with its reason")
-    return c.check()
+    return c.result()
 
 
 def _retried(run: CaseRun) -> Check:
-    c = _Expect("SB3")
+    c = Collector("SB3")
     a1, a3 = run.obs.attempts.get("chunk001", 0), run.obs.attempts.get("chunk003", 0)
-    c(a1 == 3, f"chunk001 attempts {a1}", "3 (two 503s, then ok)")
+    c.expect(a1 == 3, f"chunk001 attempts {a1}", "3 (two 503s, then ok)")
     starts = attempt_starts(run.obs.events, "chunk001")
     gaps = [b - a for a, b in zip(starts, starts[1:])]
-    c(len(gaps) == 2 and all(g >= 0.1 * 2**k for k, g in enumerate(gaps)),
+    c.expect(len(gaps) == 2 and all(g >= 0.1 * 2**k for k, g in enumerate(gaps)),
       f"chunk001 gaps {', '.join(f'{g:.3f}s' for g in gaps)}", ">= 0.1s, then >= 0.2s (backoff)")
-    c(a3 == 2, f"chunk003 attempts {a3}", "2 (killed after its writes, redelivered)")
-    return c.check()
+    c.expect(a3 == 2, f"chunk003 attempts {a3}", "2 (killed after its writes, redelivered)")
+    return c.result()
 
 
 def _resubmitted(run: CaseRun) -> Check:
-    c = _Expect("SB4")
+    c = Collector("SB4")
     if run.resubmitted is None:
-        c(False, "not resubmitted", "a second submission")
-        return c.check()
+        c.expect(False, "not resubmitted", "a second submission")
+        return c.result()
     counts, manifest, outcome = run.resubmitted
-    c(counts == run.counts, f"after the second submission: scored {counts.scored}, quarantined {counts.quarantined}",
+    c.expect(counts == run.counts, f"after the second submission: scored {counts.scored}, quarantined {counts.quarantined}",
       "unchanged")
-    c(manifest == run.manifest and outcome.state == "SUCCESS",
+    c.expect(manifest == run.manifest and outcome.state == "SUCCESS",
       f"manifest {'unchanged' if manifest == run.manifest else 'changed'}, second reconcile {outcome.state}",
       "the first manifest, kept")
-    return c.check()
+    return c.result()
 
 
 def _imbalance_detail(run: CaseRun, failed: str) -> str:
@@ -269,48 +269,48 @@ def _imbalance_detail(run: CaseRun, failed: str) -> str:
 
 
 def _fails_closed(run: CaseRun) -> Check:
-    c = _Expect("SB5")
+    c = Collector("SB5")
     wanted = _imbalance_detail(run, "chunk002")
     details = [f.detail for f in run.flags if f.reason == "imbalance"]
-    c(details == [wanted], f"flags {details}", repr([wanted]))
-    c(run.manifest is None, _manifest_words(run.manifest), "no manifest")
+    c.expect(details == [wanted], f"flags {details}", repr([wanted]))
+    c.expect(run.manifest is None, _manifest_words(run.manifest), "no manifest")
     env = run.obs.chord.envelope
-    c(env is not None and not env.ok and "BatchImbalance" in (env.error or ""),
+    c.expect(env is not None and not env.ok and "BatchImbalance" in (env.error or ""),
       f"reconcile {run.obs.chord.state} {env.error if env else run.obs.chord.error_type}", "a BatchImbalance envelope")
     a2 = run.obs.attempts.get("chunk002", 0)
-    c(a2 == 6, f"chunk002 attempts {a2}", "6 (5 retries)")
-    return c.check()
+    c.expect(a2 == 6, f"chunk002 attempts {a2}", "6 (5 retries)")
+    return c.result()
 
 
 def _outlives_expiry(run: CaseRun) -> Check:
-    c = _Expect("SB6")
-    c(run.manifest is not None and run.manifest.dispatched == CLAIMS, _manifest_words(run.manifest), "signed")
-    c(run.obs.elapsed <= 20, f"signed after {run.obs.elapsed:.1f}s", "within the deadline, 20s")
-    return c.check()
+    c = Collector("SB6")
+    c.expect(run.manifest is not None and run.manifest.dispatched == CLAIMS, _manifest_words(run.manifest), "signed")
+    c.expect(run.obs.elapsed <= 20, f"signed after {run.obs.elapsed:.1f}s", "within the deadline, 20s")
+    return c.result()
 
 
-def _never_reconciled(c: _Expect, run: CaseRun) -> None:
+def _never_reconciled(c: Collector, run: CaseRun) -> None:
     runs = run.obs.notify_runs.get("chord", 0)
-    c(runs == 0, f"reconcile ran {runs}x", "0")
-    c(run.manifest is None and not run.flags, f"{_manifest_words(run.manifest)}, {len(run.flags)} flags",
+    c.expect(runs == 0, f"reconcile ran {runs}x", "0")
+    c.expect(run.manifest is None and not run.flags, f"{_manifest_words(run.manifest)}, {len(run.flags)} flags",
       "neither signed nor flagged")
 
 
 def _writeup_dead_chunk(run: CaseRun) -> Check:
-    c = _Expect("SB5 write-up")
+    c = Collector("SB5 write-up")
     ch = run.obs.chord
-    c(ch.state == "FAILURE" and ch.error_type == "ChordError", f"chord {ch.state} {ch.error_type}", "FAILURE ChordError")
+    c.expect(ch.state == "FAILURE" and ch.error_type == "ChordError", f"chord {ch.state} {ch.error_type}", "FAILURE ChordError")
     _never_reconciled(c, run)
-    return c.check()
+    return c.result()
 
 
 def _writeup_straggler(run: CaseRun) -> Check:
-    c = _Expect("SB6 write-up")
-    c(run.chord_size_key is False, f"chord size key {'gone' if run.chord_size_key is False else 'present'}",
+    c = Collector("SB6 write-up")
+    c.expect(run.chord_size_key is False, f"chord size key {'gone' if run.chord_size_key is False else 'present'}",
       "expired (result_expires)")
-    c(run.obs.chord.state == "PENDING", f"chord {run.obs.chord.state}", "PENDING (never completes)")
+    c.expect(run.obs.chord.state == "PENDING", f"chord {run.obs.chord.state}", "PENDING (never completes)")
     _never_reconciled(c, run)
-    return c.check()
+    return c.result()
 
 
 def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
@@ -334,7 +334,7 @@ def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness
         run_id = new_run_id()
         on_stage("resetting")
         harness.reset(fm)
-        Ledger().clear()
+        open_ledger(clear=True)
         label = f"{NAME}-{name}-{kind}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
         harness.current = fm
@@ -363,7 +363,7 @@ def run_by_hand(kind: harness.Kind) -> int:
     for sc in SCENARIOS.values():
         if kind == "broken" and sc.name not in WRITEUP_SHOWS:
             continue
-        Ledger().clear()
+        open_ledger(clear=True)
         run = run_scenario(fm, sc, new_run_id())
         for check in checks_of(kind, run):
             ok = ok and check.ok
