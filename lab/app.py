@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from celery import Celery
 from celery.signals import worker_init
@@ -70,11 +70,18 @@ def short_name(module: str) -> str:
     return module.split(".")[-1].split("_", 1)[0]
 
 
-def lab_app(module: str, short: str | None = None) -> Celery:
-    """The app of ``module``; ``short`` names its namespace when the module name does not (a case study)."""
+def lab_app(module: str, short: str | None = None, broker: Literal["amqp", "redis"] = "amqp") -> Celery:
+    """The app of ``module``; ``short`` names its namespace when the module name does not (a case study).
+
+    ``broker="redis"``: the broker is the lab's Redis (``CELERY_RESULT_BACKEND``'s server), its
+    keys (queue lists, bindings, the unacked hash) under ``<namespace>:<short>:broker:`` (kombu's
+    ``global_keyprefix`` transport option); the program adds its own transport options to
+    ``broker_transport_options``."""
     fm = short or short_name(module)
     queue = amqp_name(fm, "tasks")
-    app = Celery(f"rcl_{fm}", broker=broker_url(), backend=backend_url())
+    app = Celery(f"rcl_{fm}", broker=broker_url() if broker == "amqp" else backend_url(), backend=backend_url())
+    if broker == "redis":
+        app.conf.broker_transport_options = {"global_keyprefix": f"{redis_prefix(fm)}broker:"}
     app.conf.update(
         task_serializer="json",
         result_serializer="json",

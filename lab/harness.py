@@ -68,7 +68,8 @@ class RunBroken(Exception):
 # ---- finding FMs -------------------------------------------------------------
 
 
-CASE_STUDIES: dict[str, str] = {"severity_batch": "case_studies.severity_batch.study"}
+CASE_STUDIES: dict[str, str] = {"severity_batch": "case_studies.severity_batch.study",
+                                 "bl_ingestion": "case_studies.bl_ingestion.study"}
 """Each case study (``case_studies/<name>/``) and the module that runs its scenarios."""
 
 
@@ -145,16 +146,21 @@ def reset(fm: Fm) -> None:
     queues, and would otherwise empty them under the next worker (a lost probe, seen).
     """
     wait_stopped(fm.short)
-    delete_names(fm.queue_names, fm.exchange_names)
-    with Connection(broker_url()) as conn:
+    delete_names(fm.queue_names, fm.exchange_names, fm)
+    delete_keys(f"{redis_prefix(fm.short)}*")  # before the declare: on a Redis broker the bindings are keys too
+    with connect(fm) as conn:
         for queue in fm.task_queues:  # a DeadLetteringQueue declares its DLQ too
             queue.bind(conn.default_channel).declare()
-    delete_keys(f"{redis_prefix(fm.short)}*")
 
 
-def delete_names(queues: Iterable[str], exchanges: Iterable[str]) -> None:
-    """Delete these queues and exchanges (RabbitMQ 3.x: deleting a missing one is no error)."""
-    with Connection(broker_url()) as conn:
+def connect(fm: Fm | None = None) -> Connection:
+    """A broker connection: ``fm``'s own (a case study on a Redis broker, with its key prefix), else the lab's."""
+    return fm.app.connection_for_write() if fm is not None else Connection(broker_url())
+
+
+def delete_names(queues: Iterable[str], exchanges: Iterable[str], fm: Fm | None = None) -> None:
+    """Delete these queues and exchanges (RabbitMQ 3.x: deleting a missing one is no error), on ``fm``'s broker."""
+    with connect(fm) as conn:
         channel = cast(Any, conn.default_channel)  # amqp's Channel; kombu's stubs name only the base
         for name in queues:
             channel.queue_delete(queue=name)
@@ -309,12 +315,12 @@ def empty_interrupted(fm: Fm, deadline: float = 5.0) -> None:
     closer.start()
     closer.join(deadline)
     wait_until(lambda: consumers(fm) == 0, deadline, interval=0.05)
-    delete_names(fm.queue_names, fm.exchange_names)
+    delete_names(fm.queue_names, fm.exchange_names, fm)
 
 
 def consumers(fm: Fm) -> int:
-    """Consumers on ``fm``'s queues, as the broker counts them."""
-    with Connection(broker_url()) as conn:
+    """Consumers on ``fm``'s queues, as the broker counts them (a Redis broker counts none)."""
+    with connect(fm) as conn:
         return sum(queue_consumers(conn, name) for name in fm.queue_names)
 
 
@@ -342,7 +348,7 @@ def queue_consumers(conn: Connection, name: str) -> int:
 
 def purge(fm: Fm) -> int:
     """Empty ``fm``'s queues (those that exist); how many messages were removed."""
-    with Connection(broker_url()) as conn:
+    with connect(fm) as conn:
         return sum(_on_queue(conn, lambda ch, q=name: ch.queue_purge(queue=q)) for name in fm.queue_names)
 
 

@@ -137,7 +137,8 @@ def current_attempt(task_id: str | None) -> int:
     return _attempts.get(task_id or "", 1)
 
 
-ROLES = {"score_chunk": "parse_document", "reconcile": "notify"}
+ROLES = {"score_chunk": "parse_document", "reconcile": "notify", "parse_bl": "parse_document",
+         "aggregate_batch": "notify"}
 """A case study's tasks in the FMs' roles: its chord member (one attempt per chunk,
 the chunk standing for the document) and its chord body (the run standing for the pipeline)."""
 
@@ -284,6 +285,10 @@ class RunRecorder:
         key = self.prefix + name
         self.r.rpush(key, value)
         self.r.expire(key, TTL_SECONDS)
+
+    def get_list(self, name: str) -> list[str]:
+        """Every item of a list the run appended to, in order."""
+        return cast(list[str], self.r.lrange(self.prefix + name, 0, -1))
 
 
 def record(h: Happening) -> None:
