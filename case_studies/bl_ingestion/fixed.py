@@ -1,0 +1,246 @@
+"""Case study 2, fixed: bulk Bill-of-Lading ingestion on a Redis broker that loses no consignment.
+
+The write-up: "bulk B/L ingestion with Celery" (``writeup.py`` runs it as
+published) splits a UN/EDIFACT IFCSUM manifest into one unit per ``CNI``
+consignment group and runs a chord of ``parse_bl`` over the units with an
+``aggregate_batch`` body that forwards the parsed B/Ls to the terminal operating
+system (TOS). Redis is the broker: acks late, reject on worker lost, prefetch 1,
+a ``visibility_timeout``. ``parse_bl`` retries connection errors with backoff
+``min(2^n x 10, 600)`` s, at most 4 times, and dead-letters any other error as a
+JSON record on a Redis list, returning a sentinel so that the chord completes;
+``aggregate_batch`` guards itself with ``SET NX`` on the batch id; a replay job
+``BRPOP``s the list and re-enqueues each unit with ``parse_bl.delay``. Redis
+gives none of RabbitMQ's guards: no quorum queue, no delivery limit, and a
+message that a worker holds longer than ``visibility_timeout`` is handed to
+another worker while the first still runs (``QoS.restore_visible`` in
+``kombu/transport/redis.py`` puts back every unacked message older than the
+timeout, on a sweep every ``unacked_restore_interval`` seconds in kombu 5.7).
+
+What the runs show (``python run_all_fms.py --only bl_ingestion --prove``): each
+mistake of the write-up by a run of its code, and its fix by a run of this file.
+
+- ``exhausted``: a unit whose registry refuses five connections exhausts its
+  retries; the write-up re-raises, the chord fails and nothing is forwarded;
+- ``replay``: the replayer is killed between its pop and the re-enqueue; the
+  write-up loses the unit, and the unit it does replay is parsed and never
+  forwarded (``parse_bl.delay`` has no chord, so no aggregate sees it);
+- ``resend``: the carrier re-sends the manifest under a new batch id; the
+  write-up's key (sha256 of batch id, B/L and raw segment) is new, so the TOS
+  books every B/L twice;
+- ``aggregate_crash``: ``aggregate_batch`` is killed after its ``SET NX``; its
+  redelivery finds the key and skips, and the batch is never forwarded;
+- ``slow_parse``: a parse that takes longer than ``visibility_timeout`` runs
+  twice at once, and its dead-letter is pushed twice;
+- in every run, a unit with ``RFF+BN`` only or no reference is booked by the
+  write-up's code under a made-up ``<batch>-<index>`` number, although its text
+  says such a unit is dead-lettered with a precise reason.
+
+Fix:
+
+- ``@enveloped`` (FM-1) on ``parse_bl``: a unit that fails for good is an
+  envelope, the chord completes, and ``aggregate_batch`` dead-letters it with
+  the envelope's reason (``retries_exhausted``, ``time_limit``, ...);
+- ``DeadLetters`` (``dead_letters.py``): ``take`` moves a record to a
+  processing list atomically, ``done`` removes it once the re-enqueue returned,
+  ``reap`` returns a dead replayer's records; a replay is a chord of its own
+  with an ``aggregate_batch`` body, so replayed units are forwarded;
+- the key names the consignment (carrier and B/L number,
+  ``manifest.consignment_key``), and the TOS books a key once;
+- FM-4's claim (``shared.claim``: the owner's redelivery resumes; ``sent`` only
+  once every B/L is forwarded) with the consignment key as the TOS's idempotency
+  key, so a crash in the middle of forwarding books nothing twice;
+- ``visibility_timeout`` sized above the hard deadline (FM-6's ``time_limit``)
+  and the longest retry countdown, and every side effect keyed
+  (``DeadLetters.put`` once per key; the TOS once per key);
+- a unit with no B/L is rejected with its reason (``manifest.parse_unit``).
+
+Two lists: ``dead`` holds what a replay can mend (a registry down past the
+retries, a container the registry did not know yet); ``rejected`` holds what
+only the carrier can mend (no B/L, a bad check digit): replaying it would only
+dead-letter it again. Every dead-letter, rejection, replay and aggregate is one
+JSON log line (structlog) with the batch id and the B/L number.
+
+Tradeoffs: the claim and the keyed TOS cost a Redis round trip per batch and
+one per booking; ``visibility_timeout`` above every deadline means a worker that
+dies holding a message (a lost connection, not a killed pool process, which
+``task_reject_on_worker_lost`` requeues at once) delays that unit by the whole
+timeout; the reaper's ``STALE_SECONDS`` trades a slow return of a dead replayer's
+records against a second replay of a slow one (harmless: every effect is keyed).
+Redis still has no delivery limit: a unit that kills its process on every
+delivery is requeued for ever (``count_starts`` would give the bound FM-3's
+quorum queue gives; not built here).
+
+Run it alone (two shells, services up):
+
+    celery -A case_studies.bl_ingestion.fixed worker --without-gossip --without-mingle --without-heartbeat
+    python -m case_studies.bl_ingestion.fixed
+
+or ``python run_all_fms.py --only bl_ingestion``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypedDict, cast
+
+from celery import Task, chord, group
+from celery.result import AsyncResult
+
+from case_studies.bl_ingestion.dead_letters import DeadLetters
+from case_studies.bl_ingestion.logs import event_log
+from case_studies.bl_ingestion.manifest import UnitRejected, consignment_key, parse_unit, unit_key
+from case_studies.bl_ingestion.stand_ins import RegistryUnavailable, Terminal, UnitRef, crash_point, registry, run_of
+from lab.app import lab_app
+from shared.backend import backend_redis
+from shared.claim import NotifyClaim
+from shared.envelope import Result, Wire, enveloped
+from shared.retry import RetryPolicy, transient_retryable
+from shared.timeouts import BackstopRequest
+
+TIME_LIMIT = 3  # FM-6: no parse_bl runs longer (seconds)
+RETRY = RetryPolicy(max_retries=4, base=0.1, cap=6.0, retry_on=(RegistryUnavailable,))  # write-up: 4 retries
+VISIBILITY_SECONDS = 30
+"""fix: above TIME_LIMIT plus the longest retry countdown the worker holds unacked (2 x cap);
+the lab's scale of the write-up's 3,600 s, which its 600 s backoff and hour-long parses need."""
+STALE_SECONDS = 2.0  # fix: a record this long in the processing list lost its replayer
+
+app = lab_app(__name__, short="bl", broker="redis")  # JSON only; every Redis key under the namespace
+app.conf.task_acks_late = True  # write-up: ack when the unit has returned
+app.conf.task_reject_on_worker_lost = True  # write-up: a killed process requeues its unit
+app.conf.worker_prefetch_multiplier = 1  # write-up
+app.conf.worker_concurrency = 2
+app.conf.broker_transport_options.update(
+    visibility_timeout=VISIBILITY_SECONDS,  # fix: sized above every deadline
+    unacked_restore_interval=0.5, unacked_restore_throttle=1)  # the lab: kombu's sweep every 0.5 s, not 10 x 10 s
+
+
+class Parsed(TypedDict):
+    doc: str
+    batch: str
+    status: str  # ok | rejected
+    bl: str | None
+    key: str
+    containers: int
+
+
+class BatchCounts(TypedDict):
+    batch: str
+    forwarded: int
+    booked: int
+    rejected: int
+    dead_lettered: int
+    sent: bool
+
+
+def stores() -> tuple[DeadLetters, DeadLetters]:
+    """``(dead, rejected)``: what a replay can mend, and what only the carrier can."""
+    r, prefix = backend_redis(app)
+    return DeadLetters(r, prefix, "dead"), DeadLetters(r, prefix, "rejected")
+
+
+def _record(unit: UnitRef, bl: str | None, reason: str, detail: str) -> dict[str, Any]:
+    return {"unit": unit, "batch": unit["batch"], "bl": bl, "raw": unit["raw"], "reason": reason, "detail": detail}
+
+
+@app.task(bind=True, time_limit=TIME_LIMIT, Request=BackstopRequest)  # FM-6: killed past the deadline, an envelope
+@enveloped  # fix (FM-1): a unit that fails for good is an envelope; the chord completes
+@transient_retryable(RETRY)  # write-up: backoff (with jitter, FM-5), 4 retries
+def parse_bl(self: Task[Any, Any], unit: UnitRef) -> Parsed:
+    registry(self, unit)  # the container registry: connection refused, unknown container, slow
+    try:
+        consignment = parse_unit(unit["raw"])  # pydifact segments, ISO 6346 check digits (python-stdnum)
+    except UnitRejected as exc:  # fix: a precise reason, in the rejected list (the carrier must mend it)
+        _, rejected = stores()
+        if rejected.put(unit_key(unit["carrier"], unit["raw"]), _record(unit, exc.bl_number, exc.reason, str(exc))):
+            event_log(run_of(unit)).warning("unit_rejected", batch_id=unit["batch"], bl_number=exc.bl_number,
+                                             unit=unit["index"], reason=exc.reason, detail=str(exc))
+        return {"doc": unit["doc"], "batch": unit["batch"], "status": "rejected", "bl": exc.bl_number,
+                "key": "", "containers": 0}
+    return {"doc": unit["doc"], "batch": unit["batch"], "status": "ok", "bl": consignment.bl_number,
+            "key": consignment_key(unit["carrier"], consignment.bl_number),  # fix: the consignment, not the batch
+            "containers": len(consignment.containers)}
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def aggregate_batch(self: Task[Any, Any], results: list[Wire], batch_id: str, run_id: str) -> BatchCounts:
+    claim = NotifyClaim.of(app, f"batch:{batch_id}", owner=self.request.id)  # fix (FM-4): the owner resumes
+    if (state := claim.acquire()) == "busy":
+        raise self.retry(countdown=claim.policy.poll, max_retries=claim.policy.busy_retries)
+    envelopes = [Result.from_wire(w) for w in results]
+    parsed = [cast(Parsed, e.payload) for e in envelopes if e.ok]
+    counts: BatchCounts = {"batch": batch_id, "forwarded": 0, "booked": 0, "sent": False,
+                           "rejected": sum(1 for p in parsed if p["status"] == "rejected"), "dead_lettered": 0}
+    if state == "done":
+        return counts
+    log, tos = event_log(run_id), Terminal(run_id)
+    with claim.sending():  # released if forwarding fails, "sent" once every B/L is forwarded
+        crash_point(run_id, "aggregate:after_claim")  # the lab
+        dead, _ = stores()
+        units = _units(batch_id)
+        for i, env in enumerate(envelopes):  # fix: a unit that failed for good is dead-lettered, with its reason
+            if not env.ok:
+                unit = units[i]
+                counts["dead_lettered"] += 1
+                if dead.put(unit_key(unit["carrier"], unit["raw"]), _record(unit, None, env.reason or "error", env.error or "")):
+                    log.warning("unit_dead_lettered", batch_id=unit["batch"], bl_number=None, unit=unit["index"],
+                                reason=env.reason, detail=env.error)
+        for p in (p for p in parsed if p["status"] == "ok"):
+            counts["booked"] += tos.book(str(p["bl"]), p["key"], p["batch"])  # fix: the TOS books a key once
+            counts["forwarded"] += 1
+            crash_point(run_id, "aggregate:mid_forward")  # the lab
+    counts["sent"] = True
+    log.info("batch_aggregated", batch_id=batch_id, bl_number=None, **{k: v for k, v in counts.items() if k != "batch"})
+    return counts
+
+
+@app.task(bind=True)
+def replay_dead_letters(self: Task[Any, Any], limit: int = 1000) -> str | None:
+    """Re-enqueue the dead list as a chord of its own (fix: its units are aggregated and forwarded)."""
+    dead, _ = stores()
+    dead.reap(STALE_SECONDS)  # fix: a dead replayer's records go back to the dead list
+    taken: list[str] = []
+    while len(taken) < limit and (item := dead.take()) is not None:  # fix: moved, not popped
+        taken.append(item)
+        crash_point(run_of(json.loads(item)["unit"]), "replay:after_take")  # the lab
+    if not taken:
+        return None
+    units = [cast(UnitRef, json.loads(item)["unit"]) for item in taken]
+    run_id = run_of(units[0])
+    body = dispatch(units, f"{units[0]['batch']}.replay-{str(self.request.id)[:8]}", run_id)
+    for item, unit in zip(taken, units):  # fix: forgotten only once the re-enqueue has returned
+        dead.done(item)
+        event_log(run_id).info("unit_replayed", batch_id=unit["batch"], bl_number=None, unit=unit["index"],
+                               replay_batch=str(body.id))
+    return str(body.id)
+
+
+def _units(batch_id: str) -> list[UnitRef]:
+    r, prefix = backend_redis(app)
+    return [cast(UnitRef, json.loads(x)) for x in cast(list[str], r.lrange(f"{prefix}units:{batch_id}", 0, -1))]
+
+
+def dispatch(units: list[UnitRef], batch_id: str, run_id: str) -> AsyncResult[Any]:
+    """A chord of ``parse_bl`` over ``units``, ``aggregate_batch`` once all have returned; the units kept
+    in Redis for the aggregate's dead-letters (a day)."""
+    r, prefix = backend_redis(app)
+    key = f"{prefix}units:{batch_id}"
+    r.delete(key)
+    if units:
+        r.rpush(key, *(json.dumps(u) for u in units))
+    r.expire(key, 86_400)
+    return chord(group(parse_bl.s(u) for u in units))(aggregate_batch.s(batch_id, run_id))
+
+
+def submit(units: list[UnitRef], batch_id: str, run_id: str) -> AsyncResult[Any]:
+    return dispatch(units, batch_id, run_id)
+
+
+def replay() -> AsyncResult[Any]:
+    return replay_dead_letters.delay()
+
+
+if __name__ == "__main__":  # submit the scenarios to a worker you started, then check them
+    from case_studies.bl_ingestion.study import run_by_hand
+
+    raise SystemExit(run_by_hand("fixed"))

@@ -1,0 +1,122 @@
+"""The services around the B/L pipeline, as the lab stands them in.
+
+Not the lesson and not a fix: what production has outside the Celery program.
+
+- ``UnitRef``: one consignment unit on the wire. Its ``doc`` is
+  ``<run>/<batch>-blNNNN``, so the lab's observer (``lab.observe``) follows each
+  unit as the FMs follow a document, and a re-sent manifest's units are told
+  apart from the first one's;
+- ``registry(task, unit)``: the container registry every ``parse_bl`` asks
+  first. It plays the scenario's fault for the unit, written by the runner into
+  the lab's document store (``lab.pipeline.store_document``): ``FLAKY:n``
+  refuses the connection on the first n attempts (attempts are counted per unit
+  across deliveries and replays, so ``FLAKY:5`` outlasts four retries and a
+  replay finds the registry back); ``FAIL`` answers "unknown container" once (a
+  registry that lags behind the carrier's booking: a replay finds it);
+  ``SOFT_HANG`` answers after ``SLOW_SECONDS`` on the first attempt;
+- ``Terminal``: the terminal operating system that books each B/L. It records
+  every call, and books an idempotency key once (``book``). It stands in for the
+  real one's booking API, which takes a client reference it deduplicates on;
+- ``crash_point(run, step)``: the lab's line in ``aggregate_batch`` and the
+  replay job. The runner plans one crash per run (``plan_crash``); the first
+  process that reaches the planned step SIGKILLs itself there.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal, TypedDict
+
+from celery import Task
+
+from lab.faults import fault_in, kill_self
+from lab.observe import RunRecorder, current_attempt, split_doc_id
+from lab.pipeline import DocumentMissing, fetch_text
+
+SLOW_SECONDS = 2.5
+"""How long a ``SOFT_HANG`` unit's registry takes on its first attempt: past the
+write-up's scaled ``visibility_timeout`` (1 s), under the fixed program's
+``time_limit`` (3 s)."""
+
+CrashStep = Literal["aggregate:after_claim", "aggregate:mid_forward", "replay:after_take"]
+
+
+class RegistryUnavailable(ConnectionError):
+    """The container registry refused the connection: a later attempt may succeed."""
+
+
+class UnknownContainer(Exception):
+    """The registry does not know a container of the unit (yet)."""
+
+
+class UnitRef(TypedDict):
+    doc: str  # <run>/<batch>-blNNNN
+    batch: str  # the manifest's batch id
+    carrier: str  # the interchange's sender (UNB)
+    index: int  # the unit's position in the manifest (0-based)
+    raw: str  # the unit's segments, as EDIFACT text
+
+
+def unit_name(batch: str, index: int) -> str:
+    return f"{batch}-bl{index:04d}"
+
+
+def run_of(unit: UnitRef) -> str:
+    found = split_doc_id(unit["doc"])
+    return found[0] if found else ""
+
+
+def _fault_text(unit: UnitRef) -> str:
+    try:
+        return fetch_text(unit["doc"])
+    except DocumentMissing:  # a unit outside the lab's scenarios: no fault
+        return ""
+
+
+def registry(task: Task[Any, Any], unit: UnitRef) -> None:
+    """Ask the container registry about the unit's containers (the lab: misbehave as planned)."""
+    fault = fault_in(_fault_text(unit))
+    if fault is None:
+        return
+    attempt = current_attempt(task.request.id)
+    if fault.kind == "FLAKY" and attempt <= fault.times:
+        raise RegistryUnavailable(f"connection refused by the container registry (attempt {attempt})")
+    if fault.kind == "FAIL" and attempt == 1:
+        raise UnknownContainer("the container registry does not know this unit's containers yet")
+    if fault.kind == "SOFT_HANG" and attempt == 1:
+        time.sleep(SLOW_SECONDS)
+
+
+def plan_crash(run_id: str, step: CrashStep) -> None:
+    RunRecorder(run_id).append("crash_plan", step)
+
+
+def crash_point(run_id: str, step: CrashStep) -> None:
+    """SIGKILL this process if the run's crash plan names ``step`` (once per plan entry)."""
+    run = RunRecorder(run_id)
+    planned = run.get_list("crash_plan")
+    if step in planned and run.r.lrem(run.prefix + "crash_plan", 1, step):
+        run.event("crash", step=step)
+        kill_self()
+
+
+class Terminal:
+    """The terminal operating system of one lab run (its record lives in the run's Redis keys)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run = RunRecorder(run_id)
+
+    def book(self, bl_number: str, idempotency_key: str, batch: str) -> bool:
+        """Book ``bl_number``; a key already seen is acknowledged and not booked again. True when booked."""
+        self.run.append("tos_calls", f"{bl_number}|{batch}")
+        if not self.run.claim_once(f"tos-key:{idempotency_key}", bl_number):
+            return False
+        self.run.append("tos_bookings", f"{bl_number}|{batch}")
+        return True
+
+    def bookings(self) -> list[tuple[str, str]]:
+        """``(B/L number, batch)`` per booking, in order."""
+        return [(b, batch) for b, _, batch in (x.partition("|") for x in self.run.get_list("tos_bookings"))]
+
+    def calls(self) -> int:
+        return len(self.run.get_list("tos_calls"))

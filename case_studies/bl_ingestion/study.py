@@ -1,0 +1,455 @@
+"""Case study 2's scenarios, guarantees and write-up symptoms, and one run of them.
+
+Every scenario submits one IFCSUM manifest (``MANIFEST_UNITS`` consignments from
+a seed; the carrier's deviations in it: ``RFF+BN`` only, no reference, a bad
+container check digit, release characters) and plays one fault:
+
+- ``exhausted``: one unit's registry refuses five connections (1 + 4 retries);
+- ``replay``: two units' containers are unknown to the registry at first (it
+  lags behind the booking); both are dead-lettered, then the replay job runs
+  and is killed after taking its first record, and runs again ``STALE_SECONDS``
+  later, as an operator (or a beat) would. The manifest has no deviations, so
+  the dead list holds exactly those two;
+- ``resend``: the carrier sends the same manifest again under a new batch id;
+- ``aggregate_crash``: ``aggregate_batch`` is killed after claiming the batch
+  (write-up) or in the middle of forwarding (fixed: the harder crash);
+- ``slow_parse``: a unit with a bad check digit takes 2.5 s at the registry.
+
+Guarantees (fixed), in every scenario, exact:
+
+- BL1: forwarded + dead-lettered == consignments: every unit is booked, in the
+  dead list or in the rejected list, and those lists hold exactly the units the
+  manifest and the faults say, each rejection with its precise reason;
+- BL2: each B/L is booked by the terminal exactly once (across retries,
+  redeliveries, replays and the re-sent manifest);
+- BL3: one JSON log line per dead-letter and rejection, per replayed unit and
+  per aggregate, with ``batch_id`` and ``bl_number``;
+- BL4..BL8, one per scenario: what its fault needs (the attempts; the lists empty
+  after the replay; the second batch booked nothing; the crashed aggregate's
+  redelivery forwarded; the slow parse ran once).
+
+``run_one(cell, kind, on_stage)`` is what the harness calls for a cell
+``bl_ingestion/<scenario>``: kind ``fixed`` runs ``fixed.py``, ``broken`` the
+write-up (``writeup.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from celery.result import AsyncResult
+from celery.states import READY_STATES
+
+from case_studies.bl_ingestion.dead_letters import DeadLetters
+from case_studies.bl_ingestion.logs import read_events
+from case_studies.bl_ingestion.manifest import Deviations, Manifest, generate, split
+from case_studies.bl_ingestion.stand_ins import CrashStep, Terminal, UnitRef, plan_crash, unit_name
+from lab import harness
+from lab.checks import Check, Collector
+from lab.faults import FAIL, FLAKY, SOFT_HANG, Fault, document_text
+from lab.fm import Fm, load_module
+from lab.observe import Reader, attempt_starts
+from lab.pipeline import store_document
+from lab.runner import NOT_RUN_WINDOW, Observations, Outcome, new_run_id
+from lab.waiting import wait_until
+from lab.workers import LOG_DIR, STOP_GRACE, WorkerFailed
+from shared.backend import backend_redis
+
+NAME = "bl_ingestion"
+SEED, MANIFEST_UNITS = 20261130, 40
+DEVIATE_EVERY = 7  # units 6, 13, 20, 27, 34: booking only, no reference, bad check digit, escaped text, malformed
+RUN_TIMEOUT = 45.0
+STALE_SECONDS = 2.0  # fixed.STALE_SECONDS: the operator's second replay comes after it
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    number: int
+    faults: Mapping[str, Fault] = field(default_factory=lambda: {})  # role -> fault, the role's unit chosen per manifest
+    crash: Mapping[str, CrashStep] = field(default_factory=lambda: {})  # kind -> crash step
+    deviations: bool = True
+    resend: bool = False
+    replays: int = 0
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "exhausted": Scenario("exhausted", 1, {"flaky": FLAKY(2), "exhausted": FLAKY(5)}),
+    "replay": Scenario("replay", 2, {"lag_a": FAIL, "lag_b": FAIL}, {"fixed": "replay:after_take",
+                                                                    "broken": "replay:after_take"},
+                       deviations=False, replays=2),
+    "resend": Scenario("resend", 3, resend=True),
+    "aggregate_crash": Scenario("aggregate_crash", 4, crash={"fixed": "aggregate:mid_forward",
+                                                             "broken": "aggregate:after_claim"}),
+    "slow_parse": Scenario("slow_parse", 5, {"slow": SOFT_HANG}),
+}
+WRITEUP_SHOWS = tuple(SCENARIOS)
+"""The scenarios ``--prove`` also runs on the write-up's code: each shows one of its mistakes."""
+
+CODES: dict[str, harness.Kind] = {"bl": "fixed", "blw": "broken"}
+"""The namespace codes of the two programs (their Redis keys are ``<namespace>:bl:...``)."""
+
+
+def cells(prove: bool) -> list[tuple[str, harness.Kind]]:
+    runs: list[tuple[str, harness.Kind]] = []
+    for name in SCENARIOS:
+        runs.append((f"{NAME}/{name}", "fixed"))
+        if prove and name in WRITEUP_SHOWS:
+            runs.append((f"{NAME}/{name}", "broken"))
+    return runs
+
+
+def program(kind: harness.Kind) -> Fm:
+    module = "writeup" if kind == "broken" else "fixed"
+    return harness.checked(load_module(f"case_studies.{NAME}.{module}", member="parse_bl", body="aggregate_batch"))
+
+
+def code_of(kind: harness.Kind) -> str:
+    return "blw" if kind == "broken" else "bl"
+
+
+def clear_ledger() -> None:
+    """Nothing outside Redis: the terminal's record and the lists are the namespace's keys."""
+
+
+# ---- one run --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    obs: Observations
+    scenario: Scenario
+    kind: harness.Kind
+    manifest: Manifest
+    units: tuple[UnitRef, ...]
+    roles: Mapping[str, int]  # role -> unit index
+    bookings: tuple[tuple[str, str], ...]  # (B/L, batch)
+    tos_calls: int
+    dead: tuple[dict[str, Any], ...]  # the dead list's records (the write-up's one list)
+    rejected: tuple[dict[str, Any], ...]
+    processing: int
+    events: tuple[Mapping[str, Any], ...]  # the JSON log lines
+    bodies: tuple[Outcome, ...]  # every aggregate's outcome (the first submission's first)
+    aggregate_runs: int
+
+
+def _roles(sc: Scenario, manifest: Manifest) -> dict[str, int]:
+    """The unit each role of the scenario's faults falls on: clean units for the registry's faults,
+    a bad check digit for the slow one (its side effect is a dead-letter)."""
+    clean = [t.index for t in manifest.truth if t.deviation is None]
+    bad_digit = [t.index for t in manifest.truth if t.deviation == "bad_check_digit"]
+    roles: dict[str, int] = {}
+    for i, role in enumerate(sc.faults):
+        roles[role] = bad_digit[0] if role == "slow" else clean[3 + 5 * i]
+    return roles
+
+
+def _manifest(sc: Scenario, run_id: str, resend: int = 0) -> Manifest:
+    """The scenario's manifest; its batch id is the run's (``B<run>``, ``B<run>R1`` for a re-send)."""
+    return generate(SEED, MANIFEST_UNITS, Deviations(every=DEVIATE_EVERY if sc.deviations else 0), resend=resend,
+                    batch_id=f"B{run_id}" + (f"R{resend}" if resend else ""))
+
+
+def _unit_refs(run_id: str, manifest: Manifest) -> list[UnitRef]:
+    return [UnitRef(doc=f"{run_id}/{unit_name(manifest.batch_id, u.index)}", batch=manifest.batch_id,
+                    carrier=manifest.carrier, index=u.index, raw=u.raw) for u in split(manifest.text)]
+
+
+def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
+                 watch: Callable[[], None] | None = None) -> CaseRun:
+    manifest = _manifest(sc, run_id)
+    units = _unit_refs(run_id, manifest)
+    roles = _roles(sc, manifest)
+    for role, index in roles.items():
+        name = unit_name(manifest.batch_id, index)
+        store_document(run_id, name, document_text(name, sc.faults[role]))
+    if kind in sc.crash:
+        plan_crash(run_id, sc.crash[kind])
+    reader = Reader(run_id)
+    submit = cast(Callable[[list[UnitRef], str, str], AsyncResult[Any]], fm.submit)
+    replay = cast(Callable[[], AsyncResult[Any]], getattr(importlib.import_module(fm.module), "replay"))
+    started, submitted_at = time.monotonic(), time.time()
+
+    def ready(res: AsyncResult[Any]) -> Callable[[], bool]:
+        def check() -> bool:
+            if watch is not None:
+                watch()
+            return res.ready()
+        return check
+
+    bodies: list[AsyncResult[Any]] = [submit(units, manifest.batch_id, run_id)]
+    wait_until(ready(bodies[0]), RUN_TIMEOUT)
+    if sc.resend:
+        again = _manifest(sc, run_id, resend=1)
+        bodies.append(submit(_unit_refs(run_id, again), again.batch_id, run_id))
+        wait_until(ready(bodies[-1]), RUN_TIMEOUT)
+    if sc.name == "slow_parse":  # the write-up's second copy may still run: wait until every start has ended
+        slow = unit_name(manifest.batch_id, roles["slow"])
+        wait_until(lambda: _settled(reader, slow), SLOW_SETTLE)
+    for n in range(sc.replays):
+        if n:  # the operator's second replay, once a dead replayer's record is stale (fixed) or at once
+            wait_until(lambda: _stale_or_none(fm), STALE_SECONDS + 2)
+        job = replay().id  # its meta is read, not its AsyncResult: that would build one for each task it sent
+
+        def replayed() -> bool:
+            if watch is not None:
+                watch()
+            return _meta(fm, job)["status"] in READY_STATES
+
+        wait_until(replayed, RUN_TIMEOUT)
+        made = _meta(fm, job).get("result")
+        if isinstance(made, str):  # fixed: the replay's chord body
+            body = fm.app.AsyncResult(made)
+            bodies.append(body)
+            wait_until(ready(body), RUN_TIMEOUT)
+    if sc.replays and kind == "broken":  # the replayed units run outside any chord: wait until they ended
+        lagged = [unit_name(manifest.batch_id, i) for i in roles.values()]
+        wait_until(lambda: all(_settled(reader, d) for d in lagged), NOT_RUN_WINDOW + 3)
+    tos = Terminal(run_id)
+    r, prefix = backend_redis(fm.app)
+    dead, rejected = DeadLetters(r, prefix, "dead"), DeadLetters(r, prefix, "rejected")
+    names = tuple(unit_name(manifest.batch_id, u["index"]) for u in units)
+    obs = Observations(
+        fm=fm.short, run_id=run_id, scenario=sc.number, docs=names,
+        attempts={d: reader.attempts(d) for d in names}, fetch_attempts={}, events=tuple(reader.events()),
+        notify_runs={role: reader.notify_runs(role) for role in ("chord", "duplicate")}, emails=(), mail_calls=0,
+        chord=Outcome.of(bodies[0]), duplicate=None, dlq_depth=None, probe_seconds=None, burst_probe=None,
+        stopped_by="chord finished" if bodies[0].ready() else "deadline", submitted_at=submitted_at,
+        elapsed=time.monotonic() - started)
+    return CaseRun(obs, sc, kind, manifest, tuple(units), roles, tuple(tos.bookings()), tos.calls(),
+                   tuple(dead.records()), tuple(rejected.records()), dead.in_processing(),
+                   tuple(read_events(run_id)), tuple(Outcome.of(b) for b in bodies),
+                   sum(1 for e in reader.events() if e.kind == "notify_start"))
+
+
+SLOW_SETTLE = 6.0
+
+
+def _meta(fm: Fm, task_id: str) -> dict[str, Any]:
+    """A task's stored state and result (``PENDING`` until it has one)."""
+    return cast(dict[str, Any], cast(Any, fm.app.backend).get_task_meta(task_id))
+
+
+def _stale_or_none(fm: Fm) -> bool:
+    """Nothing in the processing list, or its newest record older than ``STALE_SECONDS``."""
+    r, prefix = backend_redis(fm.app)
+    stamps = [float(x) for x in cast(list[str], r.hvals(DeadLetters(r, prefix, "dead").since))]
+    return not stamps or time.time() - max(stamps) > STALE_SECONDS
+
+
+def _settled(reader: Reader, doc: str) -> bool:
+    """Every start of ``doc``'s parse has ended (or the process that ran it is gone)."""
+    events = [e for e in reader.events() if e.get("doc") == doc]
+    starts = sum(1 for e in events if e.kind == "attempt_start")
+    ends = sum(1 for e in events if e.kind == "attempt_end")
+    return starts > 0 and ends >= starts
+
+
+# ---- guarantees (fixed) and symptoms (write-up) ----------------------------------
+
+
+def _doc(run: CaseRun, role: str) -> str:
+    """The unit name of the scenario's ``role`` (``B<run>-bl0008``)."""
+    return unit_name(run.manifest.batch_id, run.roles[role])
+
+
+def _bl(run: CaseRun, index: int) -> str:
+    return str(run.manifest.truth[index].bl_number)
+
+
+def _valid(run: CaseRun) -> list[int]:
+    return [t.index for t in run.manifest.parsable]
+
+
+def _invalid(run: CaseRun) -> dict[int, str]:
+    return {t.index: str(t.reason) for t in run.manifest.rejected}
+
+
+def _expected_dead(run: CaseRun) -> set[int]:
+    sc = run.scenario
+    if sc.name == "exhausted":
+        return {run.roles["exhausted"]}
+    return set()
+
+
+def _balance(run: CaseRun) -> Check:
+    c = Collector("BL1")
+    valid, invalid = _valid(run), _invalid(run)
+    want_dead = _expected_dead(run)
+    want_booked = {_bl(run, i) for i in valid if i not in want_dead}
+    booked = {bl for bl, _ in run.bookings}
+    dead = {int(r["unit"]["index"]) for r in run.dead}
+    rejected = {int(r["unit"]["index"]): str(r["reason"]) for r in run.rejected}
+    total = len(booked) + len(dead) + len(rejected)
+    c.expect(total == MANIFEST_UNITS, f"booked {len(booked)} + dead {len(dead)} + rejected {len(rejected)} = {total}",
+             f"{MANIFEST_UNITS} consignments")
+    c.expect(booked == want_booked, f"{len(booked ^ want_booked)} B/L(s) booked that should not be or not booked",
+             "exactly the valid units' B/Ls")
+    c.expect(dead == want_dead, f"dead list units {sorted(dead)}", f"{sorted(want_dead)}")
+    c.expect(rejected == invalid, f"rejected {len(rejected)}: {sorted(set(rejected.values()))}",
+             f"{len(invalid)} with their reasons: {sorted(set(invalid.values()))}")
+    return c.result()
+
+
+def _once(run: CaseRun) -> Check:
+    c = Collector("BL2")
+    per_bl = Counter(bl for bl, _ in run.bookings)
+    twice = sorted(bl for bl, n in per_bl.items() if n > 1)
+    c.expect(not twice, f"{len(twice)} B/L(s) booked more than once{': ' + ', '.join(twice[:3]) if twice else ''}",
+             f"each of {len(per_bl)} booked once (terminal calls {run.tos_calls})")
+    return c.result()
+
+
+def _logged(run: CaseRun) -> Check:
+    c = Collector("BL3")
+    need = {"batch_id", "bl_number", "event", "timestamp"}
+    lines = list(run.events)
+    missing = [e for e in lines if not need <= set(e)]
+    c.expect(not missing, f"{len(missing)} of {len(lines)} log lines without {sorted(need)}", "every line has them")
+    letters = Counter((str(e["batch_id"]), int(e["unit"])) for e in lines
+                      if e.get("event") in ("unit_dead_lettered", "unit_rejected"))
+    want = {(str(r["unit"]["batch"]), int(r["unit"]["index"])) for r in (*run.dead, *run.rejected)}
+    if run.scenario.replays:  # dead-lettered, then replayed: the records are gone, the lines stay
+        want |= {(run.manifest.batch_id, i) for i in run.roles.values()}
+    c.expect(set(letters) == want and all(n == 1 for n in letters.values()),
+             f"dead-letter/rejection lines for {len(letters)} records, max {max(letters.values(), default=0)} each",
+             f"one per record dead-lettered or rejected ({len(want)})")
+    aggregates = sum(1 for e in lines if e.get("event") == "batch_aggregated")
+    c.expect(aggregates == len(run.bodies), f"{aggregates} aggregate lines", f"{len(run.bodies)} (one per batch)")
+    return c.result()
+
+
+def _scenario_guarantee(run: CaseRun) -> Check:
+    sc, a = run.scenario, run.obs.attempts
+    if sc.name == "exhausted":
+        c = Collector("BL4")
+        c.expect(a.get(_doc(run, "flaky")) == 3, f"flaky unit attempts {a.get(_doc(run, 'flaky'))}", "3 (two refusals, then ok)")
+        c.expect(a.get(_doc(run, "exhausted")) == 5, f"exhausted unit attempts {a.get(_doc(run, 'exhausted'))}", "5 (1 + 4 retries)")
+        reasons = [r["reason"] for r in run.dead]
+        c.expect(reasons == ["retries_exhausted"], f"dead-letter reasons {reasons}", "['retries_exhausted']")
+        c.expect(run.bodies[0].state == "SUCCESS", f"aggregate {run.bodies[0].state}", "SUCCESS: the chord completed")
+        return c.result()
+    if sc.name == "replay":
+        c = Collector("BL5")
+        c.expect(not run.dead and run.processing == 0, f"dead {len(run.dead)}, processing {run.processing}",
+                 "both empty after the replay")
+        lagged = {_bl(run, i) for i in run.roles.values()}
+        booked = Counter(bl for bl, _ in run.bookings)
+        c.expect(all(booked[bl] == 1 for bl in lagged), f"replayed B/Ls booked {[booked[bl] for bl in sorted(lagged)]}",
+                 "[1, 1]")
+        crashes = sum(1 for e in run.obs.events if e.kind == "crash")
+        c.expect(crashes == 1, f"replayer killed {crashes}x", "1 (after its first take)")
+        return c.result()
+    if sc.name == "resend":
+        c = Collector("BL6")
+        second = [bl for bl, batch in run.bookings if batch.endswith("R1")]
+        c.expect(not second and len(run.bodies) == 2 and run.bodies[1].state == "SUCCESS",
+                 f"the re-sent batch booked {len(second)}", "0: its consignments were booked already")
+        return c.result()
+    if sc.name == "aggregate_crash":
+        c = Collector("BL7")
+        c.expect(run.aggregate_runs == 2, f"aggregate started {run.aggregate_runs}x", "2 (killed mid-forward, redelivered)")
+        c.expect(run.tos_calls > len(run.bookings), f"terminal calls {run.tos_calls}, bookings {len(run.bookings)}",
+                 "more calls than bookings: the redelivery resent, the key held")
+        return c.result()
+    c = Collector("BL8")
+    starts = len(attempt_starts(run.obs.events, _doc(run, "slow")))
+    c.expect(starts == 1, f"slow unit parse started {starts}x", "1 (visibility_timeout above the deadline)")
+    return c.result()
+
+
+def _writeup_symptom(run: CaseRun) -> Check:
+    sc = run.scenario
+    c = Collector(f"BL{3 + sc.number} write-up")
+    booked = Counter(bl for bl, _ in run.bookings)
+    if sc.name == "exhausted":
+        ch = run.bodies[0]
+        c.expect(ch.state == "FAILURE" and ch.error_type == "ChordError", f"chord {ch.state} {ch.error_type}",
+                 "FAILURE ChordError (retries re-raise)")
+        c.expect(not run.bookings, f"booked {len(run.bookings)}", "0: the whole batch is lost")
+    elif sc.name == "replay":
+        lagged = {_doc(run, "lag_a"), _doc(run, "lag_b")}
+        replayed = {d for d in lagged if run.obs.attempts.get(d, 0) >= 2}
+        in_dead = {unit_name(run.manifest.batch_id, int(r["unit"]["index"])) for r in run.dead}
+        lost = lagged - replayed - in_dead
+        c.expect(len(lost) == 1, f"lost {sorted(lost)}", "1 unit: popped by the killed replayer, never re-enqueued")
+        never = [d for d in replayed if booked[_bl(run, int(d[-4:]))] == 0]
+        c.expect(len(never) == 1, f"replayed and parsed but not booked: {sorted(never)}", "1: no aggregate saw it")
+    elif sc.name == "resend":
+        real = {str(t.bl_number) for t in run.manifest.truth if t.bl_number is not None}
+        twice = sorted(bl for bl in real if booked[bl] == 2)
+        once = sorted(bl for bl in real if booked[bl] == 1)
+        c.expect(len(twice) > 0 and not once, f"{len(twice)} B/Ls booked twice, {len(once)} once",
+                 "every booked B/L twice: the batch id is in the key")
+        made_up = [bl for bl in booked if bl.startswith(run.manifest.batch_id + "-")]
+        missing = [t for t in run.manifest.truth if t.deviation in ("booking_only", "no_reference")]
+        c.expect(len(made_up) == len(missing) > 0, f"booked under a made-up number: {', '.join(made_up)}",
+                 f"{len(missing)} units with no RFF+BM, booked as <batch>-<index> instead of dead-lettered")
+    elif sc.name == "aggregate_crash":
+        c.expect(run.aggregate_runs == 2 and not run.bookings,
+                 f"aggregate started {run.aggregate_runs}x, booked {len(run.bookings)}",
+                 "2 starts, 0 booked: the redelivery found SET NX taken")
+    else:
+        slow = _doc(run, "slow")
+        starts = len(attempt_starts(run.obs.events, slow))
+        letters = sum(1 for r in run.dead if unit_name(run.manifest.batch_id, int(r["unit"]["index"])) == slow)
+        c.expect(starts == 2, f"slow unit parse started {starts}x", "2: redelivered while it ran")
+        c.expect(letters == 2, f"slow unit dead-lettered {letters}x", "2: the side effect twice")
+    return c.result()
+
+
+def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
+    if kind == "broken":
+        return [_writeup_symptom(run)]
+    return [_balance(run), _once(run), _logged(run), _scenario_guarantee(run)]
+
+
+# ---- the harness's cell --------------------------------------------------------
+
+
+def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness.RunReport:
+    name = cell.split("/", 1)[1]
+    sc = SCENARIOS[name]
+    report = harness.RunReport(cell, kind, code_of(kind), sc.number)
+    started = time.monotonic()
+    try:
+        fm = program(kind)
+        run_id = new_run_id()
+        on_stage("resetting")
+        harness.reset(fm)
+        label = f"{NAME}-{name}-{kind}"
+        report.log = LOG_DIR / f"{label}-{run_id}.log"
+        harness.current = fm
+        with harness.running_worker(fm, run_id, label, STOP_GRACE, on_stage, wait=False,
+                                    after=lambda: harness.purge(fm)) as worker:
+            on_stage("running the scenario")
+            run = run_scenario(fm, sc, kind, run_id, watch=harness.Liveness(worker))
+        report.observations = run.obs
+        on_stage("checking")
+        report.checks = checks_of(kind, run)
+    except (WorkerFailed, harness.RunBroken) as exc:
+        report.error = harness.blame_services(str(exc))
+    except harness.HarnessError:
+        raise
+    except Exception as exc:  # one broken run must not hide the others
+        report.error = harness.blame_services(harness.service_cause(exc) or f"{type(exc).__name__}: {exc}")
+    harness.current = None
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def run_by_hand(kind: harness.Kind) -> int:
+    """Every scenario against a worker you started (``python -m case_studies.bl_ingestion.fixed``)."""
+    fm = program(kind)
+    ok = True
+    for sc in SCENARIOS.values():
+        run = run_scenario(fm, sc, kind, new_run_id())
+        for check in checks_of(kind, run):
+            ok = ok and check.ok
+            print(f"{sc.name}: {'ok  ' if check.ok else 'FAIL'} {check.label}: {check.detail}")
+    return 0 if ok else 1
