@@ -26,10 +26,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 import redis
 from kombu import Connection
@@ -284,6 +284,44 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
 
 current: Fm | None = None
 """The FM whose code the run in progress runs (an interrupted run's queues are emptied)."""
+
+
+R = TypeVar("R")
+
+
+def run_case(report: RunReport, program: Callable[[], Fm], label: str, on_stage: OnStage,
+             scenario: Callable[[Fm, str, Callable[[], None]], R], observed: Callable[[R], Observations],
+             checked_by: Callable[[R], list[Check]], prepare: Callable[[Fm], object] = lambda _: None,
+             around: Callable[[], AbstractContextManager[object]] = nullcontext) -> RunReport:
+    """A case study's cell, run as ``run_one`` runs an FM's: its program's namespace reset (and
+    ``prepare``), its worker started (inside ``around``), ``scenario(fm, run_id, watch)``, the worker
+    stopped, ``checked_by`` its result; a failure on the way is an ERROR that says why."""
+    global current
+    started = time.monotonic()
+    try:
+        fm = program()
+        run_id = new_run_id()
+        on_stage("resetting")
+        reset(fm)
+        prepare(fm)
+        report.log = LOG_DIR / f"{label}-{run_id}.log"
+        current = fm
+        with around(), running_worker(fm, run_id, label, STOP_GRACE, on_stage, wait=False,
+                                      after=lambda: purge(fm)) as worker:
+            on_stage("running the scenario")
+            result = scenario(fm, run_id, Liveness(worker))
+        report.observations = observed(result)
+        on_stage("checking")
+        report.checks = checked_by(result)
+    except (WorkerFailed, RunBroken) as exc:
+        report.error = blame_services(str(exc))
+    except HarnessError:
+        raise
+    except Exception as exc:  # one broken run must not hide the others
+        report.error = blame_services(service_cause(exc) or f"{type(exc).__name__}: {exc}")
+    current = None
+    report.seconds = time.monotonic() - started
+    return report
 
 
 def _interruptible(on_stage: OnStage) -> OnStage:
