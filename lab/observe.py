@@ -137,7 +137,7 @@ def current_attempt(task_id: str | None) -> int:
     return _attempts.get(task_id or "", 1)
 
 
-ROLES = {"score_chunk": "parse_document", "reconcile": "notify", "parse_bl": "parse_document",
+ROLES = {"score_chunk": "parse_document", "reconcile": "notify", "parse_bl": "parse_document", "parse_units": "parse_document",
          "aggregate_batch": "notify"}
 """A case study's tasks in the FMs' roles: its chord member (one attempt per chunk,
 the chunk standing for the document) and its chord body (the run standing for the pipeline)."""

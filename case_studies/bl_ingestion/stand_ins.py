@@ -6,14 +6,16 @@ Not the lesson and not a fix: what production has outside the Celery program.
   ``<run>/<batch>-blNNNN``, so the lab's observer (``lab.observe``) follows each
   unit as the FMs follow a document, and a re-sent manifest's units are told
   apart from the first one's;
-- ``registry(task, unit)``: the container registry every ``parse_bl`` asks
-  first. It plays the scenario's fault for the unit, written by the runner into
-  the lab's document store (``lab.pipeline.store_document``): ``FLAKY:n``
-  refuses the connection on the first n attempts (attempts are counted per unit
-  across deliveries and replays, so ``FLAKY:5`` outlasts four retries and a
-  replay finds the registry back); ``FAIL`` answers "unknown container" once (a
-  registry that lags behind the carrier's booking: a replay finds it);
-  ``SOFT_HANG`` answers after ``SLOW_SECONDS`` on the first attempt;
+- ``registry(unit)``: the container registry asked about every unit before it
+  is parsed. It counts its calls per unit (``registry_calls``: what the checks
+  read as a unit's attempts, whichever task made them) and plays the scenario's
+  fault for the unit, written by the runner into the lab's document store
+  (``lab.pipeline.store_document``): ``FLAKY:n`` refuses the connection on the
+  first n calls (counted across deliveries and replays, so ``FLAKY:5`` outlasts
+  four retries and a replay finds the registry back); ``FAIL`` answers "unknown
+  container" on the first call (a registry that lags behind the carrier's
+  booking: a replay finds it); ``SOFT_HANG`` answers after ``SLOW_SECONDS`` on
+  the first call;
 - ``Terminal``: the terminal operating system that books each B/L. It records
   every call, and books an idempotency key once (``book``). It stands in for the
   real one's booking API, which takes a client reference it deduplicates on;
@@ -25,12 +27,10 @@ Not the lesson and not a fix: what production has outside the Celery program.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, TypedDict
-
-from celery import Task
+from typing import Literal, TypedDict
 
 from lab.faults import fault_in, kill_self
-from lab.observe import RunRecorder, current_attempt, split_doc_id
+from lab.observe import TTL_SECONDS, RunRecorder, split_doc_id
 from lab.pipeline import DocumentMissing, fetch_text
 
 SLOW_SECONDS = 2.5
@@ -73,18 +73,26 @@ def _fault_text(unit: UnitRef) -> str:
         return ""
 
 
-def registry(task: Task[Any, Any], unit: UnitRef) -> None:
+def registry(unit: UnitRef) -> None:
     """Ask the container registry about the unit's containers (the lab: misbehave as planned)."""
+    run = RunRecorder(run_of(unit))
+    key = run.prefix + f"registry-calls:{unit_name(unit['batch'], unit['index'])}"
+    attempt = int(run.r.incr(key))
+    run.r.expire(key, TTL_SECONDS)
     fault = fault_in(_fault_text(unit))
     if fault is None:
         return
-    attempt = current_attempt(task.request.id)
     if fault.kind == "FLAKY" and attempt <= fault.times:
         raise RegistryUnavailable(f"connection refused by the container registry (attempt {attempt})")
     if fault.kind == "FAIL" and attempt == 1:
         raise UnknownContainer("the container registry does not know this unit's containers yet")
     if fault.kind == "SOFT_HANG" and attempt == 1:
         time.sleep(SLOW_SECONDS)
+
+
+def registry_calls(run_id: str, name: str) -> int:
+    """How many times the registry was asked about unit ``name`` (``<batch>-blNNNN``) in the run."""
+    return int(RunRecorder(run_id).get(f"registry-calls:{name}") or 0)
 
 
 def plan_crash(run_id: str, step: CrashStep) -> None:

@@ -36,9 +36,11 @@ write-up (``writeup.py``).
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -46,22 +48,22 @@ from celery.result import AsyncResult
 from celery.states import READY_STATES
 
 from case_studies.bl_ingestion.dead_letters import DeadLetters
-from case_studies.bl_ingestion.logs import read_events
-from case_studies.bl_ingestion.manifest import Deviations, Manifest, generate, split
-from case_studies.bl_ingestion.stand_ins import CrashStep, Terminal, UnitRef, plan_crash, unit_name
+from case_studies.bl_ingestion.logs import event_log_path, read_events
+from case_studies.bl_ingestion.manifest import Deviations, Manifest, generate
+from case_studies.bl_ingestion.stand_ins import CrashStep, Terminal, plan_crash, registry_calls, unit_name
 from lab import harness
 from lab.checks import Check, Collector
 from lab.faults import FAIL, FLAKY, SOFT_HANG, Fault, document_text
 from lab.fm import Fm, load_module
-from lab.observe import Reader, attempt_starts
+from lab.observe import Reader
 from lab.pipeline import store_document
 from lab.runner import NOT_RUN_WINDOW, Observations, Outcome, new_run_id
 from lab.waiting import wait_until
-from lab.workers import LOG_DIR, STOP_GRACE, WorkerFailed
 from shared.backend import backend_redis
 
 NAME = "bl_ingestion"
 SEED, MANIFEST_UNITS = 20261130, 40
+SCENARIO_CHUNK = 8  # fixed.py's chunks in the scenarios: five of them
 DEVIATE_EVERY = 7  # units 6, 13, 20, 27, 34: booking only, no reference, bad check digit, escaped text, malformed
 RUN_TIMEOUT = 45.0
 STALE_SECONDS = 2.0  # fixed.STALE_SECONDS: the operator's second replay comes after it
@@ -105,8 +107,8 @@ def cells(prove: bool) -> list[tuple[str, harness.Kind]]:
 
 
 def program(kind: harness.Kind) -> Fm:
-    module = "writeup" if kind == "broken" else "fixed"
-    return harness.checked(load_module(f"case_studies.{NAME}.{module}", member="parse_bl", body="aggregate_batch"))
+    module, member = ("writeup", "parse_bl") if kind == "broken" else ("fixed", "parse_units")
+    return harness.checked(load_module(f"case_studies.{NAME}.{module}", member=member, body="aggregate_batch"))
 
 
 def code_of(kind: harness.Kind) -> str:
@@ -114,7 +116,10 @@ def code_of(kind: harness.Kind) -> str:
 
 
 def clear_ledger() -> None:
-    """Nothing outside Redis: the terminal's record and the lists are the namespace's keys."""
+    """Delete the namespace's JSON event logs (``run_all_fms.py --clean``); the terminal's record and
+    the lists are Redis keys of the namespace, which the clean deletes with the rest."""
+    for path in event_log_path("x").parent.glob("bl-*.jsonl"):
+        path.unlink(missing_ok=True)
 
 
 # ---- one run --------------------------------------------------------------------
@@ -126,8 +131,8 @@ class CaseRun:
     scenario: Scenario
     kind: harness.Kind
     manifest: Manifest
-    units: tuple[UnitRef, ...]
     roles: Mapping[str, int]  # role -> unit index
+    calls: Mapping[str, int]  # role -> the registry's calls for its unit: the unit's attempts
     bookings: tuple[tuple[str, str], ...]  # (B/L, batch)
     tos_calls: int
     dead: tuple[dict[str, Any], ...]  # the dead list's records (the write-up's one list)
@@ -155,15 +160,9 @@ def _manifest(sc: Scenario, run_id: str, resend: int = 0) -> Manifest:
                     batch_id=f"B{run_id}" + (f"R{resend}" if resend else ""))
 
 
-def _unit_refs(run_id: str, manifest: Manifest) -> list[UnitRef]:
-    return [UnitRef(doc=f"{run_id}/{unit_name(manifest.batch_id, u.index)}", batch=manifest.batch_id,
-                    carrier=manifest.carrier, index=u.index, raw=u.raw) for u in split(manifest.text)]
-
-
 def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
                  watch: Callable[[], None] | None = None) -> CaseRun:
     manifest = _manifest(sc, run_id)
-    units = _unit_refs(run_id, manifest)
     roles = _roles(sc, manifest)
     for role, index in roles.items():
         name = unit_name(manifest.batch_id, index)
@@ -171,7 +170,8 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
     if kind in sc.crash:
         plan_crash(run_id, sc.crash[kind])
     reader = Reader(run_id)
-    submit = cast(Callable[[list[UnitRef], str, str], AsyncResult[Any]], fm.submit)
+    submit = cast(Callable[..., AsyncResult[Any]], fm.submit)
+    extra: dict[str, Any] = {"chunk_size": SCENARIO_CHUNK} if kind == "fixed" else {}
     replay = cast(Callable[[], AsyncResult[Any]], getattr(importlib.import_module(fm.module), "replay"))
     started, submitted_at = time.monotonic(), time.time()
 
@@ -182,38 +182,35 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
             return res.ready()
         return check
 
-    bodies: list[AsyncResult[Any]] = [submit(units, manifest.batch_id, run_id)]
-    wait_until(ready(bodies[0]), RUN_TIMEOUT)
+    def sent(manifest: Manifest) -> AsyncResult[Any]:
+        """The manifest through the program's dispatch task, then its chord body."""
+        dispatched = submit(manifest.text, manifest.batch_id, run_id, **extra).id
+        wait_until(lambda: _done(fm, dispatched, watch), RUN_TIMEOUT)
+        body = fm.app.AsyncResult(str(_meta(fm, dispatched).get("result")))
+        wait_until(ready(body), RUN_TIMEOUT)
+        return body
+
+    bodies: list[AsyncResult[Any]] = [sent(manifest)]
     if sc.resend:
-        again = _manifest(sc, run_id, resend=1)
-        bodies.append(submit(_unit_refs(run_id, again), again.batch_id, run_id))
-        wait_until(ready(bodies[-1]), RUN_TIMEOUT)
-    if sc.name == "slow_parse":  # the write-up's second copy may still run: wait until every start has ended
-        slow = unit_name(manifest.batch_id, roles["slow"])
-        wait_until(lambda: _settled(reader, slow), SLOW_SETTLE)
+        bodies.append(sent(_manifest(sc, run_id, resend=1)))
+    if sc.name == "slow_parse":  # the write-up's first copy may still run after the chord: until every start ended
+        wait_until(lambda: _settled(reader), SLOW_SETTLE)
     for n in range(sc.replays):
         if n:  # the operator's second replay, once a dead replayer's record is stale (fixed) or at once
             wait_until(lambda: _stale_or_none(fm), STALE_SECONDS + 2)
         job = replay().id  # its meta is read, not its AsyncResult: that would build one for each task it sent
-
-        def replayed() -> bool:
-            if watch is not None:
-                watch()
-            return _meta(fm, job)["status"] in READY_STATES
-
-        wait_until(replayed, RUN_TIMEOUT)
+        wait_until(lambda: _done(fm, job, watch), RUN_TIMEOUT)
         made = _meta(fm, job).get("result")
         if isinstance(made, str):  # fixed: the replay's chord body
             body = fm.app.AsyncResult(made)
             bodies.append(body)
             wait_until(ready(body), RUN_TIMEOUT)
-    if sc.replays and kind == "broken":  # the replayed units run outside any chord: wait until they ended
-        lagged = [unit_name(manifest.batch_id, i) for i in roles.values()]
-        wait_until(lambda: all(_settled(reader, d) for d in lagged), NOT_RUN_WINDOW + 3)
+    if sc.replays and kind == "broken":  # the replayed units run outside any chord: until every start ended
+        wait_until(lambda: _settled(reader), NOT_RUN_WINDOW + 3)
     tos = Terminal(run_id)
     r, prefix = backend_redis(fm.app)
     dead, rejected = DeadLetters(r, prefix, "dead"), DeadLetters(r, prefix, "rejected")
-    names = tuple(unit_name(manifest.batch_id, u["index"]) for u in units)
+    names = tuple(dict.fromkeys(e.get("doc") for e in reader.events() if e.kind == "attempt_start"))
     obs = Observations(
         fm=fm.short, run_id=run_id, scenario=sc.number, docs=names,
         attempts={d: reader.attempts(d) for d in names}, fetch_attempts={}, events=tuple(reader.events()),
@@ -221,13 +218,20 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
         chord=Outcome.of(bodies[0]), duplicate=None, dlq_depth=None, probe_seconds=None, burst_probe=None,
         stopped_by="chord finished" if bodies[0].ready() else "deadline", submitted_at=submitted_at,
         elapsed=time.monotonic() - started)
-    return CaseRun(obs, sc, kind, manifest, tuple(units), roles, tuple(tos.bookings()), tos.calls(),
+    calls = {role: registry_calls(run_id, unit_name(manifest.batch_id, i)) for role, i in roles.items()}
+    return CaseRun(obs, sc, kind, manifest, roles, calls, tuple(tos.bookings()), tos.calls(),
                    tuple(dead.records()), tuple(rejected.records()), dead.in_processing(),
                    tuple(read_events(run_id)), tuple(Outcome.of(b) for b in bodies),
                    sum(1 for e in reader.events() if e.kind == "notify_start"))
 
 
 SLOW_SETTLE = 6.0
+
+
+def _done(fm: Fm, task_id: str, watch: Callable[[], None] | None) -> bool:
+    if watch is not None:
+        watch()
+    return _meta(fm, task_id)["status"] in READY_STATES
 
 
 def _meta(fm: Fm, task_id: str) -> dict[str, Any]:
@@ -242,12 +246,10 @@ def _stale_or_none(fm: Fm) -> bool:
     return not stamps or time.time() - max(stamps) > STALE_SECONDS
 
 
-def _settled(reader: Reader, doc: str) -> bool:
-    """Every start of ``doc``'s parse has ended (or the process that ran it is gone)."""
-    events = [e for e in reader.events() if e.get("doc") == doc]
-    starts = sum(1 for e in events if e.kind == "attempt_start")
-    ends = sum(1 for e in events if e.kind == "attempt_end")
-    return starts > 0 and ends >= starts
+def _settled(reader: Reader) -> bool:
+    """Every parse that started in the run has ended."""
+    kinds = Counter(e.kind for e in reader.events())
+    return kinds["attempt_end"] >= kinds["attempt_start"]
 
 
 # ---- guarantees (fixed) and symptoms (write-up) ----------------------------------
@@ -325,11 +327,11 @@ def _logged(run: CaseRun) -> Check:
 
 
 def _scenario_guarantee(run: CaseRun) -> Check:
-    sc, a = run.scenario, run.obs.attempts
+    sc, a = run.scenario, run.calls
     if sc.name == "exhausted":
         c = Collector("BL4")
-        c.expect(a.get(_doc(run, "flaky")) == 3, f"flaky unit attempts {a.get(_doc(run, 'flaky'))}", "3 (two refusals, then ok)")
-        c.expect(a.get(_doc(run, "exhausted")) == 5, f"exhausted unit attempts {a.get(_doc(run, 'exhausted'))}", "5 (1 + 4 retries)")
+        c.expect(a["flaky"] == 3, f"flaky unit attempts {a['flaky']}", "3 (two refusals, then ok)")
+        c.expect(a["exhausted"] == 5, f"exhausted unit attempts {a['exhausted']}", "5 (1 + 4 retries)")
         reasons = [r["reason"] for r in run.dead]
         c.expect(reasons == ["retries_exhausted"], f"dead-letter reasons {reasons}", "['retries_exhausted']")
         c.expect(run.bodies[0].state == "SUCCESS", f"aggregate {run.bodies[0].state}", "SUCCESS: the chord completed")
@@ -358,8 +360,10 @@ def _scenario_guarantee(run: CaseRun) -> Check:
                  "more calls than bookings: the redelivery resent, the key held")
         return c.result()
     c = Collector("BL8")
-    starts = len(attempt_starts(run.obs.events, _doc(run, "slow")))
+    starts = run.calls["slow"]
     c.expect(starts == 1, f"slow unit parse started {starts}x", "1 (visibility_timeout above the deadline)")
+    c.expect(run.tos_calls == len(run.bookings), f"terminal calls {run.tos_calls}, bookings {len(run.bookings)}",
+             "equal: the terminal received each B/L once")
     return c.result()
 
 
@@ -374,7 +378,7 @@ def _writeup_symptom(run: CaseRun) -> Check:
         c.expect(not run.bookings, f"booked {len(run.bookings)}", "0: the whole batch is lost")
     elif sc.name == "replay":
         lagged = {_doc(run, "lag_a"), _doc(run, "lag_b")}
-        replayed = {d for d in lagged if run.obs.attempts.get(d, 0) >= 2}
+        replayed = {_doc(run, role) for role in ("lag_a", "lag_b") if run.calls[role] >= 2}
         in_dead = {unit_name(run.manifest.batch_id, int(r["unit"]["index"])) for r in run.dead}
         lost = lagged - replayed - in_dead
         c.expect(len(lost) == 1, f"lost {sorted(lost)}", "1 unit: popped by the killed replayer, never re-enqueued")
@@ -396,7 +400,7 @@ def _writeup_symptom(run: CaseRun) -> Check:
                  "2 starts, 0 booked: the redelivery found SET NX taken")
     else:
         slow = _doc(run, "slow")
-        starts = len(attempt_starts(run.obs.events, slow))
+        starts = run.calls["slow"]
         letters = sum(1 for r in run.dead if unit_name(run.manifest.batch_id, int(r["unit"]["index"])) == slow)
         c.expect(starts == 2, f"slow unit parse started {starts}x", "2: redelivered while it ran")
         c.expect(letters == 2, f"slow unit dead-lettered {letters}x", "2: the side effect twice")
@@ -412,35 +416,31 @@ def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
 # ---- the harness's cell --------------------------------------------------------
 
 
+WRITEUP_VISIBILITY = "1"
+"""The write-up's ``visibility_timeout`` in its scenarios (``BL_VISIBILITY_TIMEOUT``, which its worker reads)."""
+
+
+@contextmanager
+def writeup_scale() -> Generator[None]:
+    """The write-up's worker, started inside, reads ``BL_VISIBILITY_TIMEOUT=1`` (the lab's scale of its hour)."""
+    before = os.environ.get("BL_VISIBILITY_TIMEOUT")
+    os.environ["BL_VISIBILITY_TIMEOUT"] = WRITEUP_VISIBILITY
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("BL_VISIBILITY_TIMEOUT", None)
+        else:
+            os.environ["BL_VISIBILITY_TIMEOUT"] = before
+
+
 def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness.RunReport:
     name = cell.split("/", 1)[1]
     sc = SCENARIOS[name]
-    report = harness.RunReport(cell, kind, code_of(kind), sc.number)
-    started = time.monotonic()
-    try:
-        fm = program(kind)
-        run_id = new_run_id()
-        on_stage("resetting")
-        harness.reset(fm)
-        label = f"{NAME}-{name}-{kind}"
-        report.log = LOG_DIR / f"{label}-{run_id}.log"
-        harness.current = fm
-        with harness.running_worker(fm, run_id, label, STOP_GRACE, on_stage, wait=False,
-                                    after=lambda: harness.purge(fm)) as worker:
-            on_stage("running the scenario")
-            run = run_scenario(fm, sc, kind, run_id, watch=harness.Liveness(worker))
-        report.observations = run.obs
-        on_stage("checking")
-        report.checks = checks_of(kind, run)
-    except (WorkerFailed, harness.RunBroken) as exc:
-        report.error = harness.blame_services(str(exc))
-    except harness.HarnessError:
-        raise
-    except Exception as exc:  # one broken run must not hide the others
-        report.error = harness.blame_services(harness.service_cause(exc) or f"{type(exc).__name__}: {exc}")
-    harness.current = None
-    report.seconds = time.monotonic() - started
-    return report
+    return harness.run_case(
+        harness.RunReport(cell, kind, code_of(kind), sc.number), lambda: program(kind), f"{NAME}-{name}-{kind}",
+        on_stage, lambda fm, run_id, watch: run_scenario(fm, sc, kind, run_id, watch), lambda run: run.obs,
+        lambda run: checks_of(kind, run), around=writeup_scale)
 
 
 def run_by_hand(kind: harness.Kind) -> int:
