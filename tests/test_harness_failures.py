@@ -109,7 +109,7 @@ def test_the_harness_killed_by_any_signal_leaves_no_worker(sig: signal.Signals) 
     assert Lab("--clean", namespace=ns).finish() == 0
 
 
-@pytest.mark.parametrize("cell", ["fm6", "severity_batch/straggler"])  # an FM, and a case study's run
+@pytest.mark.parametrize("cell", ["fm6", "severity_batch/straggler", "bl_ingestion/slow_parse"])  # an FM, case studies
 def test_a_worker_killed_mid_run_ends_the_run_as_error_at_once(cell: str) -> None:
     killed: list[float] = []
 
