@@ -48,11 +48,16 @@ def forget_interrupts() -> None:
     _pending.clear()
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, interval: float = POLL_SECONDS) -> bool:
-    """Poll ``condition`` until it holds (True) or ``timeout`` seconds pass (False)."""
+def wait_until(condition: Callable[[], bool], timeout: float, interval: float = POLL_SECONDS,
+               interruptible: bool = True) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout`` seconds pass (False).
+
+    ``interruptible=False``: a recorded interruption does not end the wait (a background
+    thread's cleanup, which must finish and has no caller to raise to)."""
     deadline = time.monotonic() + timeout
     while True:
-        raise_if_interrupted()
+        if interruptible:
+            raise_if_interrupted()
         if condition():
             return True
         left = deadline - time.monotonic()

@@ -170,7 +170,7 @@ class Worker:
                 pass
             signal_group(proc.pid, signal.SIGKILL)  # pool children and beat too
             proc.wait()
-            wait_until(lambda: not group_alive(proc.pid), KILL_WAIT_SECONDS)
+            wait_until(lambda: not group_alive(proc.pid), KILL_WAIT_SECONDS, interruptible=False)  # on a thread
             (WORKERS_DIR / str(proc.pid)).unlink(missing_ok=True)
             if after is not None:
                 try:
