@@ -271,12 +271,10 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         if stop is not None:
             on_stage("cleaning up")
             reset(lab)  # the looping message goes with the FM's own queues
-    except (WorkerFailed, RunBroken) as exc:
-        report.error = blame_services(str(exc))
     except HarnessError:
         raise
     except Exception as exc:  # one broken run must not hide the others
-        report.error = blame_services(service_cause(exc) or f"{type(exc).__name__}: {exc}")
+        report.error = run_error(exc)
     current = None  # not on an interruption: the CLI empties the interrupted FM's queues
     report.seconds = time.monotonic() - started
     return report
@@ -284,6 +282,24 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
 
 current: Fm | None = None
 """The FM whose code the run in progress runs (an interrupted run's queues are emptied)."""
+
+
+def run_error(exc: Exception) -> str:
+    """Why a run ended in ERROR, led by the service that does not answer, if one does not."""
+    if isinstance(exc, (WorkerFailed, RunBroken)):
+        return blame_services(str(exc))
+    return blame_services(service_cause(exc) or f"{type(exc).__name__}: {exc}")
+
+
+def case_cells(name: str, scenarios: Iterable[str], writeup_shows: Iterable[str], prove: bool) -> list[tuple[str, Kind]]:
+    """A case study's cells: each scenario on its fixed program, and with ``prove`` on the write-up's."""
+    shows = set(writeup_shows)
+    runs: list[tuple[str, Kind]] = []
+    for scenario_name in scenarios:
+        runs.append((f"{name}/{scenario_name}", "fixed"))
+        if prove and scenario_name in shows:
+            runs.append((f"{name}/{scenario_name}", "broken"))
+    return runs
 
 
 R = TypeVar("R")
@@ -313,12 +329,10 @@ def run_case(report: RunReport, program: Callable[[], Fm], label: str, on_stage:
         report.observations = observed(result)
         on_stage("checking")
         report.checks = checked_by(result)
-    except (WorkerFailed, RunBroken) as exc:
-        report.error = blame_services(str(exc))
     except HarnessError:
         raise
     except Exception as exc:  # one broken run must not hide the others
-        report.error = blame_services(service_cause(exc) or f"{type(exc).__name__}: {exc}")
+        report.error = run_error(exc)
     current = None
     report.seconds = time.monotonic() - started
     return report

@@ -98,12 +98,7 @@ CODES: dict[str, harness.Kind] = {"bl": "fixed", "blw": "broken"}
 
 
 def cells(prove: bool) -> list[tuple[str, harness.Kind]]:
-    runs: list[tuple[str, harness.Kind]] = []
-    for name in SCENARIOS:
-        runs.append((f"{NAME}/{name}", "fixed"))
-        if prove and name in WRITEUP_SHOWS:
-            runs.append((f"{NAME}/{name}", "broken"))
-    return runs
+    return harness.case_cells(NAME, SCENARIOS, WRITEUP_SHOWS, prove)
 
 
 def program(kind: harness.Kind) -> Fm:

@@ -69,12 +69,7 @@ WRITEUP_SHOWS = ("dead_chunk", "straggler")
 
 
 def cells(prove: bool) -> list[tuple[str, harness.Kind]]:
-    runs: list[tuple[str, harness.Kind]] = []
-    for name in SCENARIOS:
-        runs.append((f"{NAME}/{name}", "fixed"))
-        if prove and name in WRITEUP_SHOWS:
-            runs.append((f"{NAME}/{name}", "broken"))
-    return runs
+    return harness.case_cells(NAME, SCENARIOS, WRITEUP_SHOWS, prove)
 
 
 def program(kind: harness.Kind) -> Fm:
