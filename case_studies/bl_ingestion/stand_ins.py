@@ -27,11 +27,10 @@ Not the lesson and not a fix: what production has outside the Celery program.
 from __future__ import annotations
 
 import time
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict, cast
 
 from lab.faults import fault_in, kill_self
 from lab.observe import TTL_SECONDS, RunRecorder, split_doc_id
-from lab.pipeline import DocumentMissing, fetch_text
 
 SLOW_SECONDS = 2.5
 """How long a ``SOFT_HANG`` unit's registry takes on its first attempt: past the
@@ -66,20 +65,16 @@ def run_of(unit: UnitRef) -> str:
     return found[0] if found else ""
 
 
-def _fault_text(unit: UnitRef) -> str:
-    try:
-        return fetch_text(unit["doc"])
-    except DocumentMissing:  # a unit outside the lab's scenarios: no fault
-        return ""
-
-
 def registry(unit: UnitRef) -> None:
     """Ask the container registry about the unit's containers (the lab: misbehave as planned)."""
     run = RunRecorder(run_of(unit))
-    key = run.prefix + f"registry-calls:{unit_name(unit['batch'], unit['index'])}"
-    attempt = int(run.r.incr(key))
-    run.r.expire(key, TTL_SECONDS)
-    fault = fault_in(_fault_text(unit))
+    name = unit_name(unit["batch"], unit["index"])
+    pipe = cast(Any, run.r).pipeline(transaction=False)  # one round trip: the stand-in must not be what is measured
+    pipe.incr(run.prefix + f"registry-calls:{name}")
+    pipe.expire(run.prefix + f"registry-calls:{name}", TTL_SECONDS)
+    pipe.get(run.prefix + f"doc:{name}")  # the scenario's fault, in the lab's document store
+    attempt, _, text = cast(tuple[int, bool, str | None], tuple(pipe.execute()))
+    fault = fault_in(str(text or ""))
     if fault is None:
         return
     if fault.kind == "FLAKY" and attempt <= fault.times:
@@ -99,13 +94,30 @@ def plan_crash(run_id: str, step: CrashStep) -> None:
     RunRecorder(run_id).append("crash_plan", step)
 
 
+_plans: dict[str, list[str]] = {}  # run id -> its crash plan, read once per process
+
+
 def crash_point(run_id: str, step: CrashStep) -> None:
-    """SIGKILL this process if the run's crash plan names ``step`` (once per plan entry)."""
+    """SIGKILL this process if the run's crash plan names ``step`` (once per plan entry: the
+    ``LREM`` decides, so a plan this process read before another used it fires no second time)."""
     run = RunRecorder(run_id)
-    planned = run.get_list("crash_plan")
-    if step in planned and run.r.lrem(run.prefix + "crash_plan", 1, step):
+    if run_id not in _plans:
+        _plans[run_id] = run.get_list("crash_plan")
+    if step in _plans[run_id] and run.r.lrem(run.prefix + "crash_plan", 1, step):
         run.event("crash", step=step)
         kill_self()
+
+
+_BOOK = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'EX', ARGV[3]) then
+  return 0
+end
+redis.call('RPUSH', KEYS[3], ARGV[1])
+redis.call('EXPIRE', KEYS[3], ARGV[3])
+return 1
+"""
 
 
 class Terminal:
@@ -116,11 +128,9 @@ class Terminal:
 
     def book(self, bl_number: str, idempotency_key: str, batch: str) -> bool:
         """Book ``bl_number``; a key already seen is acknowledged and not booked again. True when booked."""
-        self.run.append("tos_calls", f"{bl_number}|{batch}")
-        if not self.run.claim_once(f"tos-key:{idempotency_key}", bl_number):
-            return False
-        self.run.append("tos_bookings", f"{bl_number}|{batch}")
-        return True
+        script = self.run.r.register_script(_BOOK)
+        keys = [self.run.prefix + k for k in ("tos_calls", f"tos-key:{idempotency_key}", "tos_bookings")]
+        return bool(script(keys=keys, args=[f"{bl_number}|{batch}", bl_number, TTL_SECONDS]))
 
     def bookings(self) -> list[tuple[str, str]]:
         """``(B/L number, batch)`` per booking, in order."""
