@@ -43,14 +43,13 @@ logs). Decisions of earlier dry-run calls are remembered by the Ledger object (i
 so a dry run over a whole stream predicts each outcome of a real run in one process.
 
 Limits: SQLite takes one writer at a time (WAL lets readers go on; a writer waits up to
-``BUSY_TIMEOUT_MS``). ``create()`` from several processes at the same moment may race on
+``ledger_base.BUSY_TIMEOUT_MS``). ``create()`` from several processes at the same moment may race on
 PostgreSQL: create the tables once, before dispatching.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,17 +57,17 @@ from functools import cached_property
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sqlalchemy import (JSON, Boolean, Column, Connection, DateTime, Engine, Executable, Index, Integer, MetaData,
-                        String, Table, Text, bindparam, create_engine, delete, event, func, inspect, make_url, select,
-                        update)
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import (JSON, Boolean, Column, Connection, DateTime, Executable, Index, Integer, MetaData, String,
+                        Table, Text, bindparam, delete, func, inspect, select, update)
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.schema import CreateTable
 
 from case_studies.cte_ingestion.events import (CriticalTrackingEvent, Quarantined, RawPayload, idempotency_key,
                                                supplier_label)
-from case_studies.severity_batch.ledger import BUSY_TIMEOUT_MS, ROOT
-from lab.settings import NAMESPACE, mask_url, namespace_problem
+from case_studies.ledger_base import ROOT as ROOT, SqlLedger, utc
+from case_studies.ledger_base import ledger_url as shared_ledger_url
+from lab.settings import NAMESPACE, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -85,23 +84,7 @@ FaultHook = Callable[[CriticalTrackingEvent], None]
 
 def ledger_url() -> str:
     """``RCL_LEDGER_URL``, or the namespace's SQLite file (its folder created)."""
-    if url := os.environ.get("RCL_LEDGER_URL"):
-        return url
-    folder = ROOT / ".lab" / NAMESPACE
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'cte-ledger.sqlite'}"
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")  # first, so the WAL switch below waits too
-    cursor.execute("PRAGMA journal_mode = WAL")  # readers never block the one writer, nor it them
-    cursor.close()
-
-
-def _utc(moment: datetime) -> datetime:
-    """SQLite hands back naive datetimes; the ledger writes UTC, so say so."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return shared_ledger_url("cte-ledger.sqlite")
 
 
 @dataclass(frozen=True)
@@ -136,7 +119,7 @@ class _Statements:
     attempt: Executable
 
 
-class Ledger:
+class Ledger(SqlLedger):
     """The CTE tables of one namespace in the database at ``url`` (default ``ledger_url()``).
 
     The engine is made lazily, one per process: a Ledger built before a fork (a Celery prefork
@@ -144,17 +127,10 @@ class Ledger:
 
     def __init__(self, url: str | None = None, namespace: str = NAMESPACE, *, dry_run: bool = False,
                  sequence_guard: bool = True, fault: FaultHook | None = None) -> None:
-        if (problem := namespace_problem(namespace)) is not None:
-            raise ValueError(problem)
-        parsed = make_url(url or ledger_url())
-        if parsed.drivername == "postgresql":
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        self.url = parsed.render_as_string(hide_password=False)
-        self.namespace = namespace
+        super().__init__(url or ledger_url(), namespace)
         self.dry_run = dry_run
         self.sequence_guard = sequence_guard
         self.fault = fault
-        self._engines: dict[int, Engine] = {}  # by pid; a parent's engine stays untouched (never closed) in a child
         # dry run: what earlier calls would have written (by key; per lot, its head)
         self._would_head: dict[str, int] = {}
         self._would_commit: set[str] = set()
@@ -216,22 +192,6 @@ class Ledger:
     def __repr__(self) -> str:
         dry = ", dry_run=True" if self.dry_run else ""
         return f"Ledger({mask_url(self.url)!r}, namespace={self.namespace!r}{dry})"
-
-    @property
-    def engine(self) -> Engine:
-        pid = os.getpid()
-        if (engine := self._engines.get(pid)) is None:
-            engine = create_engine(self.url)
-            if engine.dialect.name == "sqlite":
-                event.listen(engine, "connect", _sqlite_pragmas)
-            elif engine.dialect.name != "postgresql":
-                raise ValueError(f"the ledger runs on SQLite or PostgreSQL, not {engine.dialect.name}: {mask_url(self.url)}")
-            self._engines[pid] = engine
-        return engine
-
-    def _insert(self, table: Table) -> sqlite.Insert | postgresql.Insert:
-        """The dialect's own INSERT, the one that knows ON CONFLICT."""
-        return sqlite.insert(table) if self.engine.dialect.name == "sqlite" else postgresql.insert(table)
 
     @contextmanager
     def _transaction(self) -> Generator[Connection]:
@@ -416,7 +376,7 @@ class Ledger:
                                        d.dead_lettered_at).where(d.replayed.is_(False))
                                 .order_by(d.dead_lettered_at, d.key).limit(limit)).all()
         return [DeadLetter(row.key, row.payload, row.reason, row.supplier, row.times, row.replayed,
-                           _utc(row.dead_lettered_at)) for row in rows]
+                           utc(row.dead_lettered_at)) for row in rows]
 
     def mark_replayed(self, key: str) -> bool:
         """Mark a pending dead letter replayed; True when this call did (a second replayer gets False)."""
@@ -504,8 +464,3 @@ class Ledger:
         q = self.quarantine_table.c
         with self.engine.connect() as conn:
             return {payload: errors for payload, errors in conn.execute(select(q.payload, q.errors))}
-
-    def dispose(self) -> None:
-        """Close this process's connections (another process's engine is left alone)."""
-        if (engine := self._engines.pop(os.getpid(), None)) is not None:
-            engine.dispose()
