@@ -69,7 +69,8 @@ class RunBroken(Exception):
 
 
 CASE_STUDIES: dict[str, str] = {"severity_batch": "case_studies.severity_batch.study",
-                                 "bl_ingestion": "case_studies.bl_ingestion.study"}
+                                 "bl_ingestion": "case_studies.bl_ingestion.study",
+                                 "cte_ingestion": "case_studies.cte_ingestion.study"}
 """Each case study (``case_studies/<name>/``) and the module that runs its scenarios."""
 
 
@@ -199,6 +200,55 @@ def running_worker(fm: Fm, run_id: str, label: str, grace: float, on_stage: OnSt
     finally:
         on_stage("stopping the worker")
         worker.stop(grace, wait, after)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One of several workers of a program: its queue (``-Q``), extra environment, and a name part."""
+
+    queue: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    part: str = ""
+
+
+@contextmanager
+def running_workers(fm: Fm, run_id: str, label: str, specs: list[WorkerSpec], grace: float,
+                    on_stage: OnStage = lambda _: None, after: Callable[[], object] | None = None
+                    ) -> Generator[list[Worker], None, None]:
+    """Several workers of one program (a case study that runs one worker per shard queue), started
+    in the order given and each ready before the next starts; all stopped (TERM, then KILL) at the end,
+    ``after()`` once the last is gone."""
+    started: list[Worker] = []
+    on_stage("starting the worker")
+    try:
+        for spec in specs:
+            worker = Worker(fm, run_id, LOG_DIR / f"{label}{'-' + spec.part if spec.part else ''}-{run_id}.log",
+                            queue=spec.queue, env=dict(spec.env), part=spec.part)
+            started.append(worker)
+            worker.start()
+            on_stage("waiting for the worker")
+            worker.wait_ready()
+        yield started
+    finally:
+        on_stage("stopping the worker")
+        for worker in started:
+            worker.stop(grace, wait=False, after=after if worker is started[-1] else None)
+
+
+class Watch:
+    """``Liveness`` over several workers: raises ``RunBroken`` when any died or a service went silent."""
+
+    def __init__(self, workers: list[Worker]) -> None:
+        self.workers = workers
+        self.services = Liveness(workers[0])  # the services are asked once per period, not once per worker
+
+    def __call__(self) -> None:
+        for worker in self.workers:
+            proc = worker.proc
+            if proc is not None and proc.poll() is not None:
+                raise RunBroken(f"the worker {worker.name} exited ({proc.returncode}) during the run; log tail:\n"
+                                f"{worker.tail()}")
+        self.services()
 
 
 # ---- runs ----------------------------------------------------------------------

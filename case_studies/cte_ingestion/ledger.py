@@ -26,6 +26,12 @@ Knobs (environment variables), as for the severity ledger:
    order, assigned under the lock, so it is the true order on PostgreSQL too, which a clock column
    is not), and the head moves to its ``seq``: ``committed``.
 
+``hold_lots=True`` (the fixed program): a lot with a pending dead letter (``dead_letter(..., lot=)``)
+is held. Its new events come back ``held`` from ``commit``, and the caller dead-letters them
+behind the first, so nothing of the lot passes an event that waits for a replay; ``commit(event,
+replay=True)`` (the replay, in the lot's order) skips the hold. The check is in the same transaction,
+under the lot's lock.
+
 ``sequence_guard=False`` is the write-up's ledger: an older event is committed anyway (the attempt
 row says ``refused = false``) and ``counts().out_of_order_commits`` counts it. A lot code is taken
 as unique (its lot code source assigns it; the lab's codes carry the supplier): lots of two
@@ -71,7 +77,7 @@ from lab.settings import NAMESPACE, mask_url
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["committed", "deduplicated", "out_of_order"]
+Outcome = Literal["committed", "deduplicated", "out_of_order", "held"]
 
 
 class TransientLedgerError(Exception):
@@ -108,6 +114,7 @@ class DeadLetter:
     times: int  # how often it was dead-lettered (again after a replay)
     replayed: bool
     dead_lettered_at: datetime
+    lot: str | None = None  # the event's lot, when it had one: a pending dead letter holds its lot
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ class _Statements:
     insert_event: Executable
     advance_head: Executable
     find_event: Executable
+    lot_held: Executable
     attempt: Executable
 
 
@@ -126,10 +134,11 @@ class Ledger(SqlLedger):
     worker) never hands its parent's pooled connections to a child."""
 
     def __init__(self, url: str | None = None, namespace: str = NAMESPACE, *, dry_run: bool = False,
-                 sequence_guard: bool = True, fault: FaultHook | None = None) -> None:
+                 sequence_guard: bool = True, hold_lots: bool = False, fault: FaultHook | None = None) -> None:
         super().__init__(url or ledger_url(), namespace)
         self.dry_run = dry_run
         self.sequence_guard = sequence_guard
+        self.hold_lots = hold_lots
         self.fault = fault
         # dry run: what earlier calls would have written (by key; per lot, its head)
         self._would_head: dict[str, int] = {}
@@ -137,6 +146,7 @@ class Ledger(SqlLedger):
         self._would_quarantine: set[str] = set()
         self._would_pending: set[str] = set()
         self._would_replayed: set[str] = set()
+        self._would_lot: dict[str, str] = {}  # dead letter key -> its lot
         self._tables: set[str] | None = None
         self.metadata = MetaData()
         prefix = f"{namespace}_cte"
@@ -182,6 +192,7 @@ class Ledger(SqlLedger):
             f"{prefix}_dead_letters", self.metadata,
             Column("key", String(64), primary_key=True),
             Column("supplier", String(32), nullable=False, index=True),
+            Column("lot", String(64), nullable=True, index=True),
             Column("payload", Text, nullable=False),
             Column("reason", Text, nullable=False),
             Column("times", Integer, nullable=False),
@@ -226,7 +237,7 @@ class Ledger(SqlLedger):
     def clear(self) -> None:
         """Delete every row of the namespace's tables (those that exist); other tables are not touched."""
         for would in (self._would_head, self._would_commit, self._would_quarantine, self._would_pending,
-                      self._would_replayed):
+                      self._would_replayed, self._would_lot):
             would.clear()
         if self.dry_run:
             log.info("dry run: would clear the tables of %s", self.namespace)
@@ -258,16 +269,22 @@ class Ledger(SqlLedger):
             advance_head=update(self.heads_table).where(h.lot == bindparam("head_lot")).values(
                 seq=bindparam("head_seq"), commits=bindparam("head_commits"), updated_at=bindparam("head_at")),
             find_event=select(e.key).where(e.key == bindparam("find_key")),
+            lot_held=select(self.dead_letter_table.c.key).where(self.dead_letter_table.c.lot == bindparam("held_lot"),
+                                                               self.dead_letter_table.c.replayed.is_(False)).limit(1),
             attempt=self.out_of_order_table.insert().values(
                 key=bindparam("key"), lot=bindparam("lot"), seq=bindparam("seq"), head_seq=bindparam("head_seq"),
                 refused=bindparam("refused"), attempted_at=bindparam("at")),
         )
 
-    def commit(self, cte: CriticalTrackingEvent) -> Outcome:
-        """Commit a validated event at most once, never behind a later event of its lot (see the module)."""
+    def commit(self, cte: CriticalTrackingEvent, replay: bool = False) -> Outcome:
+        """Commit a validated event at most once, never behind a later event of its lot (see the module).
+
+        With ``hold_lots``, a lot with a pending dead letter is held: its new events come back
+        ``held`` (the caller dead-letters them too) until a replay (``replay=True``) commits the
+        dead letters in order."""
         key = idempotency_key(cte)
         if self.dry_run:
-            return self._commit_dry(cte, key)
+            return self._commit_dry(cte, key, replay)
         sql, now = self._sql, datetime.now(UTC)
         with self._transaction() as conn:
             # Step 1: the lot's head, locked. A new lot gets its row (seq 0); an existing one a no-op
@@ -276,6 +293,8 @@ class Ledger(SqlLedger):
             outcome: Outcome
             if cte.seq <= head.seq and conn.execute(sql.find_event, {"find_key": key}).first() is not None:
                 outcome = "deduplicated"  # step 2: a resend (only an event at or below the head can be one)
+            elif self.hold_lots and not replay and conn.execute(sql.lot_held, {"held_lot": cte.lot_code}).first():
+                outcome = "held"  # an earlier event of the lot waits in the dead letters: nothing passes it
             elif cte.seq <= head.seq and self.sequence_guard:
                 conn.execute(sql.attempt, {"key": key, "lot": cte.lot_code, "seq": cte.seq, "head_seq": head.seq,
                                            "refused": True, "at": now})
@@ -299,7 +318,7 @@ class Ledger(SqlLedger):
                 self.fault(cte)  # the lab's hook: raising here rolls back everything above
         return outcome
 
-    def _commit_dry(self, cte: CriticalTrackingEvent, key: str) -> Outcome:
+    def _commit_dry(self, cte: CriticalTrackingEvent, key: str, replay: bool = False) -> Outcome:
         h, e = self.heads_table.c, self.events_table.c
         present = self._present()
         with self._transaction() as conn:
@@ -314,6 +333,8 @@ class Ledger(SqlLedger):
         outcome: Outcome
         if already:
             outcome = "deduplicated"
+        elif self.hold_lots and not replay and cte.lot_code in {self._would_lot.get(k) for k in self._would_pending}:
+            outcome = "held"
         elif cte.seq <= head and self.sequence_guard:
             outcome = "out_of_order"
         else:
@@ -345,7 +366,7 @@ class Ledger(SqlLedger):
         with self._transaction() as conn:
             return conn.execute(stmt).first() is not None
 
-    def dead_letter(self, key: str, payload: RawPayload, reason: str, supplier: str) -> bool:
+    def dead_letter(self, key: str, payload: RawPayload, reason: str, supplier: str, lot: str | None = None) -> bool:
         """Set an event aside for a replay (its retries ran out, or it was refused). ``key`` is the
         event's idempotency key (``Quarantined.key`` for a payload that has none). True when this
         call made a pending dead letter; False when one was pending already (a redelivery). A dead
@@ -355,11 +376,13 @@ class Ledger(SqlLedger):
             fresh = not self._pending_dry(key)
             self._would_pending.add(key)
             self._would_replayed.discard(key)
+            if lot is not None:
+                self._would_lot[key] = lot
             log.info("dry run: would dead-letter %s from %s: %s", key[:12], supplier, reason)
             return fresh
         d = self.dead_letter_table.c
         stmt = self._insert(self.dead_letter_table).values(
-            key=key, supplier=supplier, payload=text, reason=reason, times=1, replayed=False,
+            key=key, supplier=supplier, lot=lot, payload=text, reason=reason, times=1, replayed=False,
             dead_lettered_at=datetime.now(UTC))
         stmt = stmt.on_conflict_do_update(
             index_elements=[d.key], set_={"times": d.times + 1, "replayed": False, "reason": stmt.excluded.reason,
@@ -373,10 +396,10 @@ class Ledger(SqlLedger):
         d = self.dead_letter_table.c
         with self.engine.connect() as conn:
             rows = conn.execute(select(d.key, d.payload, d.reason, d.supplier, d.times, d.replayed,
-                                       d.dead_lettered_at).where(d.replayed.is_(False))
+                                       d.dead_lettered_at, d.lot).where(d.replayed.is_(False))
                                 .order_by(d.dead_lettered_at, d.key).limit(limit)).all()
         return [DeadLetter(row.key, row.payload, row.reason, row.supplier, row.times, row.replayed,
-                           utc(row.dead_lettered_at)) for row in rows]
+                           utc(row.dead_lettered_at), row.lot) for row in rows]
 
     def mark_replayed(self, key: str) -> bool:
         """Mark a pending dead letter replayed; True when this call did (a second replayer gets False)."""
