@@ -38,7 +38,7 @@ from kombu.exceptions import OperationalError
 from lab import checks, services, weak
 from lab.checks import Check
 from lab.fm import Fm, NotAnFm, fm_modules, load_module
-from lab.observe import client
+from lab.observe import client, drain_last_run
 from lab.runner import Observations, StopCondition, new_run_id, probe_seconds, run_scenario
 from lab.scenarios import scenario
 from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, mask_url, redis_prefix
@@ -265,6 +265,8 @@ class RunReport:
     error: str | None = None
     log: Path | None = None
     seconds: float = 0.0
+    drain_last_run: float | None = None  # when the program's DLQ drain last ran (wall time), if it has one
+    exposition: str | None = None  # a case study's own Prometheus metrics of the run, as scraped
 
     @property
     def ok(self) -> bool:
@@ -314,6 +316,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
             on_stage("running the scenario")
             obs = run_scenario(lab, scenario(sc_n), run_id, RUN_TIMEOUT, stop=stop, watch=Liveness(worker))
         report.observations = obs
+        report.drain_last_run = drain_last_run(redis_prefix(lab.short)) if lab.beat else None
         on_stage("checking")
         report.checks = _checks(kind, n, obs, fixed)
         if obs.stopped_by == "deadline":

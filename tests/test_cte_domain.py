@@ -311,6 +311,7 @@ def ingest(book: Ledger, stream: Stream, meter: CteMetrics | None = None) -> lis
         if meter is not None:
             with meter.time_commit():
                 outcome = book.commit(result)
+            assert outcome != "held"  # this ledger holds no lot
             meter.count(outcome, result.supplier_id)
         else:
             outcome = book.commit(result)

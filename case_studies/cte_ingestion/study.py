@@ -48,7 +48,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from case_studies.cte_ingestion import stand_ins
 from case_studies.cte_ingestion.events import RawEvent, Stream, generate, idempotency_key, validate
 from case_studies.cte_ingestion.ledger import DeadLetter, Ledger, LedgerCounts
-from case_studies.cte_ingestion.metrics import CteMetrics, exporter_registry, outcomes, read, reset_dir
+from case_studies.cte_ingestion.metrics import CteMetrics, exporter_registry, outcomes, read, render, reset_dir
 from lab import harness
 from lab.checks import Check, Collector
 from lab.faults import CRASH_ONCE, FLAKY, Fault
@@ -250,6 +250,17 @@ class Drain:
         self.conn.release()
 
 
+RUNNER_GAUGES = ("cte_queue_depth", "cte_dead_letter_depth")
+"""Set by the runner, which measures them; the workers' copies (never set) are left out."""
+
+
+def _without(text: str, families: tuple[str, ...]) -> str:
+    """An exposition without the lines of ``families`` (their HELP, TYPE and samples)."""
+    keep = [line for line in text.splitlines(keepends=True)
+            if not line.removeprefix("# HELP ").removeprefix("# TYPE ").startswith(families)]
+    return "".join(keep)
+
+
 def _handled(folder: Any) -> int:
     return sum(outcomes(read(exporter_registry(folder))).values())
 
@@ -321,9 +332,11 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
     counts = ledger.counts()
     gauges.set_dead_letter_depth(counts.dead_letters_pending)
     samples = dict(read(gauges.registry))
+    text = render(gauges.registry)
     if kind == "fixed":
-        samples.update({k: v for k, v in read(exporter_registry(metrics_dir)).items()
-                        if not k.startswith(("cte_queue_depth", "cte_dead_letter_depth"))})
+        gathered = exporter_registry(metrics_dir)
+        samples.update({k: v for k, v in read(gathered).items() if not k.startswith(RUNNER_GAUGES)})
+        text = _without(render(gathered), RUNNER_GAUGES) + text
     positions = ((*plan.flaky, plan.crash, plan.exhausted) if plan else ())
     attempts = {p: stand_ins.attempts(fm.app, key_at(s, p)) for p in positions}
     names = tuple(f"p{p}" for p in positions)
@@ -337,7 +350,7 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
         committed_keys = frozenset(str(k) for k in conn.execute(select(ledger.events_table.c.key)).scalars())
     return CaseRun(obs, sc, kind, s, plan, counts, ledger.lot_sequences(), frozenset(ledger.quarantined()),
                    committed_keys, before, replayed, attempts, samples, ledger.by_supplier(),
-                   tuple(drain.samples), published, drained, lost_state)
+                   tuple(drain.samples), published, drained, lost_state, {"exposition": text})
 
 
 # ---- guarantees (fixed) and symptoms (write-up) ---------------------------------------
@@ -509,6 +522,7 @@ def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness
             on_stage("running the scenario")
             run = run_scenario(fm, sc, kind, run_id, folder, watch=harness.Watch(workers))
         report.observations = run.obs
+        report.exposition = str(run.extra.get("exposition") or "") or None
         on_stage("checking")
         report.checks = checks_of(kind, run)
     except (WorkerFailed, harness.RunBroken) as exc:
