@@ -399,6 +399,11 @@ def queue_consumers(conn: Connection, name: str) -> int:
     return _on_queue(conn, lambda ch: ch.queue_declare(queue=name, passive=True).consumer_count)
 
 
+def queue_depth(conn: Connection, name: str) -> int:
+    """Messages ready in queue ``name``, as the broker counts them (0 when there is no such queue)."""
+    return _on_queue(conn, lambda ch: ch.queue_declare(queue=name, passive=True).message_count)
+
+
 def purge(fm: Fm) -> int:
     """Empty ``fm``'s queues (those that exist); how many messages were removed."""
     with connect(fm) as conn:

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from celery.result import AsyncResult
-from kombu import Connection
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -211,19 +210,6 @@ class CaseRun:
     extra: Mapping[str, Any] = field(default_factory=lambda: {})
 
 
-def _depth(conn: Connection, name: str) -> int:
-    channel = cast(Any, conn.channel())
-    try:
-        return int(channel.queue_declare(queue=name, passive=True).message_count)
-    except Exception:
-        return 0
-    finally:
-        try:
-            channel.close()
-        except Exception:
-            pass
-
-
 class Drain:
     """The console's view of a drain: each queue's depth, sampled as it falls, printed about once a second."""
 
@@ -236,7 +222,7 @@ class Drain:
         self.printed = 0.0
 
     def sample(self) -> tuple[int, ...]:
-        depths = tuple(_depth(self.conn, n) for n in self.names)
+        depths = tuple(harness.queue_depth(self.conn, n) for n in self.names)
         now = time.monotonic() - self.started
         self.samples.append((now, depths))
         for name, d in zip(self.names, depths):

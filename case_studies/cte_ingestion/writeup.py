@@ -16,16 +16,18 @@ write-up's backoff grows to 32 s). Its ledger is the same SQL ledger as the fixe
 program's, without the sequence guard (the write-up has none). What its design
 does not hold, shown by ``--prove``:
 
-- per-lot order: a routing key chooses queues, not an order inside one, and
-  RabbitMQ hands a queue's messages to its consumers round robin: two pool
-  processes run two events of one lot at once, and a retry is a new message
+- per-lot order: a routing key chooses queues, not an order inside one. A
+  worker at ``-c 2`` with prefetch 1 holds two messages of the queue at once
+  (the prefetch is per worker: multiplier x concurrency) and runs them in two
+  pool processes, so two events of one lot run at once (several workers: RabbitMQ
+  spreads the queue over them round robin, the same race); and a retry is a new message
   (``celery.app.task.Task.retry`` publishes the request again, with a
   countdown the worker holds in its timer) that comes back behind the lot's
   later events. Events are committed behind later events of their lot;
-- no event is dropped: an event whose retries run out raises
-  ``MaxRetriesExceededError`` out of ``autoretry_for``'s wrapper
-  (``celery.app.autoretry.add_autoretry_behaviour``); the task is FAILURE and
-  the message is acked like any return (``task_acks_late`` acks failures too;
+- no event is dropped: once an event's retries run out, ``Task.retry``
+  (called by ``autoretry_for``'s wrapper, ``celery.app.autoretry``) re-raises
+  the last ``TransientLedgerError`` instead of retrying; the task is FAILURE
+  and the message is acked like any return (acks late acks failures too:
   ``task_acks_on_failure_or_timeout`` defaults to True). The event is in no
   ledger table and in no dead-letter store: lost.
 
