@@ -240,11 +240,18 @@ RUNNER_GAUGES = ("cte_queue_depth", "cte_dead_letter_depth")
 """Set by the runner, which measures them; the workers' copies (never set) are left out."""
 
 
+def _of(line: str, families: tuple[str, ...]) -> bool:
+    return line.removeprefix("# HELP ").removeprefix("# TYPE ").startswith(families)
+
+
 def _without(text: str, families: tuple[str, ...]) -> str:
     """An exposition without the lines of ``families`` (their HELP, TYPE and samples)."""
-    keep = [line for line in text.splitlines(keepends=True)
-            if not line.removeprefix("# HELP ").removeprefix("# TYPE ").startswith(families)]
-    return "".join(keep)
+    return "".join(line for line in text.splitlines(keepends=True) if not _of(line, families))
+
+
+def _only(text: str, families: tuple[str, ...]) -> str:
+    """An exposition with only the lines of ``families``."""
+    return "".join(line for line in text.splitlines(keepends=True) if _of(line, families))
 
 
 def _handled(folder: Any) -> int:
@@ -318,7 +325,7 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
     counts = ledger.counts()
     gauges.set_dead_letter_depth(counts.dead_letters_pending)
     samples = dict(read(gauges.registry))
-    text = render(gauges.registry)
+    text = _only(render(gauges.registry), RUNNER_GAUGES)
     if kind == "fixed":
         gathered = exporter_registry(metrics_dir)
         samples.update({k: v for k, v in read(gathered).items() if not k.startswith(RUNNER_GAUGES)})
