@@ -15,6 +15,7 @@ from case_studies.cte_ingestion.events import CriticalTrackingEvent, Quarantined
 from case_studies.cte_ingestion.ledger import Ledger, LedgerCounts, TransientLedgerError
 from case_studies.cte_ingestion.metrics import CteMetrics, outcomes, read
 from lab import harness
+from lab.settings import amqp_name
 from lab.harness import RunReport
 from shared.in_place import retry_in_place
 from shared.retry import RetriesExhausted, RetryPolicy
@@ -187,3 +188,12 @@ def test_the_fault_plan_picks_distinct_lots() -> None:
     lots = {stand_ins.lot_of(STREAM.payloads[p]) for p in positions}
     assert len(lots) == 5 and len(plan.held) >= 2
     assert study.choose_faults(STREAM, 4, fixed.BATCH) == plan
+
+
+def test_every_shard_queue_admits_one_active_consumer_and_no_name_leaves_the_namespace() -> None:
+    fm = study.program("fixed")
+    assert [q.name for q in fm.task_queues] == [amqp_name('ct', f'shard.{k}') for k in range(fixed.SHARDS)]
+    assert all((q.queue_arguments or {}).get("x-single-active-consumer") is True for q in fm.task_queues)
+    assert fm.concurrency == 1 and fm.app.conf.worker_prefetch_multiplier == 1 and fm.app.conf.task_acks_late
+    writeup = study.program("broken")
+    assert len(writeup.task_queues) == 1 and writeup.concurrency == 2  # the write-up: one queue, two consumers

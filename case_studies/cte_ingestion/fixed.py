@@ -9,10 +9,11 @@ never retried), upserts into a ledger on the idempotency key and retries
 prefetch 1, reject on worker lost. It also asks for a dry-run mode and for
 alerts on queue depth, commit latency and the dead-letter rate per supplier.
 
-What the runs show (``python run_all_fms.py --only cte_ingestion --prove``), on
+What the runs show (``python run_all_fms.py --only cte_ingestion --prove``): on
 a burst of 2,000 events from a seed (invalid and resent payloads in it, a ledger
 that drops its connection twice for some events, a process killed mid-commit,
-one event whose ledger faults outlast its retries):
+one event whose ledger faults outlast its retries), the write-up's code breaks
+both of its claims:
 
 - order: one queue with two pool processes commits events behind later events
   of their lot. The worker holds two messages at once (prefetch multiplier x
