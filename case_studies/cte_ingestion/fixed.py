@@ -94,12 +94,15 @@ at a time), or ``python run_all_fms.py --only cte_ingestion``.
 from __future__ import annotations
 
 import os
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any, cast
 
 from celery import Task
 from kombu import Exchange, Queue
 
-from case_studies.cte_ingestion.events import Quarantined, RawEvent, RawPayload, idempotency_key, validate
+from case_studies.cte_ingestion.events import (CriticalTrackingEvent, Quarantined, RawEvent, RawPayload, idempotency_key,
+                                               validate)
 from case_studies.cte_ingestion.ledger import Ledger, TransientLedgerError
 from case_studies.cte_ingestion.metrics import CteMetrics
 from case_studies.cte_ingestion.stand_ins import LedgerFaults, batches, shard_of
@@ -130,26 +133,16 @@ ledger = Ledger(dry_run=DRY_RUN, hold_lots=True, fault=LedgerFaults(app))  # fix
 metrics = CteMetrics()  # one per process; PROMETHEUS_MULTIPROC_DIR gathers the processes' values
 
 
-def ingest_one(raw: RawPayload, replay: bool = False) -> str:
-    """Validate, commit (retried in place), or set aside; the outcome, counted once."""
-    event = validate(raw)
-    if isinstance(event, Quarantined):  # write-up: never retried; kept with every problem
-        fresh = ledger.quarantine(event)
-        outcome = "quarantined" if fresh else "deduplicated"
-        metrics.count(outcome, event.supplier)
-        return outcome
+def set_aside(bad: Quarantined) -> str:
+    """Quarantine an invalid payload with every problem (write-up: never retried)."""
+    outcome = "quarantined" if ledger.quarantine(bad) else "deduplicated"  # a redelivery keeps it once
+    metrics.count(outcome, bad.supplier)
+    return outcome
+
+
+def settle(raw: RawPayload, event: CriticalTrackingEvent, outcome: str, replay: bool) -> str:
+    """After the ledger decided: a held event goes behind its lot's dead letter; the outcome is counted."""
     key = idempotency_key(event)
-
-    def commit() -> str:
-        with metrics.time_commit():
-            return ledger.commit(event, replay=replay)  # dry run: decides and logs, writes nothing
-
-    try:
-        outcome = retry_in_place(commit, RETRY, on_retry=lambda _k, _e: metrics.retried())  # fix: in place
-    except RetriesExhausted as exc:  # fix: set aside with its payload; its lot is held behind it
-        fresh = ledger.dead_letter(key, raw, f"retries_exhausted: {exc.__cause__}", event.supplier_id, event.lot_code)
-        metrics.count("dead_lettered" if fresh else "deduplicated", event.supplier_id)
-        return "dead_lettered"
     if outcome == "held":  # fix: an earlier event of the lot waits for a replay; this one waits behind it
         fresh = ledger.dead_letter(key, raw, "held", event.supplier_id, event.lot_code)
         outcome = "dead_lettered" if fresh else "deduplicated"
@@ -159,24 +152,51 @@ def ingest_one(raw: RawPayload, replay: bool = False) -> str:
     return outcome
 
 
+def ingest_one(raw: RawPayload, replay: bool = False) -> str:
+    """One payload: validated, committed (retried in place), or set aside; its outcome, counted once."""
+    event = validate(raw)
+    if isinstance(event, Quarantined):
+        return set_aside(event)
+
+    def commit() -> str:
+        with metrics.time_commit():
+            return ledger.commit(event, replay=replay)  # dry run: decides and logs, writes nothing
+
+    try:
+        outcome = retry_in_place(commit, RETRY, on_retry=lambda _k, _e: metrics.retried())  # fix: in place
+    except RetriesExhausted as exc:  # fix: set aside with its payload; its lot is held behind it
+        fresh = ledger.dead_letter(idempotency_key(event), raw, f"retries_exhausted: {exc.__cause__}",
+                                   event.supplier_id, event.lot_code)
+        metrics.count("dead_lettered" if fresh else "deduplicated", event.supplier_id)
+        return "dead_lettered"
+    return settle(raw, event, outcome, replay)
+
+
+def ingest(payloads: Sequence[RawPayload], replay: bool = False) -> dict[str, int]:
+    """A message's payloads, in the order produced: one ledger transaction for all its events; when it
+    meets a transient error, each payload alone, retried in place, so only the one at fault waits."""
+    checked = [(raw, validate(raw)) for raw in payloads]
+    events = [e for _, e in checked if isinstance(e, CriticalTrackingEvent)]
+    try:
+        with metrics.time_commit():
+            decided = iter(ledger.commit_many(events, replay=replay))  # fix: one commit per message
+    except TransientLedgerError:  # rolled back whole: nothing of it was written
+        metrics.retried()
+        return dict(Counter(ingest_one(raw, replay) for raw in payloads))
+    return dict(Counter(set_aside(e) if isinstance(e, Quarantined) else settle(raw, e, next(decided), replay)
+                        for raw, e in checked))  # quarantined after the commit: a redelivery keeps nothing twice
+
+
 @app.task(bind=True)
 def ingest_batch(self: Task[Any, Any], payloads: list[RawEvent]) -> dict[str, int]:
     """One shard's payloads, in the order produced."""
-    counts: dict[str, int] = {}
-    for raw in payloads:
-        outcome = ingest_one(raw)
-        counts[outcome] = counts.get(outcome, 0) + 1
-    return counts
+    return ingest(payloads)
 
 
 @app.task(bind=True)
 def replay_batch(self: Task[Any, Any], payloads: list[str]) -> dict[str, int]:
     """A held lot's dead letters, in the lot's order: each committed once, the lot released."""
-    counts: dict[str, int] = {}
-    for raw in payloads:
-        outcome = ingest_one(raw, replay=True)
-        counts[outcome] = counts.get(outcome, 0) + 1
-    return counts
+    return ingest(payloads, replay=True)
 
 
 def queue_of(shard: int) -> Queue:

@@ -56,7 +56,7 @@ PostgreSQL: create the tables once, before dispatching.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -282,40 +282,53 @@ class Ledger(SqlLedger):
         With ``hold_lots``, a lot with a pending dead letter is held: its new events come back
         ``held`` (the caller dead-letters them too) until a replay (``replay=True``) commits the
         dead letters in order."""
-        key = idempotency_key(cte)
+        return self.commit_many([cte], replay)[0]
+
+    def commit_many(self, ctes: Sequence[CriticalTrackingEvent], replay: bool = False) -> list[Outcome]:
+        """``commit`` of each event, in the order given, in one transaction: all or nothing (a
+        ``TransientLedgerError`` for one rolls back all). One transaction per batch, not per event:
+        the database's commit (an fsync) and, on SQLite, its one write lock are paid once. On
+        PostgreSQL the transaction holds the row lock of every lot it touched until it ends:
+        callers must give one process's batches disjoint lots (a shard's), or two batches could
+        wait for each other."""
         if self.dry_run:
-            return self._commit_dry(cte, key, replay)
+            return [self._commit_dry(cte, idempotency_key(cte), replay) for cte in ctes]
         sql, now = self._sql, datetime.now(UTC)
         with self._transaction() as conn:
-            # Step 1: the lot's head, locked. A new lot gets its row (seq 0); an existing one a no-op
-            # update (seq = seq: nothing changes) whose row lock holds until this transaction ends.
-            head = conn.execute(sql.lock_head, {"lot": cte.lot_code, "seq": 0, "commits": 0, "updated_at": now}).one()
-            outcome: Outcome
-            if cte.seq <= head.seq and conn.execute(sql.find_event, {"find_key": key}).first() is not None:
-                outcome = "deduplicated"  # step 2: a resend (only an event at or below the head can be one)
-            elif self.hold_lots and not replay and conn.execute(sql.lot_held, {"held_lot": cte.lot_code}).first():
-                outcome = "held"  # an earlier event of the lot waits in the dead letters: nothing passes it
-            elif cte.seq <= head.seq and self.sequence_guard:
+            return [self._commit_in(conn, sql, cte, replay, now) for cte in ctes]
+
+    def _commit_in(self, conn: Connection, sql: _Statements, cte: CriticalTrackingEvent, replay: bool,
+                   now: datetime) -> Outcome:
+        key = idempotency_key(cte)
+        # Step 1: the lot's head, locked. A new lot gets its row (seq 0); an existing one a no-op
+        # update (seq = seq: nothing changes) whose row lock holds until this transaction ends.
+        head = conn.execute(sql.lock_head, {"lot": cte.lot_code, "seq": 0, "commits": 0, "updated_at": now}).one()
+        outcome: Outcome
+        if cte.seq <= head.seq and conn.execute(sql.find_event, {"find_key": key}).first() is not None:
+            outcome = "deduplicated"  # step 2: a resend (only an event at or below the head can be one)
+        elif self.hold_lots and not replay and conn.execute(sql.lot_held, {"held_lot": cte.lot_code}).first():
+            outcome = "held"  # an earlier event of the lot waits in the dead letters: nothing passes it
+        elif cte.seq <= head.seq and self.sequence_guard:
+            conn.execute(sql.attempt, {"key": key, "lot": cte.lot_code, "seq": cte.seq, "head_seq": head.seq,
+                                       "refused": True, "at": now})
+            outcome = "out_of_order"  # step 3: refused; only the attempt is written
+        else:
+            if cte.seq <= head.seq:  # unguarded (the write-up): committed behind a later event
                 conn.execute(sql.attempt, {"key": key, "lot": cte.lot_code, "seq": cte.seq, "head_seq": head.seq,
-                                           "refused": True, "at": now})
-                outcome = "out_of_order"  # step 3: refused; only the attempt is written
+                                           "refused": False, "at": now})
+            written = conn.execute(sql.insert_event, {
+                "key": key, "lot": cte.lot_code, "seq": cte.seq, "commit_no": head.commits + 1,
+                "supplier": cte.supplier_id, "event_type": cte.event_type,
+                "event_time": cte.event_time.astimezone(UTC),  # SQLite keeps no offset: store UTC
+                "payload": cte.model_dump(mode="json"), "committed_at": now}).first()
+            if written is None:  # the write-up's upsert on the key; under the lot's lock it never fires
+                outcome = "deduplicated"
             else:
-                if cte.seq <= head.seq:  # unguarded (the write-up): committed behind a later event
-                    conn.execute(sql.attempt, {"key": key, "lot": cte.lot_code, "seq": cte.seq, "head_seq": head.seq,
-                                               "refused": False, "at": now})
-                written = conn.execute(sql.insert_event, {
-                    "key": key, "lot": cte.lot_code, "seq": cte.seq, "commit_no": head.commits + 1,
-                    "supplier": cte.supplier_id, "event_type": cte.event_type,
-                    "event_time": cte.event_time.astimezone(UTC),  # SQLite keeps no offset: store UTC
-                    "payload": cte.model_dump(mode="json"), "committed_at": now}).first()
-                if written is None:  # the write-up's upsert on the key; under the lot's lock it never fires
-                    outcome = "deduplicated"
-                else:
-                    conn.execute(sql.advance_head, {"head_lot": cte.lot_code, "head_seq": max(head.seq, cte.seq),
-                                                    "head_commits": head.commits + 1, "head_at": now})
-                    outcome = "committed"  # step 4
-            if self.fault is not None:
-                self.fault(cte)  # the lab's hook: raising here rolls back everything above
+                conn.execute(sql.advance_head, {"head_lot": cte.lot_code, "head_seq": max(head.seq, cte.seq),
+                                                "head_commits": head.commits + 1, "head_at": now})
+                outcome = "committed"  # step 4
+        if self.fault is not None:
+            self.fault(cte)  # the lab's hook: raising here rolls back everything above
         return outcome
 
     def _commit_dry(self, cte: CriticalTrackingEvent, key: str, replay: bool = False) -> Outcome:

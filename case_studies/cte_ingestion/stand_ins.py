@@ -14,8 +14,10 @@ Not the lesson and not a fix:
   (a worker started by hand keeps the plan it read: start it again for another plan). Attempts
   of a planned key are counted in Redis (``INCR``), across retries, redeliveries and replays:
   ``FLAKY:n`` raises ``TransientLedgerError`` on attempts 1..n (a lost connection, a lock
-  timeout); ``CRASH_ONCE`` SIGKILLs the process on attempt 1, before the commit (the
-  transaction dies with the process, as a power cut would leave it).
+  timeout); ``FLAKE_FOREVER`` raises it on every attempt until the runner ``repair``s the
+  event (the operator mended the cause, then replays); ``CRASH_ONCE`` SIGKILLs the process on
+  attempt 1, before the commit (the transaction dies with the process, as a power cut would
+  leave it).
 """
 
 from __future__ import annotations
@@ -66,10 +68,21 @@ def _attempts_key(prefix: str, key: str) -> str:
     return f"{prefix}ledger-attempts:{key}"
 
 
-def plan_faults(app: Celery, plan: Mapping[str, Fault]) -> None:
-    """Write the run's plan (idempotency key -> fault) and forget earlier attempts of those keys."""
+def _repaired_key(prefix: str) -> str:
+    return f"{prefix}ledger-repaired"
+
+
+def repair(app: Celery, key: str) -> None:
+    """The operator mended what failed ``key``'s commits (a ``FLAKE_FOREVER`` fault stops)."""
     r, prefix = backend_redis(app)
-    r.delete(_faults_key(prefix), *(_attempts_key(prefix, key) for key in plan))
+    r.sadd(_repaired_key(prefix), key)
+    r.expire(_repaired_key(prefix), 3600)
+
+
+def plan_faults(app: Celery, plan: Mapping[str, Fault]) -> None:
+    """Write the run's plan (idempotency key -> fault) and forget earlier attempts and repairs."""
+    r, prefix = backend_redis(app)
+    r.delete(_faults_key(prefix), _repaired_key(prefix), *(_attempts_key(prefix, key) for key in plan))
     if plan:
         r.hset(_faults_key(prefix), mapping={key: fault.to_wire() for key, fault in plan.items()})
     r.expire(_faults_key(prefix), 3600)
@@ -107,3 +120,5 @@ class LedgerFaults:
             raise TransientLedgerError(f"the ledger's connection dropped (attempt {attempt})")
         if fault.kind == "CRASH_ONCE" and attempt == 1:
             kill_self()
+        if fault.kind == "FLAKE_FOREVER" and not r.sismember(_repaired_key(prefix), key):
+            raise TransientLedgerError(f"the ledger's connection dropped (attempt {attempt})")

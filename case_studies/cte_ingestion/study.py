@@ -50,7 +50,7 @@ from case_studies.cte_ingestion.ledger import DeadLetter, Ledger, LedgerCounts
 from case_studies.cte_ingestion.metrics import CteMetrics, exporter_registry, outcomes, read, render, reset_dir
 from lab import harness
 from lab.checks import Check, Collector
-from lab.faults import CRASH_ONCE, FLAKY, Fault
+from lab.faults import CRASH_ONCE, FLAKE_FOREVER, FLAKY, Fault
 from lab.fm import Fm, load_module
 from lab.runner import Observations, Outcome, new_run_id
 from lab.settings import mask_url
@@ -61,8 +61,12 @@ NAME = "cte_ingestion"
 SEED, EVENTS, INVALID_EVERY, DUPLICATE_EVERY = 20261130, 2000, 53, 41
 RUN_TIMEOUT = 90.0
 METRICS_DIR = STATE_DIR / "metrics"
-FLAKY_TIMES, EXHAUST_TIMES = 2, 6  # FLAKY:6 outlasts 1 + 5 retries
-EXPECTED_RETRIES = 3 * FLAKY_TIMES + 5
+FLAKY_TIMES = 2
+EXHAUSTED_ATTEMPTS = {"fixed": 8, "broken": 6}
+"""fixed: once in its message's transaction, 1 + 5 retries alone, then the replay's; write-up: 1 + 5 retries."""
+EXPECTED_RETRIES = 3 * FLAKY_TIMES + 6
+"""fixed: per flaky event, its message's transaction and its own first attempt; for the exhausted one, its
+message's transaction and its 5 retries."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,7 @@ class FaultPlan:
     def faults(self, s: Stream) -> dict[str, Fault]:
         plan = {key_at(s, p): FLAKY(FLAKY_TIMES) for p in self.flaky}
         plan[key_at(s, self.crash)] = CRASH_ONCE
-        plan[key_at(s, self.exhausted)] = FLAKY(EXHAUST_TIMES)
+        plan[key_at(s, self.exhausted)] = FLAKE_FOREVER  # until the operator mends it (fixed: before the replay)
         return plan
 
 
@@ -155,26 +159,30 @@ def _lot(s: Stream, position: int) -> str:
 
 
 def choose_faults(s: Stream, shards: int, batch: int) -> FaultPlan:
-    """Valid events never resent, each in a lot of its own: three flaky ones, one killed mid-commit
-    that opens its message (so its redelivery re-handles nothing before it), and one whose retries
-    run out, in a lot with later events and no resend after it."""
+    """Valid events never resent, each in a lot and a message of its own: three flaky ones, one
+    killed mid-commit that opens its message, and one whose retries run out, in a lot with later
+    events and no resend after it."""
     resent = set(s.duplicates.values())
     fresh = [p for p in range(len(s.payloads)) if p not in s.invalid and p not in s.duplicates and p not in resent]
     heads: set[int] = set()
+    message: dict[int, tuple[int, int]] = {}  # position -> (shard, its message's number in the shard)
     filled: dict[int, int] = {}
     for p, payload in enumerate(s.payloads):
         shard = stand_ins.shard_of(stand_ins.lot_of(payload), shards)
         if filled.get(shard, 0) % batch == 0:
             heads.add(p)
+        message[p] = (shard, filled.get(shard, 0) // batch)
         filled[shard] = filled.get(shard, 0) + 1
     used: set[str] = set()
+    messages: set[tuple[int, int]] = set()
 
     def later(p: int) -> list[int]:
         return [q for q in range(p + 1, len(s.payloads)) if _lot(s, q) == _lot(s, p)]
 
     def pick(start: int, ok: Callable[[int], bool]) -> int:
-        p = next(p for p in fresh if p >= start and _lot(s, p) not in used and ok(p))
+        p = next(p for p in fresh if p >= start and _lot(s, p) not in used and message[p] not in messages and ok(p))
         used.add(_lot(s, p))
+        messages.add(message[p])
         return p
 
     exhausted = pick(100, lambda p: len(later(p)) >= 2 and all(q not in s.duplicates for q in later(p)))
@@ -317,6 +325,7 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
             drained = time.monotonic() - started
             before = tuple(ledger.pending_dead_letters(10_000))
             if plan is not None and not sc.dry_run:
+                stand_ins.repair(fm.app, key_at(s, plan.exhausted))  # the operator mends the cause, then replays
                 replayed = cast(Callable[[], dict[str, int]], getattr(module, "replay"))()
                 wait_until(handled(len(payloads) + sum(replayed.values())), RUN_TIMEOUT, interval=0.25)
             look()
@@ -382,11 +391,13 @@ def _retried_and_replayed(run: CaseRun) -> Check:
         c.expect(False, "no fault plan", "a plan")
         return c.result()
     flaky = [run.attempts.get(p, 0) for p in plan.flaky]
-    c.expect(flaky == [FLAKY_TIMES + 1] * 3, f"flaky events' attempts {flaky}", f"{[FLAKY_TIMES + 1] * 3}")
+    c.expect(flaky == [FLAKY_TIMES + 1] * 3, f"flaky events' attempts {flaky}",
+             f"{[FLAKY_TIMES + 1] * 3} (its message's transaction, then alone: a failure and a commit)")
     crashed = run.attempts.get(plan.crash, 0)
     c.expect(crashed == 2, f"crashed event's attempts {crashed}", "2 (killed mid-commit, redelivered)")
     exhausted = run.attempts.get(plan.exhausted, 0)
-    c.expect(exhausted == EXHAUST_TIMES + 1, f"exhausted event's attempts {exhausted}", f"{EXHAUST_TIMES + 1} (6, then the replay)")
+    c.expect(exhausted == EXHAUSTED_ATTEMPTS["fixed"], f"exhausted event's attempts {exhausted}",
+             f"{EXHAUSTED_ATTEMPTS['fixed']} (its message's transaction, 1 + 5 retries alone, the replay)")
     letters = {d.key: d for d in run.before_replay}
     want = {key_at(s, plan.exhausted), *(key_at(s, q) for q in plan.held)}
     first = letters.get(key_at(s, plan.exhausted))
@@ -415,7 +426,7 @@ def _metrics_equal_ledger(run: CaseRun) -> Check:
              + (f", differing at {sorted(set(got.items()) ^ set(want.items()))[:2]}" if got != want else ""),
              f"the ledger's {sum(want.values())} (by outcome and supplier)")
     retries = int(_metric(run.samples, "cte_retries_total"))
-    c.expect(retries == EXPECTED_RETRIES, f"retries {retries}", f"{EXPECTED_RETRIES} (2 x 3 flaky + 5)")
+    c.expect(retries == EXPECTED_RETRIES, f"retries {retries}", f"{EXPECTED_RETRIES} (2 per flaky event, 1 + 5 for the exhausted)")
     finals = {k: v for k, v in run.samples.items() if k.startswith("cte_queue_depth")}
     peak = max((sum(d) for _, d in run.depths), default=0)
     c.expect(bool(finals) and not any(finals.values()) and peak > 0,
@@ -457,8 +468,9 @@ def _writeup_lost(run: CaseRun) -> Check:
         return c.result()
     key = key_at(s, plan.exhausted)
     a = run.attempts.get(plan.exhausted, 0)
-    c.expect(run.lost_state == "FAILURE" and a == EXHAUST_TIMES, f"its task {run.lost_state} after {a} attempts",
-             f"FAILURE after {EXHAUST_TIMES} (1 + 5 retries), the message acked")
+    want = EXHAUSTED_ATTEMPTS["broken"]
+    c.expect(run.lost_state == "FAILURE" and a == want, f"its task {run.lost_state} after {a} attempts",
+             f"FAILURE after {want} (1 + 5 retries), the message acked")
     c.expect(key not in run.committed_keys and run.counts.dead_lettered == 0,
              f"in the ledger: {'yes' if key in run.committed_keys else 'no'}; dead letters {run.counts.dead_lettered}",
              "no and 0: the event is lost")
