@@ -213,10 +213,13 @@ def submit(payloads: list[RawEvent], size: int = BATCH) -> int:
     return sent
 
 
-def replay(limit: int = 10_000) -> dict[str, int]:
-    """Send every pending dead letter back through its lot's shard, each lot in its order. Lot to count."""
+def replay(limit: int = 10_000, source: Ledger | None = None) -> dict[str, int]:
+    """Send every pending dead letter back through its lot's shard, each lot in its order. Lot to count.
+
+    ``source``: the ledger to read them from, when not this module's (built at import, from the
+    environment of that moment)."""
     by_lot: dict[str, list[tuple[int, str]]] = {}
-    for letter in ledger.pending_dead_letters(limit):
+    for letter in (source or ledger).pending_dead_letters(limit):
         event = validate(letter.payload)
         if isinstance(event, Quarantined) or letter.lot is None:
             continue  # not an event: only its producer can mend it

@@ -326,7 +326,7 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
             before = tuple(ledger.pending_dead_letters(10_000))
             if plan is not None and not sc.dry_run:
                 stand_ins.repair(fm.app, key_at(s, plan.exhausted))  # the operator mends the cause, then replays
-                replayed = cast(Callable[[], dict[str, int]], getattr(module, "replay"))()
+                replayed = cast(Callable[..., dict[str, int]], getattr(module, "replay"))(source=ledger)
                 wait_until(handled(len(payloads) + sum(replayed.values())), RUN_TIMEOUT, interval=0.25)
             look()
     finally:
