@@ -44,10 +44,13 @@ Fix:
   queue order; different shards run in parallel. (One worker at ``-c N`` over
   every shard would not do: Celery's prefetch of N is per channel, so N
   messages of one shard could run at once);
-- retries in place (``shared.in_place.retry_in_place``): backoff and jitter
-  inside the task, the message unacknowledged, so nothing of the shard passes
-  the event being retried. A re-publish (``Task.retry``) would send it to the
-  back of the shard;
+- one ledger transaction per message (``Ledger.commit_many``: a batch of up to
+  ``BATCH`` events of one shard), so the database's commit is paid per batch;
+- retries in place (``shared.in_place.retry_in_place``): a transient error
+  rolls the batch back, and its events are then committed one at a time, each
+  retried with backoff and jitter inside the task, the message unacknowledged,
+  so nothing of the shard passes the event being retried. A re-publish
+  (``Task.retry``) would send it to the back of the shard;
 - dead letters, with a held lot: when the in-place retries run out, the event
   goes to the ledger's dead letters with its payload and reason, and its lot is
   held: later events of the lot are dead-lettered behind it (reason ``held``)
@@ -72,12 +75,13 @@ Tradeoffs: a lot's order costs head-of-line blocking: an event retried in place
 holds its whole shard for up to the retries' backoff (about 3 s here), and a
 held lot waits for an operator's replay. Throughput grows with the shards as
 far as the ledger takes parallel writers: ``bench/bench_cte.py`` drained 10,000
-events on a loaded two-core machine in 55.7, 36.5 and 24.7 s with 1, 2 and 4
-shards on PostgreSQL, but in 21.3, 24.3 and 33.9 s on SQLite, which takes one
-writer at a time (more shards only queue for its lock). Messages
-carry a batch of one shard's events (``BATCH`` payloads), which pays Celery's
-per-message cost once per batch; a crash redelivers the batch, whose committed
-events come back ``deduplicated``. A message that kills its worker on every
+events on a loaded two-core machine in 22.7, 15.0 and 14.6 s with 1, 2 and 4
+shards on PostgreSQL, and in 10.6, 10.5 and 10.9 s on SQLite, which takes one
+writer at a time (there the shards buy order, not speed). A message carries a
+batch of one shard's events (``BATCH`` payloads), which pays Celery's
+per-message cost and the ledger's commit once per batch (one transaction per
+event drained the same burst in 24.7 s on PostgreSQL and 33.9 s on SQLite with
+4 shards); a crash rolls the batch back and redelivers it whole. A message that kills its worker on every
 delivery would stop its shard for ever: a classic queue has no delivery limit
 (a quorum queue's ``x-delivery-limit`` and FM-3's drain would bound it; not
 built here).

@@ -6,17 +6,18 @@ suppliers with 8 lots open each, every ``INVALID_EVERY``-th payload invalid, eve
 drained any of it.
 
 - ``burst``: the ledger drops its connection twice for three events (``FLAKY:2``), a process
-  is killed in the middle of one event's commit (``CRASH_ONCE``), and one event meets six
-  ledger faults in a row (``FLAKY:6``): its retries run out. Once drained, the operator
-  replays the dead letters (fixed). Guarantees (fixed), exact:
+  is killed in the middle of one event's commit (``CRASH_ONCE``), and one event's commits
+  fail until the operator mends the cause (``FLAKE_FOREVER``): its retries run out. Once
+  drained, the operator mends it and replays the dead letters (fixed). Each fault falls on
+  an event of a lot and a message of its own. Guarantees (fixed), exact:
   - CT1: the ledger holds every valid distinct event once and nothing else; quarantined ==
     the invalid payloads, each kept as sent; no dead letter pending after the replay;
   - CT2: each lot's events were committed in the order produced (the ledger's commit order
     per lot equals the stream's), zero out-of-order commits, zero refusals by the guard;
   - CT3: the flaky events took 3 attempts, the crashed one 2; the exhausted event was
     dead-lettered with its payload, its lot's later events held behind it, and the replay
-    committed each once (7 attempts: 6, then the replay's);
-  - CT4: the metrics equal the ledger: events by outcome and supplier, retries (11), every
+    committed each once (8 attempts: in its message's transaction, 1 + 5 alone, the replay's);
+  - CT4: the metrics equal the ledger: events by outcome and supplier, retries (12), every
     shard's queue depth 0 at the end after falling during the drain, dead-letter depth 0.
   Write-up symptoms (``--prove``, the same burst on ``writeup.py``):
   - CT2 write-up: events committed behind later events of their lot;
