@@ -339,6 +339,24 @@ current: Fm | None = None
 """The FM whose code the run in progress runs (an interrupted run's queues are emptied)."""
 
 
+def case_run(report: RunReport, run: Callable[[RunReport], None]) -> RunReport:
+    """A case study's cell: ``run(report)`` fills the report in; a dead worker, a silent service or
+    any other error of the run becomes its ``error`` (a ``HarnessError`` goes up), and the time taken."""
+    global current
+    started = time.monotonic()
+    try:
+        run(report)
+    except (WorkerFailed, RunBroken) as exc:
+        report.error = blame_services(str(exc))
+    except HarnessError:
+        raise
+    except Exception as exc:  # one broken run must not hide the others
+        report.error = blame_services(service_cause(exc) or f"{type(exc).__name__}: {exc}")
+    current = None
+    report.seconds = time.monotonic() - started
+    return report
+
+
 def _interruptible(on_stage: OnStage) -> OnStage:
     """``on_stage`` that first raises a recorded interruption (``lab.waiting``)."""
 

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from celery.exceptions import Reject
 from sqlalchemy import func, select
 
 from case_studies.cte_ingestion import fixed, stand_ins, study
@@ -17,8 +18,10 @@ from case_studies.cte_ingestion.metrics import CteMetrics, outcomes, read
 from lab import harness
 from lab.settings import amqp_name
 from lab.harness import RunReport
+from shared.backend import backend_redis
 from shared.in_place import retry_in_place
 from shared.retry import RetriesExhausted, RetryPolicy
+from shared.turns import Turns
 
 STREAM = study.stream()
 
@@ -197,3 +200,20 @@ def test_every_shard_queue_admits_one_active_consumer_and_no_name_leaves_the_nam
     assert fm.concurrency == 1 and fm.app.conf.worker_prefetch_multiplier == 1 and fm.app.conf.task_acks_late
     writeup = study.program("broken")
     assert len(writeup.task_queues) == 1 and writeup.concurrency == 2  # the write-up: one queue, two consumers
+
+
+@pytest.mark.usefixtures("real_services")
+def test_a_message_that_comes_before_its_predecessor_waits_its_turn(redis_keys: list[str]) -> None:
+    r, prefix = backend_redis(fixed.app)
+    turns = Turns(r, f"{prefix}test-")
+    redis_keys.extend([f"{prefix}test-turns:q:taken", f"{prefix}test-turns:q:done"])
+    r.delete(*redis_keys)
+    assert [turns.take("q") for _ in range(3)] == [1, 2, 3]
+    assert not turns.early("q", 1) and turns.early("q", 2)  # 2 waits for 1
+    turns.done("q", 1)
+    assert not turns.early("q", 2) and turns.early("q", 3)
+    turns.done("q", 2)
+    turns.done("q", 1)  # a redelivery of 1 done again: the progress never moves back
+    assert turns.last_done("q") == 2 and not turns.early("q", 3)
+    with pytest.raises(Reject):  # the task's gate: rejected back to its queue, requeued
+        fixed.in_turn(0, fixed.turns().last_done(fixed.queue_name(0)) + 2)

@@ -62,8 +62,12 @@ Fix:
   (zero refusals in every run: the shards and the hold keep the order, the
   guard is the last line);
 - a crash mid-commit: acks late + reject on worker lost requeue the message,
-  RabbitMQ puts it back at the head of its shard, and the shard's active
-  consumer takes it again before anything behind it;
+  but RabbitMQ 3.x does not promise to put it back at the head: a run saw the
+  next message of the shard delivered and run first, committing a lot's
+  events behind later ones (the guard refused them). So the producer numbers
+  each shard's messages (``shared.turns``) and a message that comes before its
+  predecessor is done is rejected back to the queue (``Reject(requeue=True)``)
+  until its turn;
 - metrics (``metrics.CteMetrics``, Prometheus' client in multiprocess mode):
   events by outcome and supplier, retries, the commit latency histogram; the
   runner adds queue depth per shard and dead-letter depth. The checks read
@@ -103,6 +107,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from celery import Task
+from celery.exceptions import Reject
 from kombu import Exchange, Queue
 
 from case_studies.cte_ingestion.events import (CriticalTrackingEvent, Quarantined, RawEvent, RawPayload, idempotency_key,
@@ -112,8 +117,10 @@ from case_studies.cte_ingestion.metrics import CteMetrics
 from case_studies.cte_ingestion.stand_ins import LedgerFaults, batches, shard_of
 from lab.app import lab_app
 from lab.settings import amqp_name
+from shared.backend import backend_redis
 from shared.in_place import retry_in_place
 from shared.retry import RetriesExhausted, RetryPolicy
+from shared.turns import Turns
 
 SHARDS = int(os.environ.get("CTE_SHARDS", "4"))  # fix: lots spread over this many ordered queues
 BATCH = 50  # payloads of one shard per message
@@ -191,20 +198,40 @@ def ingest(payloads: Sequence[RawPayload], replay: bool = False) -> dict[str, in
                         for raw, e in checked))  # quarantined after the commit: a redelivery keeps nothing twice
 
 
-@app.task(bind=True)
-def ingest_batch(self: Task[Any, Any], payloads: list[RawEvent]) -> dict[str, int]:
-    """One shard's payloads, in the order produced."""
-    return ingest(payloads)
+def turns() -> Turns:
+    return Turns(*backend_redis(app))
+
+
+def in_turn(shard: int, number: int) -> None:
+    """fix: message ``number`` of its shard runs after ``number - 1``, even when that one was requeued behind it."""
+    if turns().early(queue_name(shard), number):
+        raise Reject(f"shard {shard} message {number} came before {number - 1}", requeue=True)
 
 
 @app.task(bind=True)
-def replay_batch(self: Task[Any, Any], payloads: list[str]) -> dict[str, int]:
+def ingest_batch(self: Task[Any, Any], payloads: list[RawEvent], shard: int, number: int) -> dict[str, int]:
+    """One shard's payloads, in the order produced; ``number``: the message's place in its shard."""
+    in_turn(shard, number)  # fix: a requeued message is not passed
+    counts = ingest(payloads)
+    turns().done(queue_name(shard), number)
+    return counts
+
+
+@app.task(bind=True)
+def replay_batch(self: Task[Any, Any], payloads: list[str], shard: int, number: int) -> dict[str, int]:
     """A held lot's dead letters, in the lot's order: each committed once, the lot released."""
-    return ingest(payloads, replay=True)
+    in_turn(shard, number)
+    counts = ingest(payloads, replay=True)
+    turns().done(queue_name(shard), number)
+    return counts
 
 
 def queue_of(shard: int) -> Queue:
     return SHARD_QUEUES[shard]
+
+
+def queue_name(shard: int) -> str:
+    return str(SHARD_QUEUES[shard].name)
 
 
 def submit(payloads: list[RawEvent], size: int = BATCH) -> int:
@@ -212,7 +239,8 @@ def submit(payloads: list[RawEvent], size: int = BATCH) -> int:
     sent = 0
     with app.producer_or_acquire() as producer:
         for shard, batch in batches(payloads, SHARDS, size):
-            ingest_batch.apply_async((batch,), queue=queue_of(shard), producer=producer)
+            number = turns().take(queue_name(shard))  # fix: numbered in its shard, taken in that order
+            ingest_batch.apply_async((batch, shard, number), queue=queue_of(shard), producer=producer)
             sent += 1
     return sent
 
@@ -230,8 +258,9 @@ def replay(limit: int = 10_000, source: Ledger | None = None) -> dict[str, int]:
         by_lot.setdefault(letter.lot, []).append((event.seq, letter.payload))
     with app.producer_or_acquire() as producer:
         for lot, letters in by_lot.items():
-            replay_batch.apply_async(([p for _, p in sorted(letters)],), queue=queue_of(shard_of(lot, SHARDS)),
-                                     producer=producer)
+            shard = shard_of(lot, SHARDS)
+            replay_batch.apply_async(([p for _, p in sorted(letters)], shard, turns().take(queue_name(shard))),
+                                     queue=queue_of(shard), producer=producer)
     return {lot: len(letters) for lot, letters in by_lot.items()}
 
 

@@ -56,7 +56,7 @@ from lab.fm import Fm, load_module
 from lab.runner import Observations, Outcome, new_run_id
 from lab.settings import mask_url
 from lab.waiting import wait_until
-from lab.workers import LOG_DIR, STATE_DIR, STOP_GRACE, WorkerFailed
+from lab.workers import LOG_DIR, STATE_DIR, STOP_GRACE
 
 NAME = "cte_ingestion"
 SEED, EVENTS, INVALID_EVERY, DUPLICATE_EVERY = 20261130, 2000, 53, 41
@@ -509,9 +509,8 @@ def metrics_folder(code: str, run_id: str) -> Any:
 def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness.RunReport:
     name = cell.split("/", 1)[1]
     sc = SCENARIOS[name]
-    report = harness.RunReport(cell, kind, code_of(kind), sc.number)
-    started = time.monotonic()
-    try:
+
+    def run(report: harness.RunReport) -> None:
         fm = program(kind)
         run_id = new_run_id()
         on_stage("resetting")
@@ -525,20 +524,13 @@ def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness
                                      after=lambda: harness.purge(fm)) as workers:
             report.log = workers[0].log_path
             on_stage("running the scenario")
-            run = run_scenario(fm, sc, kind, run_id, folder, watch=harness.Watch(workers))
-        report.observations = run.obs
-        report.exposition = str(run.extra.get("exposition") or "") or None
+            done = run_scenario(fm, sc, kind, run_id, folder, watch=harness.Watch(workers))
+        report.observations = done.obs
+        report.exposition = str(done.extra.get("exposition") or "") or None
         on_stage("checking")
-        report.checks = checks_of(kind, run)
-    except (WorkerFailed, harness.RunBroken) as exc:
-        report.error = harness.blame_services(str(exc))
-    except harness.HarnessError:
-        raise
-    except Exception as exc:  # one broken run must not hide the others
-        report.error = harness.blame_services(harness.service_cause(exc) or f"{type(exc).__name__}: {exc}")
-    harness.current = None
-    report.seconds = time.monotonic() - started
-    return report
+        report.checks = checks_of(kind, done)
+
+    return harness.case_run(harness.RunReport(cell, kind, code_of(kind), sc.number), run)
 
 
 def run_by_hand(kind: harness.Kind) -> int:

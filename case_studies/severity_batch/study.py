@@ -45,7 +45,7 @@ from lab.pipeline import store_document
 from lab.settings import mask_url
 from lab.runner import NOT_RUN_WINDOW, Observations, Outcome, new_run_id
 from lab.waiting import wait_until
-from lab.workers import LOG_DIR, STOP_GRACE, WorkerFailed
+from lab.workers import LOG_DIR, STOP_GRACE
 
 NAME = "severity_batch"
 SEED, CLAIMS, CHUNK_SIZE, POISON_EVERY, FEATURELESS_EVERY = 20261130, 2000, 250, 97, 89
@@ -327,9 +327,8 @@ def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
 def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness.RunReport:
     name = cell.split("/", 1)[1]
     sc = SCENARIOS[name]
-    report = harness.RunReport(cell, kind, code_of(kind), sc.number)
-    started = time.monotonic()
-    try:
+
+    def run(report: harness.RunReport) -> None:
         fm = program(kind)
         run_id = new_run_id()
         on_stage("resetting")
@@ -341,19 +340,12 @@ def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness
         with harness.running_worker(fm, run_id, label, STOP_GRACE, on_stage, wait=False,
                                     after=lambda: harness.purge(fm)) as worker:
             on_stage("running the scenario")
-            run = run_scenario(fm, sc, run_id, watch=harness.Liveness(worker))
-        report.observations = run.obs
+            done = run_scenario(fm, sc, run_id, watch=harness.Liveness(worker))
+        report.observations = done.obs
         on_stage("checking")
-        report.checks = checks_of(kind, run)
-    except (WorkerFailed, harness.RunBroken) as exc:
-        report.error = harness.blame_services(str(exc))
-    except harness.HarnessError:
-        raise
-    except Exception as exc:  # one broken run must not hide the others
-        report.error = harness.blame_services(harness.service_cause(exc) or f"{type(exc).__name__}: {exc}")
-    harness.current = None
-    report.seconds = time.monotonic() - started
-    return report
+        report.checks = checks_of(kind, done)
+
+    return harness.case_run(harness.RunReport(cell, kind, code_of(kind), sc.number), run)
 
 
 def run_by_hand(kind: harness.Kind) -> int:
