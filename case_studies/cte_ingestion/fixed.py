@@ -77,11 +77,12 @@ Fix:
 
 Tradeoffs: a lot's order costs head-of-line blocking: an event retried in place
 holds its whole shard for up to the retries' backoff (about 3 s here), and a
-held lot waits for an operator's replay. Throughput grows with the shards as
-far as the ledger takes parallel writers: ``bench/bench_cte.py`` drained 10,000
-events on a loaded two-core machine in 22.7, 15.0 and 14.6 s with 1, 2 and 4
-shards on PostgreSQL, and in 10.6, 10.5 and 10.9 s on SQLite, which takes one
-writer at a time (there the shards buy order, not speed). A message carries a
+held lot waits for an operator's replay. Shards can only add throughput as far
+as the ledger takes parallel writers: ``bench/bench_cte.py`` drained 10,000
+events on a shared two-core machine in 21.1, 19.9 and 22.8 s with 1, 2 and 4
+shards on PostgreSQL (an earlier run: 22.7, 15.0, 14.6 s), and in 14.2, 15.4
+and 11.6 s on SQLite, which takes one writer at a time (there the shards buy
+order, not speed). A message carries a
 batch of one shard's events (``BATCH`` payloads), which pays Celery's
 per-message cost and the ledger's commit once per batch (one transaction per
 event drained the same burst in 24.7 s on PostgreSQL and 33.9 s on SQLite with
