@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 
 from lab import harness, services, waiting, workers
+from lab import metrics as lab_metrics
 from lab.fm import fm_modules
 from lab.harness import HarnessError, RunReport
 from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
@@ -56,6 +57,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "with --prove its write-up's symptoms too")
     p.add_argument("--prove", action="store_true", help="also run scenario N on FM N-1's code and expect symptom SN")
     p.add_argument("--report", type=Path, metavar="PATH", help="write the workshop report (one self-contained HTML file) to PATH")
+    p.add_argument("--metrics", action="store_true", help="after the summary, print the runs' Prometheus metrics "
+                   "(failures by envelope reason, attempts, DLQ depth and drain age; a case study's own series)")
     p.add_argument("--down", action="store_true", help="stop workers and services the lab started, then exit")
     p.add_argument("--clean", action="store_true", help="stop this namespace's workers and delete its queues, "
                    "exchanges and Redis keys (nothing else), then exit")
@@ -150,6 +153,9 @@ def _run(args: argparse.Namespace) -> int:
     print()
     print(summary_table(reports, args.prove))
     print(f"namespace {NAMESPACE}; worker logs in {workers.LOG_DIR}")
+    if args.metrics:
+        print()
+        print(lab_metrics.exposition(reports), end="")
     if args.report is not None:
         try:
             print(f"report: {report.write(args.report, reports)}")

@@ -104,7 +104,7 @@ def lab_app(module: str, short: str | None = None, broker: Literal["amqp", "redi
         worker_redirect_stdouts_level="INFO",
     )
 
-    @app.task(name=f"{fm}.probe", shared=False)
+    @app.task(name=f"{fm}.probe", shared=False, ignore_result=False)  # answers even where results are off
     def probe() -> str:
         return "pong"
 

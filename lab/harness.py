@@ -38,7 +38,7 @@ from kombu.exceptions import OperationalError
 from lab import checks, services, weak
 from lab.checks import Check
 from lab.fm import Fm, NotAnFm, fm_modules, load_module
-from lab.observe import client
+from lab.observe import client, drain_last_run
 from lab.runner import Observations, StopCondition, new_run_id, probe_seconds, run_scenario
 from lab.scenarios import scenario
 from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, mask_url, redis_prefix
@@ -69,7 +69,8 @@ class RunBroken(Exception):
 
 
 CASE_STUDIES: dict[str, str] = {"severity_batch": "case_studies.severity_batch.study",
-                                 "bl_ingestion": "case_studies.bl_ingestion.study"}
+                                 "bl_ingestion": "case_studies.bl_ingestion.study",
+                                 "cte_ingestion": "case_studies.cte_ingestion.study"}
 """Each case study (``case_studies/<name>/``) and the module that runs its scenarios."""
 
 
@@ -201,6 +202,55 @@ def running_worker(fm: Fm, run_id: str, label: str, grace: float, on_stage: OnSt
         worker.stop(grace, wait, after)
 
 
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One of several workers of a program: its queue (``-Q``), extra environment, and a name part."""
+
+    queue: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    part: str = ""
+
+
+@contextmanager
+def running_workers(fm: Fm, run_id: str, label: str, specs: list[WorkerSpec], grace: float,
+                    on_stage: OnStage = lambda _: None, after: Callable[[], object] | None = None
+                    ) -> Generator[list[Worker], None, None]:
+    """Several workers of one program (a case study that runs one worker per shard queue), started
+    in the order given and each ready before the next starts; all stopped (TERM, then KILL) at the end,
+    ``after()`` once the last is gone."""
+    started: list[Worker] = []
+    on_stage("starting the worker")
+    try:
+        for spec in specs:
+            worker = Worker(fm, run_id, LOG_DIR / f"{label}{'-' + spec.part if spec.part else ''}-{run_id}.log",
+                            queue=spec.queue, env=dict(spec.env), part=spec.part)
+            started.append(worker)
+            worker.start()
+            on_stage("waiting for the worker")
+            worker.wait_ready()
+        yield started
+    finally:
+        on_stage("stopping the worker")
+        for worker in started:
+            worker.stop(grace, wait=False, after=after if worker is started[-1] else None)
+
+
+class Watch:
+    """``Liveness`` over several workers: raises ``RunBroken`` when any died or a service went silent."""
+
+    def __init__(self, workers: list[Worker]) -> None:
+        self.workers = workers
+        self.services = Liveness(workers[0])  # the services are asked once per period, not once per worker
+
+    def __call__(self) -> None:
+        for worker in self.workers:
+            proc = worker.proc
+            if proc is not None and proc.poll() is not None:
+                raise RunBroken(f"the worker {worker.name} exited ({proc.returncode}) during the run; log tail:\n"
+                                f"{worker.tail()}")
+        self.services()
+
+
 # ---- runs ----------------------------------------------------------------------
 
 
@@ -215,6 +265,8 @@ class RunReport:
     error: str | None = None
     log: Path | None = None
     seconds: float = 0.0
+    drain_last_run: float | None = None  # when the program's DLQ drain last ran (wall time), if it has one
+    exposition: str | None = None  # a case study's own Prometheus metrics of the run, as scraped
 
     @property
     def ok(self) -> bool:
@@ -264,6 +316,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
             on_stage("running the scenario")
             obs = run_scenario(lab, scenario(sc_n), run_id, RUN_TIMEOUT, stop=stop, watch=Liveness(worker))
         report.observations = obs
+        report.drain_last_run = drain_last_run(redis_prefix(lab.short)) if lab.beat else None
         on_stage("checking")
         report.checks = _checks(kind, n, obs, fixed)
         if obs.stopped_by == "deadline":
@@ -302,6 +355,22 @@ def case_cells(name: str, scenarios: Iterable[str], writeup_shows: Iterable[str]
     return runs
 
 
+def case_run(report: RunReport, run: Callable[[RunReport], None]) -> RunReport:
+    """A case study's cell: ``run(report)`` fills the report in; a dead worker, a silent service or
+    any other error of the run becomes its ``error`` (a ``HarnessError`` goes up), and the time taken."""
+    global current
+    started = time.monotonic()
+    try:
+        run(report)
+    except HarnessError:
+        raise
+    except Exception as exc:  # one broken run must not hide the others
+        report.error = run_error(exc)
+    current = None
+    report.seconds = time.monotonic() - started
+    return report
+
+
 R = TypeVar("R")
 
 
@@ -309,12 +378,12 @@ def run_case(report: RunReport, program: Callable[[], Fm], label: str, on_stage:
              scenario: Callable[[Fm, str, Callable[[], None]], R], observed: Callable[[R], Observations],
              checked_by: Callable[[R], list[Check]], prepare: Callable[[Fm], object] = lambda _: None,
              around: Callable[[], AbstractContextManager[object]] = nullcontext) -> RunReport:
-    """A case study's cell, run as ``run_one`` runs an FM's: its program's namespace reset (and
-    ``prepare``), its worker started (inside ``around``), ``scenario(fm, run_id, watch)``, the worker
-    stopped, ``checked_by`` its result; a failure on the way is an ERROR that says why."""
-    global current
-    started = time.monotonic()
-    try:
+    """A case study's cell on one worker, run as ``run_one`` runs an FM's: its program's namespace
+    reset (and ``prepare``), its worker started (inside ``around``), ``scenario(fm, run_id, watch)``,
+    the worker stopped, ``checked_by`` its result (``case_run`` turns a failure into an ERROR)."""
+
+    def run(report: RunReport) -> None:
+        global current
         fm = program()
         run_id = new_run_id()
         on_stage("resetting")
@@ -329,13 +398,8 @@ def run_case(report: RunReport, program: Callable[[], Fm], label: str, on_stage:
         report.observations = observed(result)
         on_stage("checking")
         report.checks = checked_by(result)
-    except HarnessError:
-        raise
-    except Exception as exc:  # one broken run must not hide the others
-        report.error = run_error(exc)
-    current = None
-    report.seconds = time.monotonic() - started
-    return report
+
+    return case_run(report, run)
 
 
 def _interruptible(on_stage: OnStage) -> OnStage:
@@ -396,6 +460,11 @@ def _on_queue(conn: Connection, op: Callable[[Any], object]) -> int:
 def queue_consumers(conn: Connection, name: str) -> int:
     """The broker's consumer count of queue ``name`` (0 when there is no such queue)."""
     return _on_queue(conn, lambda ch: ch.queue_declare(queue=name, passive=True).consumer_count)
+
+
+def queue_depth(conn: Connection, name: str) -> int:
+    """Messages ready in queue ``name``, as the broker counts them (0 when there is no such queue)."""
+    return _on_queue(conn, lambda ch: ch.queue_declare(queue=name, passive=True).message_count)
 
 
 def purge(fm: Fm) -> int:

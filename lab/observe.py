@@ -197,6 +197,8 @@ class Observer:
                 retval: object, state: str) -> None:
         role = _role_of(task)
         n = _attempts.pop(task_id, 0)
+        if role == "drain_dead_letters":
+            drain_ran(task)
         if state == "RETRY":
             return  # the retry signal told it
         if role == "parse_document" and (found := doc_in(args)):
@@ -237,6 +239,26 @@ class Observer:
 
 
 # ---- the lab's sink: a run's record in Redis ------------------------------------------
+
+
+def _drain_key(prefix: str) -> str:
+    return f"{prefix}drain:last_run"
+
+
+def drain_ran(task: object) -> None:
+    """The DLQ drain (a beat task) just ran: its time, under its program's key prefix
+    (``lab.metrics``: the drain's last-run age)."""
+    conf = getattr(getattr(task, "app", None), "conf", None)
+    options = cast(Mapping[str, object], getattr(conf, "result_backend_transport_options", None) or {})
+    prefix = str(options.get("global_keyprefix") or "")
+    if prefix:
+        client().set(_drain_key(prefix), repr(time.time()), ex=TTL_SECONDS)
+
+
+def drain_last_run(prefix: str) -> float | None:
+    """When the drain of the program with Redis key prefix ``prefix`` last ran (wall time), if it did."""
+    raw = cast(str | None, client().get(_drain_key(prefix)))
+    return float(raw) if raw else None
 
 
 def count_attempt(run_id: str, doc: str, counter: str = "attempts") -> int:

@@ -32,8 +32,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -101,21 +101,24 @@ class Worker:
     run_id: str
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    queue: str | None = None  # only this queue (``-Q``), probed there; None: the program's own queues
+    env: Mapping[str, str] = field(default_factory=lambda: {})  # added to the worker's environment
+    part: str = ""  # tells apart several workers of one program and run (their names, their logs)
 
     @property
     def name(self) -> str:
-        return f"{self.fm.short}-{self.run_id}"
+        return f"{self.fm.short}{'-' + self.part if self.part else ''}-{self.run_id}"
 
     def start(self) -> None:
         for folder in (LOG_DIR, WORKERS_DIR, BEAT_DIR, self.log_path.parent):
             folder.mkdir(parents=True, exist_ok=True)
         fm = self.fm
         cmd = [sys.executable, "-m", "celery", "-A", fm.module, "worker", "--loglevel=INFO",
-               "-n", f"{self.name}@%h", *fm.worker_args()]
+               "-n", f"{self.name}@%h", *fm.worker_args(), *(["-Q", self.queue] if self.queue else [])]
         if fm.beat:
             cmd += ["--schedule", str(BEAT_DIR / f"beat-{self.name}")]
         path = os.pathsep.join(p for p in (str(ROOT), str(VARIANTS_DIR), os.environ.get("PYTHONPATH", "")) if p)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, HARNESS_PID_ENV: str(os.getpid())}
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, HARNESS_PID_ENV: str(os.getpid())}
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, env=env)
@@ -137,7 +140,7 @@ class Worker:
         proc = self.proc
         if proc is None:
             raise WorkerFailed("worker was never started")
-        res = self.fm.probe.apply_async()
+        res = self.fm.probe.apply_async(queue=self.queue) if self.queue else self.fm.probe.apply_async()
 
         def answered() -> bool:
             if proc.poll() is not None:

@@ -36,6 +36,7 @@ from case_studies.cte_ingestion.events import (CLOCK_SKEW, EXPECTED_ERROR, INVAL
                                                idempotency_key, validate)
 from case_studies.cte_ingestion.ledger import Ledger, LedgerCounts, Outcome, TransientLedgerError
 from case_studies.cte_ingestion.metrics import CteMetrics, MetricOutcome, exporter_registry, outcomes, read, reset_dir
+from lab import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -310,6 +311,7 @@ def ingest(book: Ledger, stream: Stream, meter: CteMetrics | None = None) -> lis
         if meter is not None:
             with meter.time_commit():
                 outcome = book.commit(result)
+            assert outcome != "held"  # this ledger holds no lot
             meter.count(outcome, result.supplier_id)
         else:
             outcome = book.commit(result)
@@ -530,12 +532,12 @@ def test_two_workers_racing_on_one_lot_never_commit_out_of_order(book: Ledger) -
 
 def test_the_default_ledger_is_the_namespace_sqlite_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RCL_LEDGER_URL", raising=False)
-    path = ledger.ROOT / ".lab" / "rcltest" / "cte-ledger.sqlite"
+    path = ledger.ROOT / ".lab" / settings.NAMESPACE / "cte-ledger.sqlite"
     assert ledger.ledger_url() == f"sqlite:///{path}" and path.parent.is_dir()
     monkeypatch.setenv("RCL_LEDGER_URL", "postgresql://lab:s3cret@db.example:5432/cte")
     shown = repr(Ledger())
     assert "s3cret" not in shown and "postgresql+psycopg://lab:***@db.example:5432/cte" in shown
-    assert Ledger().events_table.name == "rcltest_cte_events"
+    assert Ledger().events_table.name == f"{settings.NAMESPACE}_cte_events"
     with pytest.raises(ValueError, match="not a namespace"):
         Ledger(namespace="Bad_Name")
 

@@ -26,6 +26,12 @@ Knobs (environment variables), as for the severity ledger:
    order, assigned under the lock, so it is the true order on PostgreSQL too, which a clock column
    is not), and the head moves to its ``seq``: ``committed``.
 
+``hold_lots=True`` (the fixed program): a lot with a pending dead letter (``dead_letter(..., lot=)``)
+is held. Its new events come back ``held`` from ``commit``, and the caller dead-letters them
+behind the first, so nothing of the lot passes an event that waits for a replay; ``commit(event,
+replay=True)`` (the replay, in the lot's order) skips the hold. The check is in the same transaction,
+under the lot's lock.
+
 ``sequence_guard=False`` is the write-up's ledger: an older event is committed anyway (the attempt
 row says ``refused = false``) and ``counts().out_of_order_commits`` counts it. A lot code is taken
 as unique (its lot code source assigns it; the lab's codes carry the supplier): lots of two
@@ -43,36 +49,35 @@ logs). Decisions of earlier dry-run calls are remembered by the Ledger object (i
 so a dry run over a whole stream predicts each outcome of a real run in one process.
 
 Limits: SQLite takes one writer at a time (WAL lets readers go on; a writer waits up to
-``BUSY_TIMEOUT_MS``). ``create()`` from several processes at the same moment may race on
+``ledger_base.BUSY_TIMEOUT_MS``). ``create()`` from several processes at the same moment may race on
 PostgreSQL: create the tables once, before dispatching.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sqlalchemy import (JSON, Boolean, Column, Connection, DateTime, Engine, Executable, Index, Integer, MetaData,
-                        String, Table, Text, bindparam, create_engine, delete, event, func, inspect, make_url, select,
-                        update)
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import (JSON, Boolean, Column, Connection, DateTime, Executable, Index, Integer, MetaData, String,
+                        Table, Text, bindparam, delete, func, inspect, select, update)
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.schema import CreateTable
 
 from case_studies.cte_ingestion.events import (CriticalTrackingEvent, Quarantined, RawPayload, idempotency_key,
                                                supplier_label)
-from case_studies.severity_batch.ledger import BUSY_TIMEOUT_MS, ROOT
-from lab.settings import NAMESPACE, mask_url, namespace_problem
+from case_studies.ledger_base import ROOT as ROOT, SqlLedger, utc
+from case_studies.ledger_base import ledger_url as shared_ledger_url
+from lab.settings import NAMESPACE, mask_url
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["committed", "deduplicated", "out_of_order"]
+Outcome = Literal["committed", "deduplicated", "out_of_order", "held"]
 
 
 class TransientLedgerError(Exception):
@@ -85,23 +90,7 @@ FaultHook = Callable[[CriticalTrackingEvent], None]
 
 def ledger_url() -> str:
     """``RCL_LEDGER_URL``, or the namespace's SQLite file (its folder created)."""
-    if url := os.environ.get("RCL_LEDGER_URL"):
-        return url
-    folder = ROOT / ".lab" / NAMESPACE
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'cte-ledger.sqlite'}"
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")  # first, so the WAL switch below waits too
-    cursor.execute("PRAGMA journal_mode = WAL")  # readers never block the one writer, nor it them
-    cursor.close()
-
-
-def _utc(moment: datetime) -> datetime:
-    """SQLite hands back naive datetimes; the ledger writes UTC, so say so."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return shared_ledger_url("cte-ledger.sqlite")
 
 
 @dataclass(frozen=True)
@@ -125,6 +114,7 @@ class DeadLetter:
     times: int  # how often it was dead-lettered (again after a replay)
     replayed: bool
     dead_lettered_at: datetime
+    lot: str | None = None  # the event's lot, when it had one: a pending dead letter holds its lot
 
 
 @dataclass(frozen=True)
@@ -133,34 +123,30 @@ class _Statements:
     insert_event: Executable
     advance_head: Executable
     find_event: Executable
+    lot_held: Executable
     attempt: Executable
 
 
-class Ledger:
+class Ledger(SqlLedger):
     """The CTE tables of one namespace in the database at ``url`` (default ``ledger_url()``).
 
     The engine is made lazily, one per process: a Ledger built before a fork (a Celery prefork
     worker) never hands its parent's pooled connections to a child."""
 
     def __init__(self, url: str | None = None, namespace: str = NAMESPACE, *, dry_run: bool = False,
-                 sequence_guard: bool = True, fault: FaultHook | None = None) -> None:
-        if (problem := namespace_problem(namespace)) is not None:
-            raise ValueError(problem)
-        parsed = make_url(url or ledger_url())
-        if parsed.drivername == "postgresql":
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        self.url = parsed.render_as_string(hide_password=False)
-        self.namespace = namespace
+                 sequence_guard: bool = True, hold_lots: bool = False, fault: FaultHook | None = None) -> None:
+        super().__init__(url or ledger_url(), namespace)
         self.dry_run = dry_run
         self.sequence_guard = sequence_guard
+        self.hold_lots = hold_lots
         self.fault = fault
-        self._engines: dict[int, Engine] = {}  # by pid; a parent's engine stays untouched (never closed) in a child
         # dry run: what earlier calls would have written (by key; per lot, its head)
         self._would_head: dict[str, int] = {}
         self._would_commit: set[str] = set()
         self._would_quarantine: set[str] = set()
         self._would_pending: set[str] = set()
         self._would_replayed: set[str] = set()
+        self._would_lot: dict[str, str] = {}  # dead letter key -> its lot
         self._tables: set[str] | None = None
         self.metadata = MetaData()
         prefix = f"{namespace}_cte"
@@ -206,6 +192,7 @@ class Ledger:
             f"{prefix}_dead_letters", self.metadata,
             Column("key", String(64), primary_key=True),
             Column("supplier", String(32), nullable=False, index=True),
+            Column("lot", String(64), nullable=True, index=True),
             Column("payload", Text, nullable=False),
             Column("reason", Text, nullable=False),
             Column("times", Integer, nullable=False),
@@ -216,22 +203,6 @@ class Ledger:
     def __repr__(self) -> str:
         dry = ", dry_run=True" if self.dry_run else ""
         return f"Ledger({mask_url(self.url)!r}, namespace={self.namespace!r}{dry})"
-
-    @property
-    def engine(self) -> Engine:
-        pid = os.getpid()
-        if (engine := self._engines.get(pid)) is None:
-            engine = create_engine(self.url)
-            if engine.dialect.name == "sqlite":
-                event.listen(engine, "connect", _sqlite_pragmas)
-            elif engine.dialect.name != "postgresql":
-                raise ValueError(f"the ledger runs on SQLite or PostgreSQL, not {engine.dialect.name}: {mask_url(self.url)}")
-            self._engines[pid] = engine
-        return engine
-
-    def _insert(self, table: Table) -> sqlite.Insert | postgresql.Insert:
-        """The dialect's own INSERT, the one that knows ON CONFLICT."""
-        return sqlite.insert(table) if self.engine.dialect.name == "sqlite" else postgresql.insert(table)
 
     @contextmanager
     def _transaction(self) -> Generator[Connection]:
@@ -266,7 +237,7 @@ class Ledger:
     def clear(self) -> None:
         """Delete every row of the namespace's tables (those that exist); other tables are not touched."""
         for would in (self._would_head, self._would_commit, self._would_quarantine, self._would_pending,
-                      self._would_replayed):
+                      self._would_replayed, self._would_lot):
             would.clear()
         if self.dry_run:
             log.info("dry run: would clear the tables of %s", self.namespace)
@@ -298,48 +269,69 @@ class Ledger:
             advance_head=update(self.heads_table).where(h.lot == bindparam("head_lot")).values(
                 seq=bindparam("head_seq"), commits=bindparam("head_commits"), updated_at=bindparam("head_at")),
             find_event=select(e.key).where(e.key == bindparam("find_key")),
+            lot_held=select(self.dead_letter_table.c.key).where(self.dead_letter_table.c.lot == bindparam("held_lot"),
+                                                               self.dead_letter_table.c.replayed.is_(False)).limit(1),
             attempt=self.out_of_order_table.insert().values(
                 key=bindparam("key"), lot=bindparam("lot"), seq=bindparam("seq"), head_seq=bindparam("head_seq"),
                 refused=bindparam("refused"), attempted_at=bindparam("at")),
         )
 
-    def commit(self, cte: CriticalTrackingEvent) -> Outcome:
-        """Commit a validated event at most once, never behind a later event of its lot (see the module)."""
-        key = idempotency_key(cte)
+    def commit(self, cte: CriticalTrackingEvent, replay: bool = False) -> Outcome:
+        """Commit a validated event at most once, never behind a later event of its lot (see the module).
+
+        With ``hold_lots``, a lot with a pending dead letter is held: its new events come back
+        ``held`` (the caller dead-letters them too) until a replay (``replay=True``) commits the
+        dead letters in order."""
+        return self.commit_many([cte], replay)[0]
+
+    def commit_many(self, ctes: Sequence[CriticalTrackingEvent], replay: bool = False) -> list[Outcome]:
+        """``commit`` of each event, in the order given, in one transaction: all or nothing (a
+        ``TransientLedgerError`` for one rolls back all). One transaction per batch, not per event:
+        the database's commit (an fsync) and, on SQLite, its one write lock are paid once. On
+        PostgreSQL the transaction holds the row lock of every lot it touched until it ends:
+        callers must give one process's batches disjoint lots (a shard's), or two batches could
+        wait for each other."""
         if self.dry_run:
-            return self._commit_dry(cte, key)
+            return [self._commit_dry(cte, idempotency_key(cte), replay) for cte in ctes]
         sql, now = self._sql, datetime.now(UTC)
         with self._transaction() as conn:
-            # Step 1: the lot's head, locked. A new lot gets its row (seq 0); an existing one a no-op
-            # update (seq = seq: nothing changes) whose row lock holds until this transaction ends.
-            head = conn.execute(sql.lock_head, {"lot": cte.lot_code, "seq": 0, "commits": 0, "updated_at": now}).one()
-            outcome: Outcome
-            if cte.seq <= head.seq and conn.execute(sql.find_event, {"find_key": key}).first() is not None:
-                outcome = "deduplicated"  # step 2: a resend (only an event at or below the head can be one)
-            elif cte.seq <= head.seq and self.sequence_guard:
+            return [self._commit_in(conn, sql, cte, replay, now) for cte in ctes]
+
+    def _commit_in(self, conn: Connection, sql: _Statements, cte: CriticalTrackingEvent, replay: bool,
+                   now: datetime) -> Outcome:
+        key = idempotency_key(cte)
+        # Step 1: the lot's head, locked. A new lot gets its row (seq 0); an existing one a no-op
+        # update (seq = seq: nothing changes) whose row lock holds until this transaction ends.
+        head = conn.execute(sql.lock_head, {"lot": cte.lot_code, "seq": 0, "commits": 0, "updated_at": now}).one()
+        outcome: Outcome
+        if cte.seq <= head.seq and conn.execute(sql.find_event, {"find_key": key}).first() is not None:
+            outcome = "deduplicated"  # step 2: a resend (only an event at or below the head can be one)
+        elif self.hold_lots and not replay and conn.execute(sql.lot_held, {"held_lot": cte.lot_code}).first():
+            outcome = "held"  # an earlier event of the lot waits in the dead letters: nothing passes it
+        elif cte.seq <= head.seq and self.sequence_guard:
+            conn.execute(sql.attempt, {"key": key, "lot": cte.lot_code, "seq": cte.seq, "head_seq": head.seq,
+                                       "refused": True, "at": now})
+            outcome = "out_of_order"  # step 3: refused; only the attempt is written
+        else:
+            if cte.seq <= head.seq:  # unguarded (the write-up): committed behind a later event
                 conn.execute(sql.attempt, {"key": key, "lot": cte.lot_code, "seq": cte.seq, "head_seq": head.seq,
-                                           "refused": True, "at": now})
-                outcome = "out_of_order"  # step 3: refused; only the attempt is written
+                                           "refused": False, "at": now})
+            written = conn.execute(sql.insert_event, {
+                "key": key, "lot": cte.lot_code, "seq": cte.seq, "commit_no": head.commits + 1,
+                "supplier": cte.supplier_id, "event_type": cte.event_type,
+                "event_time": cte.event_time.astimezone(UTC),  # SQLite keeps no offset: store UTC
+                "payload": cte.model_dump(mode="json"), "committed_at": now}).first()
+            if written is None:  # the write-up's upsert on the key; under the lot's lock it never fires
+                outcome = "deduplicated"
             else:
-                if cte.seq <= head.seq:  # unguarded (the write-up): committed behind a later event
-                    conn.execute(sql.attempt, {"key": key, "lot": cte.lot_code, "seq": cte.seq, "head_seq": head.seq,
-                                               "refused": False, "at": now})
-                written = conn.execute(sql.insert_event, {
-                    "key": key, "lot": cte.lot_code, "seq": cte.seq, "commit_no": head.commits + 1,
-                    "supplier": cte.supplier_id, "event_type": cte.event_type,
-                    "event_time": cte.event_time.astimezone(UTC),  # SQLite keeps no offset: store UTC
-                    "payload": cte.model_dump(mode="json"), "committed_at": now}).first()
-                if written is None:  # the write-up's upsert on the key; under the lot's lock it never fires
-                    outcome = "deduplicated"
-                else:
-                    conn.execute(sql.advance_head, {"head_lot": cte.lot_code, "head_seq": max(head.seq, cte.seq),
-                                                    "head_commits": head.commits + 1, "head_at": now})
-                    outcome = "committed"  # step 4
-            if self.fault is not None:
-                self.fault(cte)  # the lab's hook: raising here rolls back everything above
+                conn.execute(sql.advance_head, {"head_lot": cte.lot_code, "head_seq": max(head.seq, cte.seq),
+                                                "head_commits": head.commits + 1, "head_at": now})
+                outcome = "committed"  # step 4
+        if self.fault is not None:
+            self.fault(cte)  # the lab's hook: raising here rolls back everything above
         return outcome
 
-    def _commit_dry(self, cte: CriticalTrackingEvent, key: str) -> Outcome:
+    def _commit_dry(self, cte: CriticalTrackingEvent, key: str, replay: bool = False) -> Outcome:
         h, e = self.heads_table.c, self.events_table.c
         present = self._present()
         with self._transaction() as conn:
@@ -354,6 +346,8 @@ class Ledger:
         outcome: Outcome
         if already:
             outcome = "deduplicated"
+        elif self.hold_lots and not replay and cte.lot_code in {self._would_lot.get(k) for k in self._would_pending}:
+            outcome = "held"
         elif cte.seq <= head and self.sequence_guard:
             outcome = "out_of_order"
         else:
@@ -385,7 +379,7 @@ class Ledger:
         with self._transaction() as conn:
             return conn.execute(stmt).first() is not None
 
-    def dead_letter(self, key: str, payload: RawPayload, reason: str, supplier: str) -> bool:
+    def dead_letter(self, key: str, payload: RawPayload, reason: str, supplier: str, lot: str | None = None) -> bool:
         """Set an event aside for a replay (its retries ran out, or it was refused). ``key`` is the
         event's idempotency key (``Quarantined.key`` for a payload that has none). True when this
         call made a pending dead letter; False when one was pending already (a redelivery). A dead
@@ -395,11 +389,13 @@ class Ledger:
             fresh = not self._pending_dry(key)
             self._would_pending.add(key)
             self._would_replayed.discard(key)
+            if lot is not None:
+                self._would_lot[key] = lot
             log.info("dry run: would dead-letter %s from %s: %s", key[:12], supplier, reason)
             return fresh
         d = self.dead_letter_table.c
         stmt = self._insert(self.dead_letter_table).values(
-            key=key, supplier=supplier, payload=text, reason=reason, times=1, replayed=False,
+            key=key, supplier=supplier, lot=lot, payload=text, reason=reason, times=1, replayed=False,
             dead_lettered_at=datetime.now(UTC))
         stmt = stmt.on_conflict_do_update(
             index_elements=[d.key], set_={"times": d.times + 1, "replayed": False, "reason": stmt.excluded.reason,
@@ -413,10 +409,10 @@ class Ledger:
         d = self.dead_letter_table.c
         with self.engine.connect() as conn:
             rows = conn.execute(select(d.key, d.payload, d.reason, d.supplier, d.times, d.replayed,
-                                       d.dead_lettered_at).where(d.replayed.is_(False))
+                                       d.dead_lettered_at, d.lot).where(d.replayed.is_(False))
                                 .order_by(d.dead_lettered_at, d.key).limit(limit)).all()
         return [DeadLetter(row.key, row.payload, row.reason, row.supplier, row.times, row.replayed,
-                           _utc(row.dead_lettered_at)) for row in rows]
+                           utc(row.dead_lettered_at), row.lot) for row in rows]
 
     def mark_replayed(self, key: str) -> bool:
         """Mark a pending dead letter replayed; True when this call did (a second replayer gets False)."""
@@ -504,8 +500,3 @@ class Ledger:
         q = self.quarantine_table.c
         with self.engine.connect() as conn:
             return {payload: errors for payload, errors in conn.execute(select(q.payload, q.errors))}
-
-    def dispose(self) -> None:
-        """Close this process's connections (another process's engine is left alone)."""
-        if (engine := self._engines.pop(os.getpid(), None)) is not None:
-            engine.dispose()

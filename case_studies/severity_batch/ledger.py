@@ -11,41 +11,34 @@ Knobs (environment variables):
 Every write is idempotent: scores are upserted on (claim id, run id), a quarantined row
 is kept once, a manifest is signed once (append-only), so a redelivered chunk changes
 nothing. Limits: SQLite takes one writer at a time (WAL lets readers go on; a writer
-waits up to ``BUSY_TIMEOUT_MS`` for the lock, then fails with "database is locked");
+waits up to ``ledger_base.BUSY_TIMEOUT_MS`` for the lock, then fails with "database is locked");
 ``create()`` from several processes at the very same moment may still race on
 PostgreSQL (create the tables once, before dispatching).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (Column, DateTime, Dialect, Engine, Integer, MetaData, Numeric, String, Table, Text,
-                        create_engine, delete, event, func, inspect, make_url, select)
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import (Column, DateTime, Dialect, Integer, MetaData, Numeric, String, Table, Text, delete, func,
+                        inspect, select)
 from sqlalchemy.schema import CreateTable
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from lab.settings import NAMESPACE, mask_url, namespace_problem
+from case_studies.ledger_base import ROOT as ROOT, SqlLedger, utc
+from case_studies.ledger_base import ledger_url as shared_ledger_url
+from lab.settings import NAMESPACE, mask_url
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-BUSY_TIMEOUT_MS = 30_000
 SCORE_PLACES = 4
 
 
 def ledger_url() -> str:
     """``RCL_LEDGER_URL``, or the namespace's SQLite file (its folder created)."""
-    if url := os.environ.get("RCL_LEDGER_URL"):
-        return url
-    folder = ROOT / ".lab" / NAMESPACE
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'severity-ledger.sqlite'}"
+    return shared_ledger_url("severity-ledger.sqlite")
 
 
 class Score(TypeDecorator[Decimal]):
@@ -97,33 +90,14 @@ class Flag:
     flagged_at: datetime
 
 
-def _utc(moment: datetime) -> datetime:
-    """SQLite hands back naive datetimes; the ledger writes UTC, so say so."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")  # first, so the WAL switch below waits too
-    cursor.execute("PRAGMA journal_mode = WAL")  # readers never block the one writer, nor it them
-    cursor.close()
-
-
-class Ledger:
+class Ledger(SqlLedger):
     """The tables of one namespace in the database at ``url`` (default ``ledger_url()``).
 
     The engine is made lazily, one per process: a Ledger built before a fork (a Celery
     prefork worker) never hands its parent's pooled connections to a child."""
 
     def __init__(self, url: str | None = None, namespace: str = NAMESPACE) -> None:
-        if (problem := namespace_problem(namespace)) is not None:
-            raise ValueError(problem)
-        parsed = make_url(url or ledger_url())
-        if parsed.drivername == "postgresql":
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        self.url = parsed.render_as_string(hide_password=False)
-        self.namespace = namespace
-        self._engines: dict[int, Engine] = {}  # by pid; a parent's engine stays untouched (never closed) in a child
+        super().__init__(url or ledger_url(), namespace)
         self.metadata = MetaData()
         prefix = f"{namespace}_severity"
         self.score_table = Table(
@@ -161,22 +135,6 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"Ledger({mask_url(self.url)!r}, namespace={self.namespace!r})"
-
-    @property
-    def engine(self) -> Engine:
-        pid = os.getpid()
-        if (engine := self._engines.get(pid)) is None:
-            engine = create_engine(self.url)
-            if engine.dialect.name == "sqlite":
-                event.listen(engine, "connect", _sqlite_pragmas)
-            elif engine.dialect.name != "postgresql":
-                raise ValueError(f"the ledger runs on SQLite or PostgreSQL, not {engine.dialect.name}: {mask_url(self.url)}")
-            self._engines[pid] = engine
-        return engine
-
-    def _insert(self, table: Table) -> sqlite.Insert | postgresql.Insert:
-        """The dialect's own INSERT, the one that knows ON CONFLICT."""
-        return sqlite.insert(table) if self.engine.dialect.name == "sqlite" else postgresql.insert(table)
 
     def create(self) -> None:
         """Create the namespace's tables that are missing; never alters one that exists."""
@@ -264,7 +222,7 @@ class Ledger:
         if row is None:
             return None
         return Manifest(row.run_id, row.model_version, row.dispatched, row.scored, row.quarantined, row.skipped,
-                        _utc(row.signed_at))
+                        utc(row.signed_at))
 
     def flag(self, run_id: str, reason: str, detail: str) -> None:
         """Append a flag on a run (e.g. an imbalance found by reconcile); flags are never updated."""
@@ -278,9 +236,4 @@ class Ledger:
         with self.engine.connect() as conn:
             rows = conn.execute(select(f.run_id, f.reason, f.detail, f.flagged_at)
                                 .where(f.run_id == run_id).order_by(f.id)).all()
-        return [Flag(row.run_id, row.reason, row.detail, _utc(row.flagged_at)) for row in rows]
-
-    def dispose(self) -> None:
-        """Close this process's connections (another process's engine is left alone)."""
-        if (engine := self._engines.pop(os.getpid(), None)) is not None:
-            engine.dispose()
+        return [Flag(row.run_id, row.reason, row.detail, utc(row.flagged_at)) for row in rows]

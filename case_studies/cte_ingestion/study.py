@@ -1,0 +1,552 @@
+"""Case study 3's scenarios, guarantees and write-up symptoms, and one run of them.
+
+Both scenarios publish one burst: ``EVENTS`` payloads from a seed (``events.generate``: 6
+suppliers with 8 lots open each, every ``INVALID_EVERY``-th payload invalid, every
+``DUPLICATE_EVERY``-th a resend of a recent one), all at once, before the workers have
+drained any of it.
+
+- ``burst``: the ledger drops its connection twice for three events (``FLAKY:2``), a process
+  is killed in the middle of one event's commit (``CRASH_ONCE``), and one event's commits
+  fail until the operator mends the cause (``FLAKE_FOREVER``): its retries run out. Once
+  drained, the operator mends it and replays the dead letters (fixed). Each fault falls on
+  an event of a lot and a message of its own. Guarantees (fixed), exact:
+  - CT1: the ledger holds every valid distinct event once and nothing else; quarantined ==
+    the invalid payloads, each kept as sent; no dead letter pending after the replay;
+  - CT2: each lot's events were committed in the order produced (the ledger's commit order
+    per lot equals the stream's), zero out-of-order commits, zero refusals by the guard;
+  - CT3: the flaky events took 3 attempts, the crashed one 2; the exhausted event was
+    dead-lettered with its payload, its lot's later events held behind it, and the replay
+    committed each once (8 attempts: in its message's transaction, 1 + 5 alone, the replay's);
+  - CT4: the metrics equal the ledger: events by outcome and supplier, retries (12), every
+    shard's queue depth 0 at the end after falling during the drain, dead-letter depth 0.
+  Write-up symptoms (``--prove``, the same burst on ``writeup.py``):
+  - CT2 write-up: events committed behind later events of their lot;
+  - CT3 write-up: the exhausted event is lost: FAILURE after 6 attempts, in no ledger
+    table and in no dead-letter store.
+- ``dry_run``: the workers run with ``CTE_DRY_RUN=1``. CT5: the ledger is untouched (no row
+  in any table) and the metrics count exactly the outcomes a real run has on this stream.
+
+``run_one(cell, kind, on_stage)`` is what the harness calls for a cell ``cte_ingestion/<scenario>``:
+kind ``fixed`` runs ``fixed.py`` (one worker per shard), ``broken`` the write-up (one worker, two
+processes on one queue).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from celery.result import AsyncResult
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+
+from case_studies.cte_ingestion import stand_ins
+from case_studies.cte_ingestion.events import RawEvent, Stream, generate, idempotency_key, validate
+from case_studies.cte_ingestion.ledger import DeadLetter, Ledger, LedgerCounts
+from case_studies.cte_ingestion.metrics import CteMetrics, exporter_registry, outcomes, read, render, reset_dir
+from lab import harness
+from lab.checks import Check, Collector
+from lab.faults import CRASH_ONCE, FLAKE_FOREVER, FLAKY, Fault
+from lab.fm import Fm, load_module
+from lab.runner import Observations, Outcome, new_run_id
+from lab.settings import mask_url
+from lab.waiting import wait_until
+from lab.workers import LOG_DIR, STATE_DIR, STOP_GRACE
+
+NAME = "cte_ingestion"
+SEED, EVENTS, INVALID_EVERY, DUPLICATE_EVERY = 20261130, 2000, 53, 41
+RUN_TIMEOUT = 90.0
+METRICS_DIR = STATE_DIR / "metrics"
+FLAKY_TIMES = 2
+EXHAUSTED_ATTEMPTS = {"fixed": 8, "broken": 6}
+"""fixed: once in its message's transaction, 1 + 5 retries alone, then the replay's; write-up: 1 + 5 retries."""
+EXPECTED_RETRIES = 3 * FLAKY_TIMES + 6
+"""fixed: per flaky event, its message's transaction and its own first attempt; for the exhausted one, its
+message's transaction and its 5 retries."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    number: int
+    faults: bool = False
+    dry_run: bool = False
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "burst": Scenario("burst", 1, faults=True),
+    "dry_run": Scenario("dry_run", 2, dry_run=True),
+}
+WRITEUP_SHOWS = ("burst",)
+"""The scenarios ``--prove`` also runs on the write-up's code."""
+
+CODES: dict[str, harness.Kind] = {"ct": "fixed", "ctw": "broken"}
+"""The namespace codes of the two programs (their queues are ``<namespace>.ct.shard.<k>``, ...)."""
+
+
+def cells(prove: bool) -> list[tuple[str, harness.Kind]]:
+    runs: list[tuple[str, harness.Kind]] = []
+    for name in SCENARIOS:
+        runs.append((f"{NAME}/{name}", "fixed"))
+        if prove and name in WRITEUP_SHOWS:
+            runs.append((f"{NAME}/{name}", "broken"))
+    return runs
+
+
+def program(kind: harness.Kind) -> Fm:
+    if kind == "broken":
+        return harness.checked(load_module(f"case_studies.{NAME}.writeup", member="ingest_event", body="quarantine_event"))
+    return harness.checked(load_module(f"case_studies.{NAME}.fixed", member="ingest_batch", body="replay_batch"))
+
+
+def code_of(kind: harness.Kind) -> str:
+    return "ctw" if kind == "broken" else "ct"
+
+
+def open_ledger(clear: bool = False) -> Ledger:
+    """The ledger, its tables made (emptied of this namespace's rows, with ``clear``); a database
+    that does not answer is a broken run that names it (URL masked)."""
+    ledger = Ledger()
+    try:
+        ledger.create()
+        if clear:
+            ledger.clear()
+    except SQLAlchemyError as exc:
+        said = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["no answer"])[0]
+        raise harness.RunBroken(f"the ledger at {mask_url(ledger.url)} does not answer: {said}") from exc
+    return ledger
+
+
+def clear_ledger() -> None:
+    """Delete this namespace's rows from the CTE ledger (``run_all_fms.py --clean``)."""
+    open_ledger(clear=True)
+
+
+# ---- the burst and its faults ------------------------------------------------------
+
+
+def stream() -> Stream:
+    return generate(SEED, EVENTS, invalid_every=INVALID_EVERY, duplicate_every=DUPLICATE_EVERY)
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    flaky: tuple[int, ...]  # positions in the stream
+    crash: int
+    exhausted: int
+    held: tuple[int, ...]  # the exhausted event's lot's later events: held behind it
+
+    def faults(self, s: Stream) -> dict[str, Fault]:
+        plan = {key_at(s, p): FLAKY(FLAKY_TIMES) for p in self.flaky}
+        plan[key_at(s, self.crash)] = CRASH_ONCE
+        plan[key_at(s, self.exhausted)] = FLAKE_FOREVER  # until the operator mends it (fixed: before the replay)
+        return plan
+
+
+def key_at(s: Stream, position: int) -> str:
+    event = validate(s.payloads[position], now=s.as_of)
+    if not hasattr(event, "seq"):
+        raise ValueError(f"payload {position} is not a valid event")
+    return idempotency_key(cast(Any, event))
+
+
+def _lot(s: Stream, position: int) -> str:
+    return stand_ins.lot_of(s.payloads[position])
+
+
+def choose_faults(s: Stream, shards: int, batch: int) -> FaultPlan:
+    """Valid events never resent, each in a lot and a message of its own: three flaky ones, one
+    killed mid-commit that opens its message, and one whose retries run out, in a lot with later
+    events and no resend after it."""
+    resent = set(s.duplicates.values())
+    fresh = [p for p in range(len(s.payloads)) if p not in s.invalid and p not in s.duplicates and p not in resent]
+    heads: set[int] = set()
+    message: dict[int, tuple[int, int]] = {}  # position -> (shard, its message's number in the shard)
+    filled: dict[int, int] = {}
+    for p, payload in enumerate(s.payloads):
+        shard = stand_ins.shard_of(stand_ins.lot_of(payload), shards)
+        if filled.get(shard, 0) % batch == 0:
+            heads.add(p)
+        message[p] = (shard, filled.get(shard, 0) // batch)
+        filled[shard] = filled.get(shard, 0) + 1
+    used: set[str] = set()
+    messages: set[tuple[int, int]] = set()
+
+    def later(p: int) -> list[int]:
+        return [q for q in range(p + 1, len(s.payloads)) if _lot(s, q) == _lot(s, p)]
+
+    def pick(start: int, ok: Callable[[int], bool]) -> int:
+        p = next(p for p in fresh if p >= start and _lot(s, p) not in used and message[p] not in messages and ok(p))
+        used.add(_lot(s, p))
+        messages.add(message[p])
+        return p
+
+    exhausted = pick(100, lambda p: len(later(p)) >= 2 and all(q not in s.duplicates for q in later(p)))
+    held = tuple(q for q in later(exhausted) if q not in s.invalid)
+    flaky = tuple(pick(start, lambda p: True) for start in (50, 600, 1200))
+    crash = pick(300, lambda p: p in heads)
+    return FaultPlan(flaky, crash, exhausted, held)
+
+
+# ---- one run ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    obs: Observations
+    scenario: Scenario
+    kind: harness.Kind
+    stream: Stream
+    plan: FaultPlan | None
+    counts: LedgerCounts
+    sequences: Mapping[str, list[int]]
+    quarantined: frozenset[str]  # the payload texts the ledger kept
+    committed_keys: frozenset[str]
+    before_replay: tuple[DeadLetter, ...]
+    replayed: Mapping[str, int]  # lot -> dead letters sent back
+    attempts: Mapping[int, int]  # fault position -> ledger attempts
+    samples: Mapping[str, float]  # every metric sample at the end
+    by_supplier: Mapping[tuple[str, str], int]  # the ledger's (outcome, supplier) counts
+    depths: tuple[tuple[float, tuple[int, ...]], ...]  # (seconds since publishing, depth per queue)
+    publish_seconds: float
+    drain_seconds: float
+    lost_state: str | None = None  # write-up: the state of the exhausted event's task
+    extra: Mapping[str, Any] = field(default_factory=lambda: {})
+
+
+class Drain:
+    """The console's view of a drain: each queue's depth, sampled as it falls, printed about once a second."""
+
+    def __init__(self, fm: Fm, gauges: CteMetrics, say: Callable[[str], None] = print) -> None:
+        self.fm, self.gauges, self.say = fm, gauges, say
+        self.names = [str(q.name) for q in fm.task_queues]
+        self.conn = harness.connect(fm)
+        self.started = time.monotonic()
+        self.samples: list[tuple[float, tuple[int, ...]]] = []
+        self.printed = 0.0
+
+    def sample(self) -> tuple[int, ...]:
+        depths = tuple(harness.queue_depth(self.conn, n) for n in self.names)
+        now = time.monotonic() - self.started
+        self.samples.append((now, depths))
+        for name, d in zip(self.names, depths):
+            self.gauges.set_queue_depth(name.rsplit(".", 1)[-1] if "shard" in name else name, d)
+        if now - self.printed >= 1.0:
+            self.printed = now
+            self.say(f"  {self.fm.short} {now:5.1f}s queue depth {' '.join(str(d) for d in depths)} (total {sum(depths)})")
+        return depths
+
+    def close(self) -> None:
+        self.conn.release()
+
+
+RUNNER_GAUGES = ("cte_queue_depth", "cte_dead_letter_depth")
+"""Set by the runner, which measures them; the workers' copies (never set) are left out."""
+
+
+def _of(line: str, families: tuple[str, ...]) -> bool:
+    return line.removeprefix("# HELP ").removeprefix("# TYPE ").startswith(families)
+
+
+def _without(text: str, families: tuple[str, ...]) -> str:
+    """An exposition without the lines of ``families`` (their HELP, TYPE and samples)."""
+    return "".join(line for line in text.splitlines(keepends=True) if not _of(line, families))
+
+
+def _only(text: str, families: tuple[str, ...]) -> str:
+    """An exposition with only the lines of ``families``."""
+    return "".join(line for line in text.splitlines(keepends=True) if _of(line, families))
+
+
+def _handled(folder: Any) -> int:
+    return sum(outcomes(read(exporter_registry(folder))).values())
+
+
+def _meta_states(fm: Fm, ids: Sequence[str]) -> list[str]:
+    backend = cast(Any, fm.app.backend)
+    states: list[str] = []
+    for start in range(0, len(ids), 1000):
+        keys = [backend.get_key_for_task(i) for i in ids[start:start + 1000]]
+        for raw in cast(list[Any], backend.client.mget(keys)):
+            states.append(str(json.loads(raw)["status"]) if raw else "PENDING")
+    return states
+
+
+def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_dir: Any,
+                 watch: Callable[[], None] | None = None, say: Callable[[str], None] = print) -> CaseRun:
+    s = stream()
+    module = __import__(fm.module, fromlist=["submit"])
+    shards = len(fm.task_queues)
+    plan = choose_faults(s, shards, int(getattr(module, "BATCH", 1))) if sc.faults else None
+    stand_ins.plan_faults(fm.app, plan.faults(s) if plan else {})
+    ledger = open_ledger()
+    gauges = CteMetrics()  # the runner's: queue depth per shard, dead-letter depth
+    drain = Drain(fm, gauges, say)
+
+    def look() -> None:
+        if watch is not None:
+            watch()
+        drain.sample()
+
+    payloads = list(s.payloads)
+    started = time.monotonic()
+    submitted_at = time.time()
+    results: list[AsyncResult[Any]] = []
+    if kind == "broken":
+        results = cast(Callable[[list[RawEvent]], list[AsyncResult[Any]]], fm.submit)(payloads)
+    else:
+        cast(Callable[[list[RawEvent]], int], fm.submit)(payloads)
+    published = time.monotonic() - started
+    ids = [r.id for r in results]
+    lost_state: str | None = None
+    before: tuple[DeadLetter, ...] = ()
+    replayed: dict[str, int] = {}
+    try:
+        if kind == "broken":
+            def settled() -> bool:
+                look()
+                return (all(st in ("SUCCESS", "FAILURE") for st in _meta_states(fm, ids))
+                        and ledger.counts().quarantined >= len(s.invalid))
+            wait_until(settled, RUN_TIMEOUT, interval=0.25)
+            drained = time.monotonic() - started
+            if plan is not None:
+                lost_state = _meta_states(fm, [ids[plan.exhausted]])[0]
+        else:
+            def handled(n: int) -> Callable[[], bool]:
+                def check() -> bool:
+                    look()
+                    return _handled(metrics_dir) >= n
+                return check
+            wait_until(handled(len(payloads)), RUN_TIMEOUT, interval=0.25)
+            drained = time.monotonic() - started
+            before = tuple(ledger.pending_dead_letters(10_000))
+            if plan is not None and not sc.dry_run:
+                stand_ins.repair(fm.app, key_at(s, plan.exhausted))  # the operator mends the cause, then replays
+                replayed = cast(Callable[..., dict[str, int]], getattr(module, "replay"))(source=ledger)
+                wait_until(handled(len(payloads) + sum(replayed.values())), RUN_TIMEOUT, interval=0.25)
+            look()
+    finally:
+        drain.close()
+    counts = ledger.counts()
+    gauges.set_dead_letter_depth(counts.dead_letters_pending)
+    samples = dict(read(gauges.registry))
+    text = _only(render(gauges.registry), RUNNER_GAUGES)
+    if kind == "fixed":
+        gathered = exporter_registry(metrics_dir)
+        samples.update({k: v for k, v in read(gathered).items() if not k.startswith(RUNNER_GAUGES)})
+        text = _without(render(gathered), RUNNER_GAUGES) + text
+    positions = ((*plan.flaky, plan.crash, plan.exhausted) if plan else ())
+    attempts = {p: stand_ins.attempts(fm.app, key_at(s, p)) for p in positions}
+    obs = Observations(  # the observer follows documents; these tasks carry none: no lanes, the checks say it all
+        fm=fm.short, run_id=run_id, scenario=sc.number, docs=(), attempts={f"p{p}": n for p, n in attempts.items()},
+        fetch_attempts={}, events=(), notify_runs={}, emails=(), mail_calls=0,
+        chord=Outcome("SUCCESS" if counts.committed else "PENDING", None, None, None), duplicate=None,
+        dlq_depth=counts.dead_letters_pending, probe_seconds=None, burst_probe=None, stopped_by="drained",
+        submitted_at=submitted_at, elapsed=time.monotonic() - started)
+    with ledger.engine.connect() as conn:
+        committed_keys = frozenset(str(k) for k in conn.execute(select(ledger.events_table.c.key)).scalars())
+    return CaseRun(obs, sc, kind, s, plan, counts, ledger.lot_sequences(), frozenset(ledger.quarantined()),
+                   committed_keys, before, replayed, attempts, samples, ledger.by_supplier(),
+                   tuple(drain.samples), published, drained, lost_state, {"exposition": text})
+
+
+# ---- guarantees (fixed) and symptoms (write-up) ---------------------------------------
+
+
+def _invalid_texts(s: Stream) -> frozenset[str]:
+    return frozenset(json.dumps(s.payloads[p], sort_keys=True, ensure_ascii=False) for p in s.invalid)
+
+
+def _ledger_exact(run: CaseRun) -> Check:
+    c = Collector("CT1")
+    s, got = run.stream, run.counts
+    c.expect(got.committed == s.valid_distinct, f"committed {got.committed}", f"{s.valid_distinct} (valid distinct events)")
+    c.expect(got.quarantined == len(s.invalid) and run.quarantined == _invalid_texts(s),
+             f"quarantined {got.quarantined}{'' if run.quarantined == _invalid_texts(s) else ', not the invalid payloads'}",
+             f"{len(s.invalid)}, each invalid payload as sent")
+    c.expect(got.dead_letters_pending == 0, f"dead letters pending {got.dead_letters_pending}", "0 after the replay")
+    return c.result()
+
+
+def _in_order(run: CaseRun) -> Check:
+    c = Collector("CT2")
+    want = {lot: list(seqs) for lot, seqs in run.stream.lot_sequences.items()}
+    differ = sorted(lot for lot in set(want) | set(run.sequences) if want.get(lot) != run.sequences.get(lot))
+    c.expect(not differ, f"{len(differ)} of {len(want)} lots committed in another order{': ' + differ[0] if differ else ''}",
+             f"all {len(want)} lots in the order produced")
+    c.expect(run.counts.out_of_order_commits == 0 and run.counts.out_of_order_attempts == 0,
+             f"out-of-order commits {run.counts.out_of_order_commits}, refused {run.counts.out_of_order_attempts}", "0 and 0")
+    return c.result()
+
+
+def _retried_and_replayed(run: CaseRun) -> Check:
+    c = Collector("CT3")
+    plan, s = run.plan, run.stream
+    if plan is None:
+        c.expect(False, "no fault plan", "a plan")
+        return c.result()
+    flaky = [run.attempts.get(p, 0) for p in plan.flaky]
+    c.expect(flaky == [FLAKY_TIMES + 1] * 3, f"flaky events' attempts {flaky}",
+             f"{[FLAKY_TIMES + 1] * 3} (its message's transaction, then alone: a failure and a commit)")
+    crashed = run.attempts.get(plan.crash, 0)
+    c.expect(crashed == 2, f"crashed event's attempts {crashed}", "2 (killed mid-commit, redelivered)")
+    exhausted = run.attempts.get(plan.exhausted, 0)
+    c.expect(exhausted == EXHAUSTED_ATTEMPTS["fixed"], f"exhausted event's attempts {exhausted}",
+             f"{EXHAUSTED_ATTEMPTS['fixed']} (its message's transaction, 1 + 5 retries alone, the replay)")
+    letters = {d.key: d for d in run.before_replay}
+    want = {key_at(s, plan.exhausted), *(key_at(s, q) for q in plan.held)}
+    first = letters.get(key_at(s, plan.exhausted))
+    raw = json.dumps(s.payloads[plan.exhausted], sort_keys=True, ensure_ascii=False)
+    c.expect(set(letters) == want, f"dead letters before the replay {len(letters)}",
+             f"{len(want)}: the exhausted event and the {len(plan.held)} later event(s) of its lot held behind it")
+    c.expect(first is not None and first.payload == raw and first.reason.startswith("retries_exhausted")
+             and all(letters[k].reason == "held" for k in want - {key_at(s, plan.exhausted)} if k in letters),
+             f"first: {first.reason.split(':')[0] if first else 'missing'}, payload {'kept' if first and first.payload == raw else 'not kept'}",
+             "retries_exhausted with its payload as sent; the others held")
+    c.expect(want <= run.committed_keys and sum(run.replayed.values()) == len(want),
+             f"replayed {sum(run.replayed.values())}, committed {len(want & run.committed_keys)}", f"{len(want)}, each once")
+    return c.result()
+
+
+def _metric(samples: Mapping[str, float], name: str) -> float:
+    return samples.get(name, 0.0)
+
+
+def _metrics_equal_ledger(run: CaseRun) -> Check:
+    c = Collector("CT4")
+    got = outcomes(run.samples)
+    dups = Counter(("deduplicated", str(run.stream.payloads[p]["supplier_id"])) for p in run.stream.duplicates)
+    want = {**{k: v for k, v in run.by_supplier.items() if v}, **dups}
+    c.expect(got == want, f"metrics {sum(got.values())} outcomes"
+             + (f", differing at {sorted(set(got.items()) ^ set(want.items()))[:2]}" if got != want else ""),
+             f"the ledger's {sum(want.values())} (by outcome and supplier)")
+    retries = int(_metric(run.samples, "cte_retries_total"))
+    c.expect(retries == EXPECTED_RETRIES, f"retries {retries}", f"{EXPECTED_RETRIES} (2 per flaky event, 1 + 5 for the exhausted)")
+    finals = {k: v for k, v in run.samples.items() if k.startswith("cte_queue_depth")}
+    peak = max((sum(d) for _, d in run.depths), default=0)
+    c.expect(bool(finals) and not any(finals.values()) and peak > 0,
+             f"queue depth peaked at {peak}, ends {sorted(int(v) for v in finals.values())}",
+             "falling to 0 on every shard")
+    dl = _metric(run.samples, "cte_dead_letter_depth")
+    c.expect(dl == run.counts.dead_letters_pending == 0, f"dead-letter depth {dl:g}", "0 (the ledger's pending)")
+    c.expect(True, f"published {EVENTS} in {run.publish_seconds:.2f}s, drained in {run.drain_seconds:.1f}s")
+    return c.result()
+
+
+def _dry(run: CaseRun) -> Check:
+    c = Collector("CT5")
+    got = run.counts
+    zero = LedgerCounts(0, 0, 0, 0, 0, 0)
+    c.expect(got == zero and not run.sequences, f"ledger rows: committed {got.committed}, quarantined {got.quarantined}, "
+             f"dead letters {got.dead_lettered}", "none: the dry run writes nothing")
+    would = outcomes(run.samples)
+    want = run.stream.expected_outcomes()
+    c.expect(would == want, f"decided {sum(would.values())} outcomes{'' if would == want else ' (differ)'}",
+             f"a real run's {sum(want.values())}, by outcome and supplier")
+    return c.result()
+
+
+def _writeup_order(run: CaseRun) -> Check:
+    c = Collector("CT2 write-up")
+    want = {lot: list(seqs) for lot, seqs in run.stream.lot_sequences.items()}
+    differ = [lot for lot, seqs in run.sequences.items() if seqs != sorted(seqs)]
+    c.expect(run.counts.out_of_order_commits > 0, f"{run.counts.out_of_order_commits} events committed behind a later "
+             f"event of their lot, in {len(differ)} of {len(want)} lots", "> 0: one queue does not keep a lot's order")
+    return c.result()
+
+
+def _writeup_lost(run: CaseRun) -> Check:
+    c = Collector("CT3 write-up")
+    plan, s = run.plan, run.stream
+    if plan is None:
+        c.expect(False, "no fault plan", "a plan")
+        return c.result()
+    key = key_at(s, plan.exhausted)
+    a = run.attempts.get(plan.exhausted, 0)
+    want = EXHAUSTED_ATTEMPTS["broken"]
+    c.expect(run.lost_state == "FAILURE" and a == want, f"its task {run.lost_state} after {a} attempts",
+             f"FAILURE after {want} (1 + 5 retries), the message acked")
+    c.expect(key not in run.committed_keys and run.counts.dead_lettered == 0,
+             f"in the ledger: {'yes' if key in run.committed_keys else 'no'}; dead letters {run.counts.dead_lettered}",
+             "no and 0: the event is lost")
+    c.expect(run.counts.committed == s.valid_distinct - 1, f"committed {run.counts.committed}",
+             f"{s.valid_distinct - 1} (one valid event missing)")
+    return c.result()
+
+
+def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
+    if kind == "broken":
+        return [_writeup_order(run), _writeup_lost(run)]
+    if run.scenario.dry_run:
+        return [_dry(run)]
+    return [_ledger_exact(run), _in_order(run), _retried_and_replayed(run), _metrics_equal_ledger(run)]
+
+
+# ---- the harness's cell ---------------------------------------------------------------
+
+
+def worker_specs(fm: Fm, sc: Scenario, metrics_dir: Any) -> list[harness.WorkerSpec]:
+    env = (("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir)), *((("CTE_DRY_RUN", "1"),) if sc.dry_run else ()))
+    if fm.short == "ctw":
+        return [harness.WorkerSpec(env=env)]
+    return [harness.WorkerSpec(queue=str(q.name), env=env, part=f"shard{k}") for k, q in enumerate(fm.task_queues)]
+
+
+def metrics_folder(code: str, run_id: str) -> Any:
+    """A fresh multiprocess folder for the run (the namespace's earlier ones removed)."""
+    if METRICS_DIR.exists():
+        shutil.rmtree(METRICS_DIR, ignore_errors=True)
+    folder = METRICS_DIR / f"{code}-{run_id}"
+    reset_dir(folder)
+    return folder
+
+
+def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness.RunReport:
+    name = cell.split("/", 1)[1]
+    sc = SCENARIOS[name]
+
+    def run(report: harness.RunReport) -> None:
+        fm = program(kind)
+        run_id = new_run_id()
+        on_stage("resetting")
+        harness.reset(fm)
+        open_ledger(clear=True)
+        folder = metrics_folder(fm.short, run_id)
+        label = f"{NAME}-{name}-{kind}"
+        report.log = LOG_DIR / f"{label}-{run_id}.log"
+        harness.current = fm
+        with harness.running_workers(fm, run_id, label, worker_specs(fm, sc, folder), STOP_GRACE, on_stage,
+                                     after=lambda: harness.purge(fm)) as workers:
+            report.log = workers[0].log_path
+            on_stage("running the scenario")
+            done = run_scenario(fm, sc, kind, run_id, folder, watch=harness.Watch(workers))
+        report.observations = done.obs
+        report.exposition = str(done.extra.get("exposition") or "") or None
+        on_stage("checking")
+        report.checks = checks_of(kind, done)
+
+    return harness.case_run(harness.RunReport(cell, kind, code_of(kind), sc.number), run)
+
+
+def run_by_hand(kind: harness.Kind) -> int:
+    """The ``burst`` against workers you started (``python -m case_studies.cte_ingestion.fixed``), with
+    ``PROMETHEUS_MULTIPROC_DIR`` set to the same folder in their environment and this one's."""
+    from case_studies.cte_ingestion.metrics import multiprocess_dir
+    fm = program(kind)
+    folder = multiprocess_dir()
+    if kind == "fixed" and folder is None:
+        print("set PROMETHEUS_MULTIPROC_DIR (the same empty folder) for the workers and for this command")
+        return 2
+    open_ledger(clear=True)
+    sc = SCENARIOS["burst"]
+    run = run_scenario(fm, sc, kind, new_run_id(), folder)
+    ok = True
+    for check in checks_of(kind, run):
+        ok = ok and check.ok
+        print(f"{sc.name}: {'ok  ' if check.ok else 'FAIL'} {check.label}: {check.detail}")
+    return 0 if ok else 1

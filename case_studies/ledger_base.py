@@ -1,0 +1,91 @@
+"""What every case study's SQL ledger shares: where it lives, one engine per process, SQLite's pragmas.
+
+- ``ledger_url(filename)``: ``RCL_LEDGER_URL``, or ``.lab/<namespace>/<filename>`` as SQLite (its
+  folder made). A bare ``postgresql://`` URL means psycopg 3 (``normal_url``).
+- ``SqlLedger``: the base of a ledger class. It keeps the URL (normalised) and the namespace
+  (checked), and makes its engine lazily, one per process: a ledger built before a fork (a Celery
+  prefork worker) never hands its parent's pooled connections to a child, and a child never closes
+  its parent's. SQLite connections get ``busy_timeout`` and WAL (``sqlite_pragmas``); any dialect
+  but SQLite and PostgreSQL is refused, because the ledgers' upserts are those two dialects'
+  ``INSERT ... ON CONFLICT``.
+- ``utc(moment)``: SQLite hands back naive datetimes; the ledgers write UTC, so say so.
+
+Limits: SQLite takes one writer at a time (WAL lets readers go on; a writer waits up to
+``BUSY_TIMEOUT_MS`` for the lock, then fails with "database is locked").
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, Table, create_engine, event, make_url
+from sqlalchemy.dialects import postgresql, sqlite
+
+from lab.settings import NAMESPACE, mask_url, namespace_problem
+
+ROOT = Path(__file__).resolve().parent.parent
+BUSY_TIMEOUT_MS = 30_000
+
+
+def ledger_url(filename: str) -> str:
+    """``RCL_LEDGER_URL``, or the namespace's SQLite file ``filename`` (its folder created)."""
+    if url := os.environ.get("RCL_LEDGER_URL"):
+        return url
+    folder = ROOT / ".lab" / NAMESPACE
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / filename}"
+
+
+def normal_url(url: str) -> str:
+    """``url`` with a bare ``postgresql`` driver made ``postgresql+psycopg`` (psycopg 3)."""
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")  # first, so the WAL switch below waits too
+    cursor.execute("PRAGMA journal_mode = WAL")  # readers never block the one writer, nor it them
+    cursor.close()
+
+
+def utc(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes; the ledger writes UTC, so say so."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+class SqlLedger:
+    """A namespace's tables in the database at ``url``, with one engine per process."""
+
+    def __init__(self, url: str, namespace: str = NAMESPACE) -> None:
+        if (problem := namespace_problem(namespace)) is not None:
+            raise ValueError(problem)
+        self.url = normal_url(url)
+        self.namespace = namespace
+        self._engines: dict[int, Engine] = {}  # by pid; a parent's engine stays untouched (never closed) in a child
+
+    @property
+    def engine(self) -> Engine:
+        pid = os.getpid()
+        if (engine := self._engines.get(pid)) is None:
+            engine = create_engine(self.url)
+            if engine.dialect.name == "sqlite":
+                event.listen(engine, "connect", sqlite_pragmas)
+            elif engine.dialect.name != "postgresql":
+                raise ValueError(f"the ledger runs on SQLite or PostgreSQL, not {engine.dialect.name}: {mask_url(self.url)}")
+            self._engines[pid] = engine
+        return engine
+
+    def _insert(self, table: Table) -> sqlite.Insert | postgresql.Insert:
+        """The dialect's own INSERT, the one that knows ON CONFLICT."""
+        return sqlite.insert(table) if self.engine.dialect.name == "sqlite" else postgresql.insert(table)
+
+    def dispose(self) -> None:
+        """Close this process's connections (another process's engine is left alone)."""
+        if (engine := self._engines.pop(os.getpid(), None)) is not None:
+            engine.dispose()

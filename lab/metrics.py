@@ -1,0 +1,76 @@
+"""Prometheus metrics of the lab's runs, for any FM: ``run_all_fms.py --metrics`` prints them.
+
+What an operator of the FMs' pipeline would alert on, read off what each run recorded (the
+observer's record in Redis, ``lab.observe``, and the DLQ drain's last run), on a private
+registry (``LabMetrics``), in Prometheus' text exposition format:
+
+- ``rcl_documents_failed_total{fm, reason}`` (Counter): documents that failed for good, by the
+  envelope's reason (``error``, ``dead_lettered``, ``retries_exhausted``, ``soft_timeout``,
+  ``hard_timeout``: the split a dashboard needs, DESIGN.md §2);
+- ``rcl_attempts{fm}`` (Histogram): attempts per document (a redelivery counts: the observer
+  counts starts in Redis);
+- ``rcl_dlq_depth{fm}`` (Gauge): messages left in the FM's dead-letter queue after its run;
+- ``rcl_dlq_drain_last_run_age_seconds{fm}`` (Gauge): seconds since the DLQ drain last ran
+  (``observe.drain_ran`` keeps its time per FM), when the FM has a drain: an alert on it says
+  the beat stopped;
+- a case study that exports metrics of its own (case study 3's ``cte_*``) adds its run's
+  exposition (``RunReport.exposition``); it is printed after these, as scraped.
+
+Labels are bounded: an FM's short name or a case-study cell, a reason from the fixed list.
+One registry per ``LabMetrics``: two never collide. Limits: these are per run of the lab,
+not a live exporter (the lab's runs last seconds; a scrape interval would see none of them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from lab.harness import RunReport
+
+ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10)
+
+
+class LabMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.failed = Counter("rcl_documents_failed", "Documents that failed for good, by envelope reason.",
+                              ["fm", "reason"], registry=self.registry)
+        self.attempts = Histogram("rcl_attempts", "Attempts per document.", ["fm"], buckets=ATTEMPT_BUCKETS,
+                                  registry=self.registry)
+        self.dlq_depth = Gauge("rcl_dlq_depth", "Messages left in the dead-letter queue after the run.", ["fm"],
+                               registry=self.registry)
+        self.drain_age = Gauge("rcl_dlq_drain_last_run_age_seconds", "Seconds since the DLQ drain last ran.", ["fm"],
+                               registry=self.registry)
+
+    def add(self, report: RunReport, now: float | None = None) -> None:
+        """One run's numbers, labelled with the FM whose code ran (``fm3``, ``fm3w``, ``ct``)."""
+        obs = report.observations
+        label = report.code
+        if obs is not None and report.exposition is None:  # a case study with its own metrics says it better
+            for doc in obs.docs:
+                if (n := obs.attempts.get(doc, 0)) > 0:
+                    self.attempts.labels(fm=label).observe(n)
+                failed = obs.failed(doc)
+                if failed is not None:
+                    self.failed.labels(fm=label, reason=str(failed.get("reason") or "error")).inc()
+            if obs.dlq_depth is not None:
+                self.dlq_depth.labels(fm=label).set(obs.dlq_depth)
+        if report.drain_last_run is not None:
+            self.drain_age.labels(fm=label).set(max(0.0, (now or time.time()) - report.drain_last_run))
+
+    def render(self) -> str:
+        return generate_latest(self.registry).decode()
+
+
+def exposition(reports: Iterable[RunReport]) -> str:
+    """The runs' metrics as one text: the lab's series, then each case study's own, as scraped."""
+    lab = LabMetrics()
+    own: list[str] = []
+    for report in reports:
+        lab.add(report)
+        if report.exposition:
+            own.append(f"# {report.fm} ({report.kind}, on {report.code})\n{report.exposition}")
+    return "\n".join([lab.render(), *own])

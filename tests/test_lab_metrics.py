@@ -1,0 +1,28 @@
+"""``run_all_fms.py --metrics``: the lab's Prometheus series, read off a run's observations (no broker)."""
+
+from __future__ import annotations
+
+from lab.harness import RunReport
+from lab.metrics import LabMetrics, exposition
+from tests.synthetic import fixed_run
+
+
+def test_failures_by_envelope_reason_attempts_dlq_depth_and_drain_age() -> None:
+    report = RunReport("fm6", "fixed", "fm6", 6, observations=fixed_run(), drain_last_run=1_000.0)
+    lab = LabMetrics()
+    lab.add(report, now=1_002.5)
+    text = lab.render()
+    for reason in ("error", "dead_lettered", "retries_exhausted", "soft_timeout", "hard_timeout", "time_limit"):
+        assert f'rcl_documents_failed_total{{fm="fm6",reason="{reason}"}} 1.0' in text
+    assert 'rcl_attempts_count{fm="fm6"} 9.0' in text and 'rcl_attempts_sum{fm="fm6"} 17.0' in text
+    assert 'rcl_attempts_bucket{fm="fm6",le="1.0"} 5.0' in text
+    assert 'rcl_dlq_depth{fm="fm6"} 0.0' in text
+    assert 'rcl_dlq_drain_last_run_age_seconds{fm="fm6"} 2.5' in text
+
+
+def test_a_case_studys_own_series_come_after_the_labs_as_scraped() -> None:
+    own = RunReport("cte_ingestion/burst", "fixed", "ct", 1, observations=fixed_run(),
+                    exposition='cte_events_total{outcome="committed",supplier="SUP-001"} 3.0\n')
+    text = exposition([own])
+    assert text.endswith('# cte_ingestion/burst (fixed, on ct)\ncte_events_total{outcome="committed",supplier="SUP-001"} 3.0\n')
+    assert 'rcl_documents_failed_total{fm="ct"' not in text  # its own metrics say it: the lab's are not doubled
