@@ -235,7 +235,7 @@ def _fire_duplicate(fm: Fm, reader: Reader, body_result: AsyncResult[Any], doc_i
                     pipeline_id: str) -> AsyncResult[Any]:
     """Re-fire ``notify`` for the same pipeline, as an operator (or a redelivery) would."""
     header = cast(Any, body_result.parent)  # the chord's header GroupResult
-    members = cast(list[AsyncResult[Any]], header.results if header is not None else [])
+    members = cast("list[AsyncResult[Any]]", header.results if header is not None else [])
     results = [cast(object, r.result) for r in members]
     task_id = str(uuid.uuid4())
     reader.rec.put("duplicate", task_id)  # so the reader tells its events from the chord's notify
