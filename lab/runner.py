@@ -41,6 +41,11 @@ from shared.envelope import Result
 
 NOT_RUN_WINDOW = 0.5
 """To show that ``notify`` did not run, the runner watches this long after the chord ended."""
+END_RECORD_WINDOW = 5.0
+"""How long the runner waits, after a SUCCESS chord, for its ``notify``'s end to be recorded. Celery
+stores the body's result before ``task_postrun`` runs, so the result can be ready before the
+observer has written ``notify_end`` (seen on a loaded machine: G1 counted 0 ends of a ``notify``
+that had sent its email)."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,8 @@ def run_scenario(
     if chord_outcome.state != "SUCCESS":
         # Proving that the body did not run: watch a bounded window, then read.
         wait_until(lambda: reader.notify_runs("chord") > 0, NOT_RUN_WINDOW)
+    elif stopped_by == "chord finished":
+        wait_until(lambda: reader.has_event("notify_end", role="chord"), END_RECORD_WINDOW)
     healthy = stop is None and stopped_by != "deadline"
     return Observations(
         fm=fm.short,
