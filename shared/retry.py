@@ -26,7 +26,8 @@ error, so ``@enveloped`` records why the document failed.
 ``TransientError(..., retry_after=s)``: an error that says when to come back (an
 HTTP 429 or 503 with ``Retry-After``); the retry waits at least that long.
 
-Where a waiting retry waits (``wait_in``). Celery's ``Task.retry(countdown=...)``
+Where a waiting retry waits (``wait_in``). In Celery 5.5 to 5.7 (read in 5.5.3,
+5.6.3 and 5.7.0, and the lab's S5 hard reproduces it on each), ``Task.retry(countdown=...)``
 publishes an ETA message that the worker receiving it holds, unacknowledged, in
 memory until it is due (``celery.worker.strategy.default``: ``qos.increment_eventually``,
 then ``timer.call_at``). The prefetch count is meant to grow by one for each,
@@ -35,8 +36,8 @@ turns global QoS off when ``worker_detect_quorum_queues`` finds one, and RabbitM
 applies a per-consumer ``basic.qos`` only to consumers created after it. So
 waiting retries fill the static prefetch (concurrency x ``worker_prefetch_multiplier``)
 and new work queues behind them until they come due (measured on fm5's queue:
-a probe waited as long as the burst's retries did, see ``--prove``). Celery 5.7's
-native delayed delivery would hold them in the broker, but only for a topic or
+a probe waited as long as the burst's retries did, see ``--prove``). Celery's
+native delayed delivery (there since 5.5) would hold them in the broker, but only for a topic or
 fanout exchange (``Celery.send_task`` falls back to an ETA for a direct one) and
 through broker-wide ``celery_delayed_*`` exchanges and queues that no prefix
 confines (``celery.worker.consumer.delayed_delivery``), which the lab's namespace
