@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
-import celery
 import pytest
 from celery import chord, group
 from celery.app.task import Context
@@ -139,8 +138,8 @@ def test_task_retry_on_worker_lost_bounds_the_poison_loop_and_still_breaks_the_c
     Celery 5.5 and 5.6 have no such setting (an unknown ``app.conf`` key is ignored, and the
     poison message loops as on fm2): not applicable there."""
     if CELERY < (5, 7):
-        pytest.skip(f"Celery {celery.__version__} has no task_retry_on_worker_lost (new in 5.7.0: "
-                    "celery.app.defaults, celery.worker.request.Request._retry_worker_lost)")
+        pytest.skip("no task_retry_on_worker_lost before Celery 5.7.0 (celery.app.defaults; "
+                    "celery.worker.request.Request._retry_worker_lost): the setting is ignored, the loop goes on")
     fm = variants.derive("fm2_worker_crash", "fm2r_retry_on_worker_lost", [
         ("app.conf.task_reject_on_worker_lost = True", "app.conf.task_reject_on_worker_lost = True\n"
          "app.conf.task_retry_on_worker_lost = True  # Celery 5.7: retry a lost task, max_retries times"),
@@ -287,8 +286,8 @@ def test_reject_without_requeue_passes_the_envelope_and_fails_the_chord(limit: C
     assert obs.notify_runs["chord"] == 0
     if CELERY < (5, 7):
         assert obs.chord.state == "PENDING", obs.chord
-        limit(f"Celery {celery.__version__}: Request.on_failure only rejects a Reject(requeue=False), stores no "
-              "result: the chord never completes and says nothing (5.7.0 stores FAILURE)")
+        limit("before 5.7: celery.worker.request.Request.on_failure only rejects a Reject(requeue=False) and "
+              "stores nothing: the chord stays PENDING, no error (5.7.0 stores FAILURE)")
         return
     assert obs.chord.state == "FAILURE" and obs.chord.error_type == "ChordError"
     assert "reject requeue=False: beyond repair" in (obs.chord.error or "")
@@ -336,8 +335,8 @@ def test_a_chord_member_that_reports_twice_counts_once(limit: Callable[[str], No
     if CELERY < (5, 7):
         assert not backend.client.exists(size_key)  # counted 2 of 2: the chord is done, its keys gone
         assert sorted(_take_body(fm), key=lambda r: r["attempts"]) == [first, again]  # member 1 never joined
-        limit(f"Celery {celery.__version__}: RedisBackend.on_chord_part_return ZADDs the encoded result, so a "
-              "member's second, different result counts again and the body goes one member short")
+        limit("before 5.7: celery.backends.redis.RedisBackend.on_chord_part_return ZADDs the encoded result: a "
+              "member's second, different result counts again, the body goes one member short")
     else:
         assert backend.client.exists(size_key)  # counted 1 of 2: still waiting for member 1
         backend.mark_as_done(members[1].id, other, request=members[1])
