@@ -22,6 +22,7 @@ from sqlalchemy.exc import StatementError
 from case_studies.severity_batch import claims, ledger
 from case_studies.severity_batch.claims import COLUMNS, MODEL_VERSION, POISON_KINDS, PoisonClaim, generate, parse, score
 from case_studies.severity_batch.ledger import Ledger, LedgerCounts
+from lab.settings import NAMESPACE
 
 
 
@@ -262,7 +263,7 @@ def test_two_processes_write_at_once_without_locking_errors(book: Ledger) -> Non
 
 def test_the_default_ledger_is_the_namespace_sqlite_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RCL_LEDGER_URL", raising=False)
-    path = ledger.ROOT / ".lab" / "rcltest" / "severity-ledger.sqlite"
+    path = ledger.ROOT / ".lab" / NAMESPACE / "severity-ledger.sqlite"  # the tests' (RCL_TEST_NAMESPACE)
     assert ledger.ledger_url() == f"sqlite:///{path}" and path.parent.is_dir()
     monkeypatch.setenv("RCL_LEDGER_URL", "postgresql://lab:s3cret@db.example:5432/claims")
     shown = repr(Ledger())  # made lazily: nothing connects
