@@ -36,6 +36,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -274,6 +275,12 @@ def failed(table: Iterable[Row]) -> bool:
     return any(cell.state == "FAIL" for row in table for cell in row.cells.values())
 
 
+LEGEND = ("pass: holds as the lab states it.  n/a: cannot apply on that version.",
+          "fail: does not hold on that version, as its docstring says (the run checked what it does instead).",
+          "FAIL: should have held and did not (make matrix exits 1).")
+NOTE_WIDTH = 100
+
+
 def render(table: Sequence[Row], headers: Mapping[str, str]) -> str:
     """The grid (a cell with a reason carries a note number) and the numbered reasons under it."""
     notes: list[str] = []
@@ -291,10 +298,9 @@ def render(table: Sequence[Row], headers: Mapping[str, str]) -> str:
     head = ["check", *headers.values()]
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     lines = ["  ".join(text.ljust(w) for text, w in zip(line, widths)).rstrip() for line in [head, *body]]
-    lines.append("")
-    lines.append("pass: holds as the lab states it; fail: does not hold on that version, as its docstring says "
-                 "(the run checked what it does instead); n/a: cannot apply there; FAIL: should have held and did not")
-    lines.extend(f"[{i}] {note}" for i, note in enumerate(notes, 1))
+    lines.extend(["", *LEGEND])
+    for i, note in enumerate(notes, 1):
+        lines.extend(textwrap.wrap(f"[{i}] {note}", NOTE_WIDTH, subsequent_indent="    ", break_on_hyphens=False))
     return "\n".join(lines)
 
 
