@@ -22,7 +22,9 @@ from lab.scenarios import BURST
 PROBE_AT_ONCE_SECONDS = 2.0
 """G6: a probe task must come back within this after the run."""
 BURST_PROBE_SECONDS = 0.5
-"""G5: a probe sent while the burst's retries wait must come back within this."""
+"""S5 hard: a probe held behind the burst's retries comes back later than this (G5 asks for the
+order instead: back before any retry ran; on an idle machine that is well within this, but other
+runs on the same two cores have made it 0.77 s)."""
 BURST_WAITING = 8
 """G5: when the probe is sent, at least this many burst retries still wait: the prefetch
 of the lab's worker (``worker_concurrency`` 2 x ``worker_prefetch_multiplier`` 4)."""
@@ -169,11 +171,14 @@ def g5(obs: Observations, fm: Fm) -> Check:
     c.expect(len(ok) == len(burst), f"burst {len(ok)} of {len(burst)} ok after 2 attempts", f"all {len(burst)}")
     sent, back = obs.burst_probe or (0.0, None)
     waiting = _waiting_at(obs, burst, sent)
-    took = back - sent if back is not None else None
+    first_retry = _first_retry_start(obs, burst)
     c.expect(obs.burst_probe is not None and waiting >= BURST_WAITING,
              f"probe sent while {waiting} of the burst's retries waited", f">= {BURST_WAITING} (the prefetch)")
-    c.expect(took is not None and took <= BURST_PROBE_SECONDS,
-             f"probe during the burst {'lost' if took is None else f'back in {took:.3f}s'}", f"<= {BURST_PROBE_SECONDS}s")
+    # Not held behind the waiting retries: back before any of them ran (S5 hard: after).
+    c.expect(back is not None and (first_retry is None or back < first_retry),
+             f"probe during the burst {'lost' if back is None else f'back in {back - sent:.3f}s'}"
+             + (f", {first_retry - back:.3f}s before the first retry ran" if back is not None and first_retry else ""),
+             "back before any of the burst's retries ran")
     return c.result()
 
 
