@@ -22,9 +22,9 @@ from lab.scenarios import BURST
 PROBE_AT_ONCE_SECONDS = 2.0
 """G6: a probe task must come back within this after the run."""
 BURST_PROBE_SECONDS = 0.5
-"""S5 hard: a probe held behind the burst's retries comes back later than this (G5 asks for the
-order instead: back before any retry ran; on an idle machine that is well within this, but other
-runs on the same two cores have made it 0.77 s)."""
+"""G5 and S5 hard: a probe held behind the burst's retries comes back later than this, and after
+the first of them ran (S5 hard); G5 is the opposite: back within this, or back before any retry
+ran (a probe the load slowed down, 0.77 s in one run, was not held behind a retry that had not run)."""
 BURST_WAITING = 8
 """G5: when the probe is sent, at least this many burst retries still wait: the prefetch
 of the lab's worker (``worker_concurrency`` 2 x ``worker_prefetch_multiplier`` 4)."""
@@ -174,11 +174,12 @@ def g5(obs: Observations, fm: Fm) -> Check:
     first_retry = _first_retry_start(obs, burst)
     c.expect(obs.burst_probe is not None and waiting >= BURST_WAITING,
              f"probe sent while {waiting} of the burst's retries waited", f">= {BURST_WAITING} (the prefetch)")
-    # Not held behind the waiting retries: back before any of them ran (S5 hard: after).
-    c.expect(back is not None and (first_retry is None or back < first_retry),
+    # Not held behind the waiting retries (S5 hard's symptom: later than BURST_PROBE_SECONDS and
+    # after the first retry ran): back within the bound, or before any retry ran.
+    c.expect(back is not None and (back - sent <= BURST_PROBE_SECONDS or first_retry is None or back < first_retry),
              f"probe during the burst {'lost' if back is None else f'back in {back - sent:.3f}s'}"
-             + (f", {first_retry - back:.3f}s before the first retry ran" if back is not None and first_retry else ""),
-             "back before any of the burst's retries ran")
+             + (f", the first retry ran {back - first_retry:+.3f}s from then" if back is not None and first_retry else ""),
+             f"<= {BURST_PROBE_SECONDS}s, or before any of the burst's retries ran")
     return c.result()
 
 
