@@ -22,9 +22,12 @@ from lab.scenarios import BURST
 PROBE_AT_ONCE_SECONDS = 2.0
 """G6: a probe task must come back within this after the run."""
 BURST_PROBE_SECONDS = 0.5
-"""G5 and S5 hard: a probe held behind the burst's retries comes back later than this, and after
-the first of them ran (S5 hard); G5 is the opposite: back within this, or back before any retry
-ran (a probe the load slowed down, 0.77 s in one run, was not held behind a retry that had not run)."""
+"""G5: a probe sent while the burst's retries wait is taken off the broker by the worker within
+this (``burst_probe_received``, the worker's ``task_received``): the waiting retries are not in
+its prefetch. Its round trip is reported, not bounded: it also waits for a free pool process,
+which scenario 6's hangs and a loaded machine hold (round trips of 0.63 to 0.97 s were seen in
+fm6 runs with a load average near 5, the worker having taken the probe at once).
+S5 hard: a probe held behind the retries comes back later than this, after the first of them ran."""
 BURST_WAITING = 8
 """G5: when the probe is sent, at least this many burst retries still wait: the prefetch
 of the lab's worker (``worker_concurrency`` 2 x ``worker_prefetch_multiplier`` 4)."""
@@ -171,15 +174,15 @@ def g5(obs: Observations, fm: Fm) -> Check:
     c.expect(len(ok) == len(burst), f"burst {len(ok)} of {len(burst)} ok after 2 attempts", f"all {len(burst)}")
     sent, back = obs.burst_probe or (0.0, None)
     waiting = _waiting_at(obs, burst, sent)
-    first_retry = _first_retry_start(obs, burst)
+    received = next((e.t for e in obs.events if e.kind == "burst_probe_received"), None)
     c.expect(obs.burst_probe is not None and waiting >= BURST_WAITING,
              f"probe sent while {waiting} of the burst's retries waited", f">= {BURST_WAITING} (the prefetch)")
-    # Not held behind the waiting retries (S5 hard's symptom: later than BURST_PROBE_SECONDS and
-    # after the first retry ran): back within the bound, or before any retry ran.
-    c.expect(back is not None and (back - sent <= BURST_PROBE_SECONDS or first_retry is None or back < first_retry),
-             f"probe during the burst {'lost' if back is None else f'back in {back - sent:.3f}s'}"
-             + (f", the first retry ran {back - first_retry:+.3f}s from then" if back is not None and first_retry else ""),
-             f"<= {BURST_PROBE_SECONDS}s, or before any of the burst's retries ran")
+    # Not held behind the waiting retries: the worker took it at once (S5 hard: it came back
+    # only after the first retry ran).
+    c.expect(back is not None and received is not None and received - sent <= BURST_PROBE_SECONDS,
+             f"probe during the burst {'lost' if back is None else f'back in {back - sent:.3f}s'}, taken by the worker "
+             + ("never" if received is None else f"{received - sent:.3f}s after it was sent"),
+             f"taken within {BURST_PROBE_SECONDS}s")
     return c.result()
 
 
@@ -339,9 +342,11 @@ def s5_hard(obs: Observations, fixed: Fm) -> Check:
     first_retry = _first_retry_start(obs, burst)
     c.expect(obs.burst_probe is not None and waiting >= BURST_WAITING,
              f"probe sent while {waiting} of the burst's retries waited", f">= {BURST_WAITING} (the prefetch)")
+    received = next((e.t for e in obs.events if e.kind == "burst_probe_received"), None)
     c.expect(back is not None and back - sent > BURST_PROBE_SECONDS and first_retry is not None and back > first_retry,
              f"probe during the burst {'lost' if back is None else f'back in {back - sent:.3f}s'}"
-             + (f", {back - first_retry:.3f}s after the first retry ran" if back is not None and first_retry is not None else ""),
+             + (f", {back - first_retry:.3f}s after the first retry ran" if back is not None and first_retry is not None else "")
+             + (f", taken by the worker {received - sent:.3f}s after it was sent" if received is not None else ""),
              f"> {BURST_PROBE_SECONDS}s, after the burst's retries came due (the worker's prefetch held them)")
     return c.result()
 

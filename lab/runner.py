@@ -33,7 +33,7 @@ from celery.result import AsyncResult
 
 from lab.faults import document_text
 from lab.fm import Fm
-from lab.observe import Event, Reader, attempt_starts, short_doc
+from lab.observe import BURST_PROBE, Event, Reader, attempt_starts, short_doc
 from lab.pipeline import store_document
 from lab.scenarios import Scenario
 from lab.waiting import wait_until
@@ -176,7 +176,8 @@ def run_scenario(
         nonlocal duplicate, gate_opened, burst_probe, burst_sent, burst_back
         if sc.burst:
             if burst_probe is None and _burst_waiting(reader, sc.burst):
-                burst_probe, burst_sent = fm.probe.apply_async(), time.time()
+                burst_sent = time.time()
+                burst_probe = fm.probe.apply_async(task_id=f"{run_id}{BURST_PROBE}{uuid.uuid4()}")
                 reader.rec.event("burst_probe_sent")
             elif burst_probe is not None and burst_back is None and burst_probe.ready():
                 burst_back = time.time()
