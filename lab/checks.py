@@ -26,7 +26,8 @@ BURST_PROBE_SECONDS = 0.5
 this (``burst_probe_received``, the worker's ``task_received``): the waiting retries are not in
 its prefetch. Its round trip is reported, not bounded: it also waits for a free pool process,
 which scenario 6's hangs and a loaded machine hold (round trips of 0.63 to 0.97 s were seen in
-fm6 runs with a load average near 5, the worker having taken the probe at once).
+fm6 runs with a load average near 5; in one measured, a round trip of 0.84 s, the worker took
+the probe after 0.25 s).
 S5 hard: a probe held behind the retries comes back later than this, after the first of them ran."""
 BURST_WAITING = 8
 """G5: when the probe is sent, at least this many burst retries still wait: the prefetch
