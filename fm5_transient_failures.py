@@ -28,7 +28,8 @@ while the burst waits comes back only after the first of its retries ran).
 ``QUEUE.retry.<bucket>.<slice>`` with a per-message TTL that dead-letter back to
 ``QUEUE`` (``shared/retry.py`` says how, and why not Celery's native delayed
 delivery, there since 5.5: it needs a topic exchange and broker-wide ``celery_delayed_*`` names).
-G5: the worker takes the probe off the broker within 0.5 s (its ``task_received``), and every
+G5: the worker takes the probe off the broker (its ``task_received``) within 0.5 s, or
+before any retry of the burst ended, and every
 burst document is ok after 2 attempts.
 
 Delta from fm4: ``@transient_retryable`` with its ``RetryPolicy`` and ``wait_in`` on parse_document.

@@ -213,7 +213,7 @@ class Observer:
         kwargs = cast(Mapping[str, object], getattr(request, "kwargs", None) or {})
         role = _role_of(task)
         when = getattr(reason, "when", None)
-        delay = f"{float(when):.4f}" if isinstance(when, (int, float)) else ""
+        delay = repr(float(when)) if isinstance(when, (int, float)) else ""  # exact: G5 checks it against its band
         exc = cast(BaseException | None, getattr(reason, "exc", None))
         if role == "parse_document" and (found := doc_in(args)):
             run, doc = found
