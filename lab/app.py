@@ -58,7 +58,7 @@ class NamespacedConsumer(Consumer):
 
 
 BACKEND_RETRY_POLICY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
-"""How the Redis result backend retries a lost connection (``celery.backends.redis.RedisBackend.ensure``,
+"""How the Redis result backend retries a lost connection (``celery.backends.redis.RedisBackend.ensure``, 5.5 to 5.7,
 and its result consumer's reconnect): 3 times within 1.5 s, not Celery's 20 times a second apart,
 so that a Redis gone mid-run is an ERROR within seconds (measured on 5.7: 19 s with Celery's policy)."""
 

@@ -18,7 +18,7 @@ Knobs (``RetryPolicy``):
 The wrapper keeps its policy as ``retry_policy`` (what a check or a dashboard reads).
 
 How: the retry is Celery's own ``Task.retry(countdown=...)``, which publishes the
-same task id again (its chord membership with it) and raises ``Retry``;
+same task id again (its chord membership with it) and raises ``Retry`` (Celery 5.5 to 5.7);
 ``@enveloped`` lets ``Retry`` through. On exhaustion it raises
 ``RetriesExhausted`` (``envelope_reason = "retries_exhausted"``) from the last
 error, so ``@enveloped`` records why the document failed.
@@ -50,7 +50,7 @@ exchange under their own names, never consumed, each dead-lettering back to
 so no ETA header and no delayed-delivery branch; not ``None``, which
 ``Task.retry`` would replace by ``default_retry_delay``) and the AMQP
 ``expiration`` set to the delay (``celery.app.amqp.AMQP.send_task_message`` passes
-it through to ``kombu.Producer.publish``). When it expires RabbitMQ moves it to
+it through to ``kombu.Producer.publish``; Celery 5.5 to 5.7, and G5 runs it on each). When it expires RabbitMQ moves it to
 ``QUEUE``, as a new message (a fresh ``x-delivery-limit`` count), with its
 headers: ``request.retries`` and the chord membership are intact. RabbitMQ
 expires a message only at the head of its queue, so a retry waits behind an

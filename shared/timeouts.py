@@ -163,7 +163,8 @@ class BackstopRequest(Request):
             return False
 
     def _send_next(self, envelope: Wire, context: Any) -> None:
-        """What ``celery.app.trace`` sends before it stores a result: link callbacks, then the chain's next step."""
+        """What ``celery.app.trace`` sends before it stores a result (Celery 5.5 to 5.7): link callbacks, then
+        the chain's next step."""
         app, root_id = self.task.app, context.root_id or self.id
         for callback in context.callbacks or ():
             signature(callback, app=app).apply_async((envelope,), parent_id=self.id, root_id=root_id)
