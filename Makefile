@@ -1,14 +1,17 @@
 # Two set-up commands (see README.md):
 #   make lab    creates .venv, installs, makes sure RabbitMQ and Redis answer, runs the lab
 #   make test   the same set-up, then pytest (unit + integration) and pyright (strict)
-# Pass options to the lab with ARGS, e.g. make lab ARGS="--only fm3 --prove".
+#   make matrix the lab, --prove and the claims on every Celery version in matrix/ (one venv each
+#               under .lab/matrix/), then one table of what holds where (lab/matrix.py)
+# Pass options to the lab with ARGS, e.g. make lab ARGS="--only fm3 --prove"; to the matrix with
+# MATRIX_ARGS, e.g. make matrix MATRIX_ARGS="--only 5.5".
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test services typecheck down clean
+.PHONY: lab test matrix services typecheck down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is needed, this is " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -26,6 +29,9 @@ lab: services
 test: services
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(BIN)/pyright
+
+matrix: services
+	$(BIN)/python -m lab.matrix $(MATRIX_ARGS)
 
 typecheck: $(STAMP)
 	$(BIN)/pyright

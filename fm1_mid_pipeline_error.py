@@ -8,7 +8,7 @@ Root cause: a chord member in the FAILURE state. With the Redis backend,
 ``celery.backends.redis.RedisBackend.on_chord_part_return`` sees it when the
 last member returns and hands the chord to
 ``celery.backends.base.Backend.chord_error_from_stack``: the body's errbacks
-run, the body does not.
+run, the body does not (Celery 5.5, 5.6 and 5.7 alike).
 
 Fix: ``@enveloped`` (``shared/envelope.py``) under ``@app.task`` on every task.
 Every exit becomes a SUCCESS state whose value is a ``Result`` with ``status``

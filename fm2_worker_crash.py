@@ -6,7 +6,7 @@ the chord result is ``ChordError`` naming ``WorkerLostError``; ``notify`` never 
 
 Root cause: early acknowledgement. By default the worker acks a message as soon
 as a pool process accepts it (``celery.worker.request.Request.on_accepted``
-calls ``acknowledge`` unless the task is ``acks_late``), before the body runs,
+calls ``acknowledge`` unless the task is ``acks_late``; Celery 5.5 to 5.7), before the body runs,
 so RabbitMQ has already forgotten it when the process dies. The main process
 then reports ``WorkerLostError`` and ``Request.on_failure`` stores it with
 ``backend.mark_as_failure``, which also tells the chord (``on_chord_part_return``).
@@ -17,8 +17,20 @@ Fix: ``task_acks_late = True`` (ack after the body returns) plus
 rejected with ``requeue=True`` and *not* marked failed: RabbitMQ delivers it
 again, ``doc3`` succeeds on attempt 2, the chord completes. Without
 ``reject_on_worker_lost``, ``acks_late`` alone acks the lost message
-(``acks_on_failure``) and marks it failed: the chord still breaks (tried:
+(``acks_on_failure`` in Celery 5.7, ``acks_on_failure_or_timeout`` in 5.5 and 5.6;
+true by default) and marks it failed: the chord still breaks (tried:
 removing either setting fails G2 with ``doc3 attempts 1``).
+
+Celery 5.5 and 5.6: a process that dies *after* its result was stored (in a
+``task_postrun`` handler, or killed on its way back to the main process) is
+requeued too, runs again, and its second result counts in the chord join a
+second time (the Redis backend's join adds each distinct result,
+``RedisBackend.on_chord_part_return``): the body goes one member short
+(``tests/test_celery_claims.py``, C11). Celery 5.7's ``Request.on_failure`` asks
+the backend first (``_success_was_stored``) and acks such a task, and its join
+counts a task id once. The lab's kills happen inside the body, before any result,
+so G2 holds on all three; on 5.5 and 5.6 the window stays open, with no setting
+to close it: upgrade, or keep what runs after the body's return trivial.
 
 From here on the lab runs two pool processes (``worker_concurrency = 2``). This
 fix does not need them: with one, the replacement process takes the requeued

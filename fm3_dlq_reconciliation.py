@@ -11,7 +11,9 @@ its own, ``task_retry_on_worker_lost`` (``celery.worker.request.Request.on_failu
 calls ``_retry_worker_lost``): it publishes the lost task again with
 ``retries + 1`` until ``max_retries``, and then marks it FAILURE, so the chord
 still breaks (``tests/test_celery_claims.py`` runs it on fm2: ``doc4`` attempted
-4 times, then ``ChordError(WorkerLostError)``). The broker's bound below ends in
+4 times, then ``ChordError(WorkerLostError)``). The setting is new in 5.7.0:
+Celery 5.5 and 5.6 ignore it and loop as fm2 does, so there the broker's bound
+is the only one. The broker's bound below ends in
 a SUCCESS-state envelope instead, needs no retry delay on the task, and also
 bounds a worker lost whole, whose main process is not there to call
 ``on_failure`` (``tests/test_celery_claims.py`` kills one three times).
@@ -33,7 +35,11 @@ Fix (``shared/dlq.py``):
   SUCCESS-state ``Result`` with reason ``dead_lettered`` through
   ``backend.mark_as_done``, with a request rebuilt from the message;
   ``Backend.mark_as_done`` calls ``on_chord_part_return``, the member counts,
-  and ``notify`` fires. A dead letter that leads to no member stays in the DLQ
+  and ``notify`` fires (Celery 5.5 to 5.7). A drain that runs again on the same
+  dead letter (its ack lost) writes the same envelope: Celery 5.7 counts a
+  member once whatever it reports; 5.5 and 5.6 count a result already in the
+  join once only when it is byte for byte the same, which the drain's is
+  (``shared/dlq.py``). A dead letter that leads to no member stays in the DLQ
   for an operator; nothing is acked unless it was finalised.
 - the DLQ must exist before a message dies (RabbitMQ drops a dead letter it
   cannot route): ``DeadLetteringQueue`` is a kombu ``Queue`` that declares its
@@ -52,7 +58,7 @@ Delta from fm2: the ``DLQ``, ``task_queues`` with a ``DeadLetteringQueue`` whose
 Tradeoffs: a dead-lettered document is reported failed, not retried; an
 operator must look at why. The drain runs every 0.25 s here (seconds or
 minutes in production), which is how long a chord waits after the last
-delivery. Quorum queues have no global QoS and, in Celery 5.7, pull in the
+delivery. Quorum queues have no global QoS and, in Celery 5.5 to 5.7, pull in the
 ``DelayedDelivery`` bootstep; the lab's apps run without it (``lab/app.py``)
 so that nothing outside the FM's namespace is declared.
 

@@ -47,8 +47,8 @@ with its ``idempotency_key``.
 
 Tradeoffs: recovery from a dead owner needs its redelivery (immediate here;
 FM-2's requeue) or, failing that, the claim's TTL. A redelivery while the first
-delivery still runs (RabbitMQ requeues on a lost *connection*, and Celery 5.7
-lets the running task go on: read, not run, ``shared/claim.py``) resumes the claim too, and both call the mail API:
+delivery still runs (RabbitMQ requeues on a lost *connection*, and Celery 5.5
+to 5.7 let the running task go on: read, not run, ``shared/claim.py``) resumes the claim too, and both call the mail API:
 the key is what keeps that to one email. Without a receiver that honours an
 idempotency key, at-most-once and at-least-once are the only choices.
 Busy-retries cost broker round trips while the owner works.

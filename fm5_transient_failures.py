@@ -19,16 +19,17 @@ shorter than its planned delay.
 Hard variant: a burst of waiting retries (``doc12``..``doc27``, each a 429 with
 ``Retry-After: 1.5``). A plain countdown retry is an ETA message that the worker
 holds, unacknowledged, until it is due, and on FM-3's quorum queue the prefetch
-is static (``celery.worker.consumer.tasks.Tasks.qos_global`` turns global QoS
+is static (``celery.worker.consumer.tasks.Tasks.qos_global``, Celery 5.5 to 5.7, turns global QoS
 off; RabbitMQ does not apply a later per-consumer ``basic.qos`` to a running
 consumer): sixteen waiting retries fill the prefetch of 8 (2 processes x
 multiplier 4) and new work waits until they come due (``--prove``: a probe sent
 while the burst waits comes back only after the first of its retries ran).
 ``wait_in=QUEUE`` keeps waiting retries in the broker: delay queues
 ``QUEUE.retry.<bucket>.<slice>`` with a per-message TTL that dead-letter back to
-``QUEUE`` (``shared/retry.py`` says how, and why not Celery 5.7's native delayed
-delivery: it needs a topic exchange and broker-wide ``celery_delayed_*`` names).
-G5: the probe is back within 0.5 s, before any retry of the burst ran, and every
+``QUEUE`` (``shared/retry.py`` says how, and why not Celery's native delayed
+delivery, there since 5.5: it needs a topic exchange and broker-wide ``celery_delayed_*`` names).
+G5: the worker takes the probe off the broker (its ``task_received``) within 0.5 s, or
+before any retry of the burst ended, and every
 burst document is ok after 2 attempts.
 
 Delta from fm4: ``@transient_retryable`` with its ``RetryPolicy`` and ``wait_in`` on parse_document.

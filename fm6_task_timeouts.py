@@ -7,7 +7,9 @@ Root cause: no deadline inside the body. Celery's own ``time_limit`` alone is
 not enough: on expiry billiard's ``TimeoutHandler.on_hard_timeout`` fails the
 job, which calls ``celery.worker.request.Request.on_failure``, then calls
 ``Request.on_timeout`` (hard branch), then kills the pool process; both Celery
-calls store FAILURE with ``TimeLimitExceeded`` (``backend.mark_as_failure``).
+calls store FAILURE with ``TimeLimitExceeded`` (``backend.mark_as_failure``; Celery
+5.5 to 5.7 with billiard 4.3.2, and 5.7's ``on_timeout`` also runs ``Task.on_failure``
+and the ``task_failure`` signal).
 The chord member is FAILURE, the chord fails with ``ChordError`` (FM-1's
 symptom again) and ``notify`` does not run (``tests/test_celery_claims.py``
 runs exactly that: this file without ``@hard_timeout``).

@@ -7,6 +7,7 @@
     python run_all_fms.py --prove              # also run scenario N on FM N-1 (symptom SN)
     python run_all_fms.py --prove --include-fm0 --report lab-report.html
                                                # also write the workshop report (one HTML file)
+    python run_all_fms.py --json results.json  # also write the results as JSON (for make matrix)
     python run_all_fms.py --down               # stop what the lab started
     python run_all_fms.py --clean              # also delete the namespace's queues, exchanges and keys
     python run_all_fms.py --diff fm4           # the code change from fm3 to fm4 (FM-4's lesson)
@@ -45,7 +46,7 @@ from lab import metrics as lab_metrics
 from lab.fm import fm_modules
 from lab.harness import HarnessError, RunReport
 from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
-from lab.show import diff, report
+from lab.show import diff, report, results
 from lab.show.progress import Board
 
 
@@ -59,6 +60,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--report", type=Path, metavar="PATH", help="write the workshop report (one self-contained HTML file) to PATH")
     p.add_argument("--metrics", action="store_true", help="after the summary, print the runs' Prometheus metrics "
                    "(failures by envelope reason, attempts, DLQ depth and drain age; a case study's own series)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the results (the versions, each run's verdict and "
+                   "checks) as JSON to PATH")
     p.add_argument("--down", action="store_true", help="stop workers and services the lab started, then exit")
     p.add_argument("--clean", action="store_true", help="stop this namespace's workers and delete its queues, "
                    "exchanges and Redis keys (nothing else), then exit")
@@ -89,15 +92,15 @@ def summary_table(reports: list[RunReport], prove: bool) -> str:
     return "\n".join(lines)
 
 
-def check_report_path(path: Path) -> None:
+def check_report_path(path: Path, option: str = "--report", example: str = "lab-report.html") -> None:
     """Refuse, before the run, a report path that cannot be written."""
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise HarnessError(f"--report {path} is a folder; give a file name, e.g. {path / 'lab-report.html'}")
+        raise HarnessError(f"{option} {path} is a folder; give a file name, e.g. {path / example}")
     if not folder.is_dir():
-        raise HarnessError(f"--report {path}: the folder {folder} does not exist")
+        raise HarnessError(f"{option} {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise HarnessError(f"--report {path}: cannot write there (permission denied)")
+        raise HarnessError(f"{option} {path}: cannot write there (permission denied)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +131,8 @@ def _run(args: argparse.Namespace) -> int:
         fms = selected(args)
         if args.report is not None:
             check_report_path(args.report)
+        if args.json is not None:
+            check_report_path(args.json, "--json", "results.json")
         services.ensure()
         with workers.NamespaceLock():
             try:
@@ -161,6 +166,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"report: {report.write(args.report, reports)}")
         except OSError as exc:
             print(f"error: cannot write the report: {exc}", file=sys.stderr)
+            return 2
+    if args.json is not None:
+        try:
+            print(f"results: {results.write(args.json, reports)}")
+        except OSError as exc:
+            print(f"error: cannot write the results: {exc}", file=sys.stderr)
             return 2
     if any(r.error is not None for r in reports):
         return 3

@@ -112,7 +112,7 @@ def measure(fm: Fm, claims: int, chunk_size: int, url: str, ledger_name: str) ->
     ledger = Ledger(url)
     ledger.create()
     ledger.clear()
-    submit = cast(Callable[[RunSpec], AsyncResult[Any]], fm.submit)
+    submit = cast("Callable[[RunSpec], AsyncResult[Any]]", fm.submit)
     label = f"bench-{ledger_name}-{claims}x{chunk_size}"
     previous = os.environ.get("RCL_LEDGER_URL")
     os.environ["RCL_LEDGER_URL"] = url  # the worker inherits it: the same ledger on both sides

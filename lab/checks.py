@@ -22,7 +22,15 @@ from lab.scenarios import BURST
 PROBE_AT_ONCE_SECONDS = 2.0
 """G6: a probe task must come back within this after the run."""
 BURST_PROBE_SECONDS = 0.5
-"""G5: a probe sent while the burst's retries wait must come back within this."""
+"""G5: a probe sent while the burst's retries wait is taken off the broker by the worker
+(``burst_probe_received``, the worker's ``task_received``) within this, or before the first of
+the burst's retries ended: the waiting retries are not in its prefetch. A prefetch full of them
+keeps the probe on the broker until one has run and been acked (fm5w: taken after 1.24 s), so a
+held probe fails both. Its round trip is reported, not bounded: it also waits for a free pool
+process, which scenario 6's hangs and a loaded machine hold (round trips of 0.63 to 0.97 s were
+seen in fm6 runs with a load average near 5; in one measured, a round trip of 0.84 s, the worker
+took the probe after 0.25 s, and in another, 0.66 s).
+S5 hard: a probe held behind the retries comes back later than this, after the first of them ran."""
 BURST_WAITING = 8
 """G5: when the probe is sent, at least this many burst retries still wait: the prefetch
 of the lab's worker (``worker_concurrency`` 2 x ``worker_prefetch_multiplier`` 4)."""
@@ -169,11 +177,18 @@ def g5(obs: Observations, fm: Fm) -> Check:
     c.expect(len(ok) == len(burst), f"burst {len(ok)} of {len(burst)} ok after 2 attempts", f"all {len(burst)}")
     sent, back = obs.burst_probe or (0.0, None)
     waiting = _waiting_at(obs, burst, sent)
-    took = back - sent if back is not None else None
+    received = next((e.t for e in obs.events if e.kind == "burst_probe_received"), None)
     c.expect(obs.burst_probe is not None and waiting >= BURST_WAITING,
              f"probe sent while {waiting} of the burst's retries waited", f">= {BURST_WAITING} (the prefetch)")
-    c.expect(took is not None and took <= BURST_PROBE_SECONDS,
-             f"probe during the burst {'lost' if took is None else f'back in {took:.3f}s'}", f"<= {BURST_PROBE_SECONDS}s")
+    # Not held behind the waiting retries: the worker took it at once, or before any of them had
+    # run and been acked (S5 hard: it came back only after the first retry ran).
+    first_end = _first_retry_end(obs, burst)
+    c.expect(back is not None and received is not None
+             and (received - sent <= BURST_PROBE_SECONDS or first_end is None or received < first_end),
+             f"probe during the burst {'lost' if back is None else f'back in {back - sent:.3f}s'}, taken by the worker "
+             + ("never" if received is None else f"{received - sent:.3f}s after it was sent")
+             + ("" if received is None or first_end is None else f", {first_end - received:+.3f}s before the first retry ended"),
+             f"taken within {BURST_PROBE_SECONDS}s, or before any of the burst's retries ended")
     return c.result()
 
 
@@ -188,6 +203,12 @@ def _first_retry_start(obs: Observations, burst: list[str]) -> float | None:
     """When the first burst document began its second attempt (its retry)."""
     starts = [e.t for e in obs.events if e.kind == "attempt_start" and e.get("doc") in burst and e.get("attempt") == "2"]
     return min(starts) if starts else None
+
+
+def _first_retry_end(obs: Observations, burst: list[str]) -> float | None:
+    """When the first burst document ended its second attempt (its retry)."""
+    ends = [e.t for e in obs.events if e.kind == "attempt_end" and e.get("doc") in burst and e.get("attempt") == "2"]
+    return min(ends) if ends else None
 
 
 def g6(obs: Observations, fm: Fm) -> Check:
@@ -333,9 +354,11 @@ def s5_hard(obs: Observations, fixed: Fm) -> Check:
     first_retry = _first_retry_start(obs, burst)
     c.expect(obs.burst_probe is not None and waiting >= BURST_WAITING,
              f"probe sent while {waiting} of the burst's retries waited", f">= {BURST_WAITING} (the prefetch)")
+    received = next((e.t for e in obs.events if e.kind == "burst_probe_received"), None)
     c.expect(back is not None and back - sent > BURST_PROBE_SECONDS and first_retry is not None and back > first_retry,
              f"probe during the burst {'lost' if back is None else f'back in {back - sent:.3f}s'}"
-             + (f", {back - first_retry:.3f}s after the first retry ran" if back is not None and first_retry is not None else ""),
+             + (f", {back - first_retry:.3f}s after the first retry ran" if back is not None and first_retry is not None else "")
+             + (f", taken by the worker {received - sent:.3f}s after it was sent" if received is not None else ""),
              f"> {BURST_PROBE_SECONDS}s, after the burst's retries came due (the worker's prefetch held them)")
     return c.result()
 

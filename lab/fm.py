@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 """Every lab worker runs without these (no other workers to talk to; faster start)."""
 
-Submit = Callable[[list[str], str], AsyncResult[Any]]
+Submit = Callable[[list[str], str], "AsyncResult[Any]"]
 
 
 def fm_modules() -> dict[str, str]:

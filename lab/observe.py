@@ -12,6 +12,9 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
 - ``task_postrun``: the attempt (or ``notify``) ended; how is read off the
   envelope it returned (or the exception, for fm0's bare tasks);
 - ``task_retry``: a retry was planned, ``Retry.when`` seconds from now;
+- ``task_received`` of the runner's burst probe (``BURST_PROBE`` in its task id): the
+  worker's main process took it off the broker, before any pool process is free for it
+  (FM-5's hard variant: a prefetch full of waiting retries keeps it on the broker);
 - ``shared.dlq.dead_lettered``: the DLQ drain finalised a chord member;
   ``shared.dlq.dead_letter_kept``: it put a message back in the DLQ instead.
 
@@ -48,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis
-from celery.signals import task_postrun, task_prerun, task_retry
+from celery.signals import task_postrun, task_prerun, task_received, task_retry
 
 from lab.settings import NAMESPACE, backend_url
 from shared import dlq
@@ -213,7 +216,7 @@ class Observer:
         kwargs = cast(Mapping[str, object], getattr(request, "kwargs", None) or {})
         role = _role_of(task)
         when = getattr(reason, "when", None)
-        delay = f"{float(when):.4f}" if isinstance(when, (int, float)) else ""
+        delay = repr(float(when)) if isinstance(when, (int, float)) else ""  # exact: G5 checks it against its band
         exc = cast(BaseException | None, getattr(reason, "exc", None))
         if role == "parse_document" and (found := doc_in(args)):
             run, doc = found
@@ -339,6 +342,16 @@ def _on_retry(sender: object = None, request: object = None, reason: object = No
     OBSERVER.retry(sender, request, reason)
 
 
+BURST_PROBE = ".burst-probe."
+"""In the task id of the runner's burst probe, after its run id: ``<run_id>.burst-probe.<uuid>``."""
+
+
+def _on_received(sender: object = None, request: object = None, **_: object) -> None:
+    task_id = str(getattr(request, "id", "") or "")
+    if BURST_PROBE in task_id:
+        RunRecorder(task_id.split(BURST_PROBE, 1)[0]).event("burst_probe_received", task=task_id)
+
+
 def _on_dead_lettered(sender: object = None, letter: dlq.DeadLetter | None = None, **_: object) -> None:
     if letter is not None:
         OBSERVER.dead_lettered(letter)
@@ -360,6 +373,7 @@ def install() -> None:
     task_prerun.connect(_on_prerun, weak=False)
     task_postrun.connect(_on_postrun, weak=False)
     task_retry.connect(_on_retry, weak=False)
+    task_received.connect(_on_received, weak=False)
     dlq.dead_lettered.connect(_on_dead_lettered, weak=False)
     dlq.dead_letter_kept.connect(_on_dead_letter_kept, weak=False)
     _installed = True

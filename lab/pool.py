@@ -1,6 +1,6 @@
 """The prefork pool the lab's workers run: Celery's, with a faster look for dead children.
 
-Celery 5.7's prefork pool (``celery.concurrency.asynpool.AsynPool``) learns that a
+Celery's prefork pool (``celery.concurrency.asynpool.AsynPool``, the same in 5.5 to 5.7) learns that a
 pool process died from that process's sentinel, and also from
 ``AsynPool.maintain_pool``, which its ``timers`` property schedules every 5 s. In
 the lab's runs the death of a *replacement* process (one forked after an earlier

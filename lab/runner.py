@@ -33,7 +33,7 @@ from celery.result import AsyncResult
 
 from lab.faults import document_text
 from lab.fm import Fm
-from lab.observe import Event, Reader, attempt_starts, short_doc
+from lab.observe import BURST_PROBE, Event, Reader, attempt_starts, short_doc
 from lab.pipeline import store_document
 from lab.scenarios import Scenario
 from lab.waiting import wait_until
@@ -41,6 +41,11 @@ from shared.envelope import Result
 
 NOT_RUN_WINDOW = 0.5
 """To show that ``notify`` did not run, the runner watches this long after the chord ended."""
+END_RECORD_WINDOW = 5.0
+"""How long the runner waits, after a SUCCESS chord, for its ``notify``'s end to be recorded. Celery
+stores the body's result before ``task_postrun`` runs, so the result can be ready before the
+observer has written ``notify_end`` (seen on a loaded machine: G1 counted 0 ends of a ``notify``
+that had sent its email)."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +176,8 @@ def run_scenario(
         nonlocal duplicate, gate_opened, burst_probe, burst_sent, burst_back
         if sc.burst:
             if burst_probe is None and _burst_waiting(reader, sc.burst):
-                burst_probe, burst_sent = fm.probe.apply_async(), time.time()
+                burst_sent = time.time()
+                burst_probe = fm.probe.apply_async(task_id=f"{run_id}{BURST_PROBE}{uuid.uuid4()}")
                 reader.rec.event("burst_probe_sent")
             elif burst_probe is not None and burst_back is None and burst_probe.ready():
                 burst_back = time.time()
@@ -208,6 +214,8 @@ def run_scenario(
     if chord_outcome.state != "SUCCESS":
         # Proving that the body did not run: watch a bounded window, then read.
         wait_until(lambda: reader.notify_runs("chord") > 0, NOT_RUN_WINDOW)
+    elif stopped_by == "chord finished":
+        wait_until(lambda: reader.has_event("notify_end", role="chord"), END_RECORD_WINDOW)
     healthy = stop is None and stopped_by != "deadline"
     return Observations(
         fm=fm.short,
@@ -235,7 +243,7 @@ def _fire_duplicate(fm: Fm, reader: Reader, body_result: AsyncResult[Any], doc_i
                     pipeline_id: str) -> AsyncResult[Any]:
     """Re-fire ``notify`` for the same pipeline, as an operator (or a redelivery) would."""
     header = cast(Any, body_result.parent)  # the chord's header GroupResult
-    members = cast(list[AsyncResult[Any]], header.results if header is not None else [])
+    members = cast("list[AsyncResult[Any]]", header.results if header is not None else [])
     results = [cast(object, r.result) for r in members]
     task_id = str(uuid.uuid4())
     reader.rec.put("duplicate", task_id)  # so the reader tells its events from the chord's notify

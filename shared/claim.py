@@ -33,9 +33,10 @@ Limits: the claim alone cannot make a side effect exactly-once.
 - An owner that sends and dies before ``mark_sent`` leaves ``claimed``; its
   redelivery resumes the claim and sends again.
 - A redelivery can also come while the first delivery still runs: RabbitMQ
-  requeues a message when its consumer's *connection* drops, and Celery 5.7 lets
-  the running task go on (``worker_cancel_long_running_tasks_on_connection_loss``
-  defaults to False in ``celery/app/defaults.py``; read, not run); both deliveries
+  requeues a message when its consumer's *connection* drops, and Celery 5.5 to 5.7
+  let the running task go on (``worker_cancel_long_running_tasks_on_connection_loss``
+  defaults to False in ``celery/app/defaults.py`` of 5.5.3, 5.6.3 and 5.7.0; read,
+  not run); both deliveries
   then hold the same owner and both send.
 - An owner slower than ``claim_ttl`` loses its claim to a waiting duplicate.
 

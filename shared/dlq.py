@@ -46,10 +46,20 @@ It writes a SUCCESS-state ``Result`` (reason ``dead_lettered``) for the member
 through ``backend.mark_as_done`` with a request rebuilt from those fields;
 ``celery.backends.base.Backend.mark_as_done`` then calls the backend's
 ``on_chord_part_return`` (the Redis backend reads the request's ``id``,
-``group``, ``group_index`` and ``chord``), the member counts, and the chord body
-fires. A dead head gets the same envelope as its own result. Then the message
+``group``, ``group_index`` and ``chord``; Celery 5.5 to 5.7), the member counts,
+and the chord body fires. A dead head gets the same envelope as its own result. Then the message
 is acked and the ``dead_lettered`` signal sent (``sender`` the app, ``letter`` a
 ``DeadLetter``): attach an alert or a metric there.
+
+A dead letter finalised twice (the drain's ack lost, the message drained
+again) counts once. Celery 5.7's join records a result per task id and group
+index and ignores a second one (``CHORD_PART_RETURN_LUA`` of
+``RedisBackend.on_chord_part_return``). Celery 5.5 and 5.6 add each encoded
+result to a sorted set (``result_chord_ordered``, the default): a second
+result counts once only when it is byte for byte the first, and a different one
+counts as another member (``tests/test_celery_claims.py``, C11). The drain's
+envelope for one dead letter is the same each time (the bound, the starts count,
+no clock), so it holds there too; keep it so.
 
 Nothing is acked unless it was finalised. A message that leads to no chord
 member, that is not a Celery task message, or whose finalising fails (the
@@ -70,7 +80,7 @@ may live through while prefetched, and keep the prefetch small
 (``worker_prefetch_multiplier``): every prefetched message pays one delivery per
 lost worker.
 
-Celery 5.7 note: a quorum queue in ``task_queues`` makes the worker include the
+Celery 5.5 to 5.7: a quorum queue in ``task_queues`` makes the worker include the
 ``DelayedDelivery`` bootstep (``celery.worker.consumer.delayed_delivery``, see
 its ``include_if``), which declares broker-wide ``celery_delayed_*`` exchanges
 and queues and binds every app queue to them. The lab never touches names

@@ -1,9 +1,9 @@
 """The ``Result`` envelope and ``@enveloped`` (the FM-1 fix).
 
 Why: with the Redis result backend a chord counts its header members in
-``celery.backends.redis.RedisBackend.on_chord_part_return``. When every member
-has returned it decodes their states (``_unpack_chord_result``); one member in
-a FAILURE state turns the whole chord into ``ChordError`` through
+``celery.backends.redis.RedisBackend.on_chord_part_return`` (Celery 5.5 to 5.7).
+When every member has returned it decodes their states (``_unpack_chord_result``);
+one member in a FAILURE state turns the whole chord into ``ChordError`` through
 ``celery.backends.base.Backend.chord_error_from_stack``, which calls the
 body's errbacks and stores the body as FAILURE. The body itself never runs.
 
@@ -15,14 +15,17 @@ body, and the body sees every failure.
 What it cannot reach: outcomes the worker's main process decides, outside the
 body. Celery's ``celery.worker.request.Request`` stores FAILURE for a hard
 ``time_limit`` (``on_failure`` and ``on_timeout``, both), for a lost worker that
-is not requeued and for ``Reject(requeue=False)`` (``on_failure``), and REVOKED
-for a revoked task; each of those fails the chord. The lab keeps the first two
-from happening (FM-2 requeues a lost task, FM-3 bounds it) or turns them into
-envelopes as well (FM-6's ``shared.timeouts.BackstopRequest`` for the time
-limit). The lab runs the time limit, the lost worker and ``Reject(requeue=False)``
-(S2, S6 hard, ``tests/test_celery_claims.py``); revoke is read in
-``celery/worker/request.py`` of the pinned 5.7.0, not run (the lab's workers run
-without remote control, which a revoke travels by).
+is not requeued (``on_failure``), and REVOKED for a revoked task
+(``_announce_revoked``); each of those fails the chord (Celery 5.5 to 5.7). For
+``Reject(requeue=False)`` Celery 5.7 stores FAILURE too (``on_failure``), which
+fails the chord; 5.5 and 5.6 only reject the message and store nothing, so the
+member never reports and the chord never completes, silently. The lab keeps the
+lost worker from happening (FM-2 requeues a lost task, FM-3 bounds it) and turns
+the time limit into an envelope as well (FM-6's ``shared.timeouts.BackstopRequest``).
+The lab runs the time limit, the lost worker and ``Reject(requeue=False)``
+(S2, S6 hard, ``tests/test_celery_claims.py`` on each version: ``make matrix``);
+revoke is read in ``celery/worker/request.py`` of 5.5.3, 5.6.3 and 5.7.0, not run
+(the lab's workers run without remote control, which a revoke travels by).
 
 What passes through untouched: Celery's control-flow exceptions (``Retry``,
 ``Ignore``, ``Reject``) and a ``BaseException`` that is not an ``Exception``

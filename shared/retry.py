@@ -18,7 +18,7 @@ Knobs (``RetryPolicy``):
 The wrapper keeps its policy as ``retry_policy`` (what a check or a dashboard reads).
 
 How: the retry is Celery's own ``Task.retry(countdown=...)``, which publishes the
-same task id again (its chord membership with it) and raises ``Retry``;
+same task id again (its chord membership with it) and raises ``Retry`` (Celery 5.5 to 5.7);
 ``@enveloped`` lets ``Retry`` through. On exhaustion it raises
 ``RetriesExhausted`` (``envelope_reason = "retries_exhausted"``) from the last
 error, so ``@enveloped`` records why the document failed.
@@ -26,7 +26,8 @@ error, so ``@enveloped`` records why the document failed.
 ``TransientError(..., retry_after=s)``: an error that says when to come back (an
 HTTP 429 or 503 with ``Retry-After``); the retry waits at least that long.
 
-Where a waiting retry waits (``wait_in``). Celery's ``Task.retry(countdown=...)``
+Where a waiting retry waits (``wait_in``). In Celery 5.5 to 5.7 (read in 5.5.3,
+5.6.3 and 5.7.0, and the lab's S5 hard reproduces it on each), ``Task.retry(countdown=...)``
 publishes an ETA message that the worker receiving it holds, unacknowledged, in
 memory until it is due (``celery.worker.strategy.default``: ``qos.increment_eventually``,
 then ``timer.call_at``). The prefetch count is meant to grow by one for each,
@@ -35,8 +36,8 @@ turns global QoS off when ``worker_detect_quorum_queues`` finds one, and RabbitM
 applies a per-consumer ``basic.qos`` only to consumers created after it. So
 waiting retries fill the static prefetch (concurrency x ``worker_prefetch_multiplier``)
 and new work queues behind them until they come due (measured on fm5's queue:
-a probe waited as long as the burst's retries did, see ``--prove``). Celery 5.7's
-native delayed delivery would hold them in the broker, but only for a topic or
+a probe waited as long as the burst's retries did, see ``--prove``). Celery's
+native delayed delivery (there since 5.5) would hold them in the broker, but only for a topic or
 fanout exchange (``Celery.send_task`` falls back to an ETA for a direct one) and
 through broker-wide ``celery_delayed_*`` exchanges and queues that no prefix
 confines (``celery.worker.consumer.delayed_delivery``), which the lab's namespace
@@ -49,7 +50,7 @@ exchange under their own names, never consumed, each dead-lettering back to
 so no ETA header and no delayed-delivery branch; not ``None``, which
 ``Task.retry`` would replace by ``default_retry_delay``) and the AMQP
 ``expiration`` set to the delay (``celery.app.amqp.AMQP.send_task_message`` passes
-it through to ``kombu.Producer.publish``). When it expires RabbitMQ moves it to
+it through to ``kombu.Producer.publish``; Celery 5.5 to 5.7, and G5 runs it on each). When it expires RabbitMQ moves it to
 ``QUEUE``, as a new message (a fresh ``x-delivery-limit`` count), with its
 headers: ``request.retries`` and the chord membership are intact. RabbitMQ
 expires a message only at the head of its queue, so a retry waits behind an

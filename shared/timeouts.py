@@ -18,14 +18,16 @@ cannot reach, with ``BackstopRequest`` as the task's ``Request`` class.
 
 ``BackstopRequest`` (a ``celery.worker.request.Request``; attach it with
 ``@app.task(..., Request=BackstopRequest)``) changes what the worker's main
-process records when ``time_limit`` expires. In Celery 5.7.0, billiard's
+process records when ``time_limit`` expires. In Celery 5.5 to 5.7 (with billiard
+4.3.2, which all three environments of ``make matrix`` pin), billiard's
 ``TimeoutHandler.on_hard_timeout`` first sets the job's result to
 ``TimeLimitExceeded``, which calls ``Request.on_failure``, then calls
 ``Request.on_timeout(soft=False)``, then ``_trywaitkill`` sends the pool process
 SIGTERM, waits 0.1 s and sends SIGKILL (billiard's SIGTERM handler in a pool
 process is Python code, so a process stuck in C dies of the SIGKILL). Celery's
 ``on_failure`` and ``on_timeout`` each call ``backend.mark_as_failure``, and the
-chord becomes ``ChordError``.
+chord becomes ``ChordError`` (5.7's ``on_timeout`` also runs ``Task.on_failure``
+and the ``task_failure`` signal; 5.6 and 5.7 store nothing there during a cold shutdown).
 ``BackstopRequest`` handles both calls once: it sends what the trace would have
 sent after the body (the request's link callbacks and the next step of its
 chain) with a failure envelope, stores that envelope with
@@ -46,9 +48,12 @@ Limits (state them to anyone who relies on it):
   EINTR inside C): only ``time_limit`` ends that, by killing the process, and
   neither ``finally`` blocks nor ``task_postrun`` run in it;
 - one timer per process: nesting ``@hard_timeout`` replaces the outer timer;
-- ``BackstopRequest`` acks even with ``task_acks_on_timeout=False`` (Celery would
-  requeue): the envelope is the member's last word, and a rerun would count it in
-  the chord twice; it stores nothing when the pool process had already stored an
+- ``BackstopRequest`` acks even with ``task_acks_on_timeout=False`` (Celery 5.7;
+  in 5.5 and 5.6 ``task_acks_on_failure_or_timeout=False``), where Celery would
+  requeue: the envelope is the member's last word. A rerun's result would count in
+  the chord a second time on 5.5 and 5.6 (their join adds each different result)
+  and be dropped on 5.7 (its join counts a task id once); it stores nothing
+  when the pool process had already stored an
   outcome (the kill can race the result), nor during a cold shutdown (Celery's
   own handling then); it sends no ``task_failure`` signal and calls no
   ``Task.on_failure`` (the stored state is SUCCESS, as for any enveloped
@@ -158,7 +163,8 @@ class BackstopRequest(Request):
             return False
 
     def _send_next(self, envelope: Wire, context: Any) -> None:
-        """What ``celery.app.trace`` sends before it stores a result: link callbacks, then the chain's next step."""
+        """What ``celery.app.trace`` sends before it stores a result (Celery 5.5 to 5.7): link callbacks, then
+        the chain's next step."""
         app, root_id = self.task.app, context.root_id or self.id
         for callback in context.callbacks or ():
             signature(callback, app=app).apply_async((envelope,), parent_id=self.id, root_id=root_id)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import signal
+import time
+import uuid
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
 from celery import chord, group
+from celery.app.task import Context
 from kombu import Connection, Exchange, Producer, Queue
 
 from lab import harness, variants, weak, workers
@@ -20,6 +24,7 @@ from lab.runner import Observations, StopCondition, dlq_depth, new_run_id, run_s
 from lab.scenarios import scenario
 from lab.settings import broker_url
 from lab.waiting import wait_until
+from lab.versions import CELERY
 from lab.workers import Worker
 from shared import dlq
 from shared.envelope import Result
@@ -39,6 +44,7 @@ def run_variant(fm: Fm, n: int, label: str, stop: tuple[str, StopCondition] | No
     return obs
 
 
+@pytest.mark.claim("C1", "Celery's time_limit alone fails the chord (fm6)")
 def test_celery_time_limit_alone_fails_the_chord() -> None:
     """fm6's docstring: without @hard_timeout the hard time limit breaks the chord."""
     fm = variants.derive("fm6_task_timeouts", "fm6t_backstop_only",
@@ -65,6 +71,7 @@ def _publish_to_dlq(fm: Fm, body: Any, headers: dict[str, Any]) -> None:
         )
 
 
+@pytest.mark.claim("C2", "the drain keeps what leads to no member (fm3)")
 def test_the_drain_keeps_what_leads_to_no_chord_member_and_goes_on() -> None:
     """shared/dlq.py: nothing is acked unless it was finalised; what the drain cannot
     finalise goes back to the DLQ, is announced once, and does not stop the drain."""
@@ -93,6 +100,7 @@ def test_the_drain_keeps_what_leads_to_no_chord_member_and_goes_on() -> None:
     harness.reset(fm)
 
 
+@pytest.mark.claim("C3", "the task queue declares its DLQ (fm3)")
 def test_declaring_the_task_queue_declares_its_dead_letter_queue() -> None:
     """shared/dlq.py: a DeadLetteringQueue cannot be declared without its DLQ."""
     fm = harness.load("fm3")
@@ -107,6 +115,7 @@ def test_declaring_the_task_queue_declares_its_dead_letter_queue() -> None:
     harness.reset(fm)
 
 
+@pytest.mark.claim("C4", "reset replaces a queue of other arguments")
 def test_reset_replaces_a_lab_queue_declared_with_other_arguments() -> None:
     """A queue left from an older lab version (classic, not quorum) would fail the
     worker's declare with PRECONDITION_FAILED; reset deletes and re-declares it."""
@@ -122,9 +131,15 @@ def test_reset_replaces_a_lab_queue_declared_with_other_arguments() -> None:
     harness.reset(fm)
 
 
+@pytest.mark.claim("C5", "task_retry_on_worker_lost: bounded, chord breaks (fm3)")
 def test_task_retry_on_worker_lost_bounds_the_poison_loop_and_still_breaks_the_chord() -> None:
     """fm3's docstring: Celery 5.7's own bound for a lost worker (``task_retry_on_worker_lost``)
-    stops the loop after ``max_retries`` and then marks the member FAILURE: ChordError."""
+    stops the loop after ``max_retries`` and then marks the member FAILURE: ChordError.
+    Celery 5.5 and 5.6 have no such setting (an unknown ``app.conf`` key is ignored, and the
+    poison message loops as on fm2): not applicable there."""
+    if CELERY < (5, 7):
+        pytest.skip("no task_retry_on_worker_lost before Celery 5.7.0 (celery.app.defaults; "
+                    "celery.worker.request.Request._retry_worker_lost): the setting is ignored, the loop goes on")
     fm = variants.derive("fm2_worker_crash", "fm2r_retry_on_worker_lost", [
         ("app.conf.task_reject_on_worker_lost = True", "app.conf.task_reject_on_worker_lost = True\n"
          "app.conf.task_retry_on_worker_lost = True  # Celery 5.7: retry a lost task, max_retries times"),
@@ -149,6 +164,7 @@ def _fm4_variant(name: str, edits: list[tuple[str, str]]) -> Fm:
     return variants.derive("fm4_duplicated_runs", name, edits)
 
 
+@pytest.mark.claim("C6", "a busy budget under the claim TTL: no email (fm4)")
 def test_a_busy_retry_budget_shorter_than_the_claim_ttl_sends_no_email() -> None:
     """shared/claim.py: the owner killed before sending, its redelivery busy on its own claim,
     and a budget (20 x 50 ms) that ends long before the claim's 60 s TTL: no email at all, and
@@ -162,6 +178,7 @@ def test_a_busy_retry_budget_shorter_than_the_claim_ttl_sends_no_email() -> None
     assert "MaxRetriesExceededError" in (env.error or "")
 
 
+@pytest.mark.claim("C7", "a waiting notify takes over an expired claim (fm4)")
 def test_a_waiting_notify_takes_over_once_a_dead_owners_claim_expires() -> None:
     """shared/claim.py: the busy-retry budget outlasts the claim's TTL, so when the owner dies
     and never comes back (here: nothing requeues a lost task), the duplicate sends once the
@@ -183,6 +200,7 @@ def test_a_waiting_notify_takes_over_once_a_dead_owners_claim_expires() -> None:
     assert obs.notify_runs["chord"] == 1  # the owner was never delivered again
 
 
+@pytest.mark.claim("C8", "no idempotency key: two emails (fm4)")
 def test_without_the_idempotency_key_the_owner_killed_after_sending_sends_twice() -> None:
     """fm4's docstring: the claim cannot stop the resend of an owner that died after sending;
     the mail API's idempotency key does (G4: 2 calls, 1 email)."""
@@ -195,6 +213,7 @@ def test_without_the_idempotency_key_the_owner_killed_after_sending_sends_twice(
 # ---- FM-3: deliveries are not attempts --------------------------------------------------
 
 
+@pytest.mark.claim("C9", "a whole-worker kill costs every held message a delivery (fm3)")
 def test_a_whole_worker_kill_charges_a_delivery_to_every_message_it_held() -> None:
     """shared/dlq.py: a worker killed whole returns every message it held, started or only
     prefetched, and RabbitMQ counts each return. Eight members that each sleep 2 s, two pool
@@ -242,14 +261,84 @@ def test_a_whole_worker_kill_charges_a_delivery_to_every_message_it_held() -> No
     harness.reset(fm)
 
 
-def test_reject_without_requeue_passes_the_envelope_and_fails_the_chord() -> None:
+@pytest.mark.claim("C10", "Reject(requeue=False) fails the chord (envelope)")
+def test_reject_without_requeue_passes_the_envelope_and_fails_the_chord(limit: Callable[[str], None]) -> None:
     """shared/envelope.py: ``Reject`` passes through ``@enveloped`` (a control-flow exception),
-    and Celery 5.7's ``Request.on_failure`` stores FAILURE for ``Reject(requeue=False)``."""
+    and Celery 5.7's ``Request.on_failure`` stores FAILURE for ``Reject(requeue=False)``: ChordError.
+    Celery 5.5 and 5.6 only reject the message (``Request.on_failure``: ``self.reject(requeue=False)``,
+    no result stored): the member never reports and the chord never completes, no error either.
+    Both are watched for 2 s after the last member started, on every version."""
     fm = variants.derive("fm1_mid_pipeline_error", "fm1j_reject", [
         ("    lab_fault(self, document)  # the lab: what the scenario does to this document\n",
          "    raise Reject(\"beyond repair\", requeue=False)  # every document: the worker drops its message\n"),
         ("from celery import Task, chain, chord, group\n", "from celery import Task, chain, chord, group\nfrom celery.exceptions import Reject\n"),
     ])
-    obs = run_variant(fm, 1, "variant-fm1-reject")
+    docs = scenario(1).docs
+    all_started: list[float] = []
+
+    def settled(reader: Reader) -> bool:  # every member started once, and 2 s have passed since
+        if not all_started and all(reader.attempts(d) >= 1 for d in docs):
+            all_started.append(time.monotonic())
+        return bool(all_started) and time.monotonic() - all_started[0] >= 2.0
+
+    obs = run_variant(fm, 1, "variant-fm1-reject", stop=("2 s after every member started", settled))
+    assert all(obs.attempts[d] == 1 for d in docs)  # a rejected message is not delivered again
+    assert obs.notify_runs["chord"] == 0
+    if CELERY < (5, 7):
+        assert obs.chord.state == "PENDING", obs.chord
+        limit("before 5.7: celery.worker.request.Request.on_failure only rejects a Reject(requeue=False) and "
+              "stores nothing: the chord stays PENDING, no error (5.7.0 stores FAILURE)")
+        return
     assert obs.chord.state == "FAILURE" and obs.chord.error_type == "ChordError"
-    assert "reject requeue=False: beyond repair" in (obs.chord.error or "") and obs.notify_runs["chord"] == 0
+    assert "reject requeue=False: beyond repair" in (obs.chord.error or "")
+
+
+# ---- the chord's join: a member that reports twice ------------------------------------------
+
+
+def _take_body(fm: Fm, deadline: float = 5.0) -> list[Any]:
+    """The chord body's message in ``fm``'s task queue (no worker consumes it): its args[0], the header's results."""
+    got: list[Any] = []
+    with Connection(broker_url()) as conn:
+        channel = cast(Any, conn.default_channel)
+
+        def take() -> bool:
+            message = channel.basic_get(queue=str(fm.task_queues[0].name), no_ack=True)
+            if message is not None:
+                got.append(json.loads(message.body)[0][0])
+            return bool(got)
+
+        assert wait_until(take, deadline), "the chord body was never sent"
+    return cast(list[Any], got[0])
+
+
+@pytest.mark.claim("C11", "a member that reports twice counts once (join)")
+def test_a_chord_member_that_reports_twice_counts_once(limit: Callable[[str], None]) -> None:
+    """shared/timeouts.py: a header member may report twice (a rerun after its result was stored,
+    a finaliser that runs again with another envelope). Celery 5.7's Redis backend counts it once:
+    ``RedisBackend.on_chord_part_return`` runs ``CHORD_PART_RETURN_LUA``, which records a result
+    only for a task id and group index it has not seen. Celery 5.5 and 5.6 ``ZADD`` the encoded
+    result to the join's sorted set, so a second, different result is one more member: the body
+    is sent one member short, with the first member twice."""
+    fm = harness.load("fm2")
+    harness.reset(fm)
+    backend = cast(Any, fm.app.backend)
+    group_id, body = str(uuid.uuid4()), fm.notify.s(["a", "b"], "twice")  # never run: no worker consumes
+    members = [Context(id=str(uuid.uuid4()), group=group_id, group_index=i, chord=body) for i in range(2)]
+    backend.set_chord_size(group_id, 2)
+    size_key = backend.get_key_for_group(group_id, ".s")
+    first = Result[Any].failure("killed after its result was stored", "error", 1).to_wire()
+    again = Result[Any].success({"doc": "a"}, 2).to_wire()
+    other = Result[Any].success({"doc": "b"}, 1).to_wire()
+    backend.mark_as_done(members[0].id, first, request=members[0])
+    backend.mark_as_done(members[0].id, again, request=members[0])  # the same member, reported again
+    if CELERY < (5, 7):
+        assert not backend.client.exists(size_key)  # counted 2 of 2: the chord is done, its keys gone
+        assert sorted(_take_body(fm), key=lambda r: r["attempts"]) == [first, again]  # member 1 never joined
+        limit("before 5.7: celery.backends.redis.RedisBackend.on_chord_part_return ZADDs the encoded result: a "
+              "member's second, different result counts again, the body goes one member short")
+    else:
+        assert backend.client.exists(size_key)  # counted 1 of 2: still waiting for member 1
+        backend.mark_as_done(members[1].id, other, request=members[1])
+        assert _take_body(fm) == [first, other]
+    harness.reset(fm)

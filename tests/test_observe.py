@@ -44,7 +44,7 @@ def test_attempts_retries_and_endings_reach_every_sink() -> None:
     assert [(h.kind, h.doc, dict(h.fields)) for h in seen] == [
         ("attempt_start", "doc5", {"attempt": "1"}),
         ("attempt_end", "doc5", {"attempt": "1", "outcome": "error", "error": "TransientError: 503"}),
-        ("retry", "doc5", {"retry": "1", "delay": "0.2500"}),
+        ("retry", "doc5", {"retry": "1", "delay": "0.25"}),  # exact, not rounded
         ("attempt_start", "doc5", {"attempt": "2"}),
         ("attempt_end", "doc5", {"attempt": "2", "outcome": "ok"}),
     ]

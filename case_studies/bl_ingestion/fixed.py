@@ -14,10 +14,10 @@ gives none of RabbitMQ's guards: no quorum queue, no delivery limit, and a
 message that a worker holds longer than ``visibility_timeout`` is handed to
 another worker while the first still runs (``QoS.restore_visible`` in
 ``kombu/transport/redis.py`` puts back every unacked message older than the
-timeout; the worker's event loop calls it every 10 s and it scans on every 10th
-call, so about every 100 s, in kombu 5.5 to 5.7; kombu 5.7 makes both numbers
-settings, ``unacked_restore_interval`` and ``unacked_restore_throttle``, which
-the lab sets to 0.5 s and 1 so that a run shows it within seconds).
+timeout; a worker runs it when it starts, then its event loop every 10 s,
+scanning every 10th time, so about every 100 s, in kombu 5.5 to 5.7; the lab's
+``slow_parse`` runs the same sweep every 0.25 s, as a worker starting then would:
+``study.sweep``).
 
 What the runs show (``python run_all_fms.py --only bl_ingestion --prove``): each
 mistake of the write-up by a run of its code, and its fix by a run of this file.
@@ -126,9 +126,7 @@ app.conf.task_acks_late = True  # write-up: ack when the unit has returned
 app.conf.task_reject_on_worker_lost = True  # write-up: a killed process requeues its unit
 app.conf.worker_prefetch_multiplier = 1  # write-up
 app.conf.worker_concurrency = 2
-app.conf.broker_transport_options.update(
-    visibility_timeout=VISIBILITY_SECONDS,  # fix: sized above every deadline
-    unacked_restore_interval=0.5, unacked_restore_throttle=1)  # the lab: kombu 5.7 sweeps every 0.5 s, not 100 s
+app.conf.broker_transport_options.update(visibility_timeout=VISIBILITY_SECONDS)  # fix: sized above every deadline
 
 
 class Parsed(TypedDict):

@@ -48,6 +48,7 @@ from celery.result import AsyncResult
 from celery.states import READY_STATES
 
 from case_studies.bl_ingestion.dead_letters import DeadLetters
+from case_studies.bl_ingestion.fixed import VISIBILITY_SECONDS
 from case_studies.bl_ingestion.logs import event_log_path, read_events
 from case_studies.bl_ingestion.manifest import Deviations, Manifest, generate
 from case_studies.bl_ingestion.stand_ins import CrashStep, Terminal, plan_crash, registry_calls, unit_name
@@ -165,15 +166,20 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
     if kind in sc.crash:
         plan_crash(run_id, sc.crash[kind])
     reader = Reader(run_id)
-    submit = cast(Callable[..., AsyncResult[Any]], fm.submit)
+    submit = cast("Callable[..., AsyncResult[Any]]", fm.submit)
     extra: dict[str, Any] = {"chunk_size": SCENARIO_CHUNK} if kind == "fixed" else {}
-    replay = cast(Callable[[], AsyncResult[Any]], getattr(importlib.import_module(fm.module), "replay"))
+    replay = cast("Callable[[], AsyncResult[Any]]", getattr(importlib.import_module(fm.module), "replay"))
     started, submitted_at = time.monotonic(), time.time()
+
+    swept = [0.0]
 
     def ready(res: AsyncResult[Any]) -> Callable[[], bool]:
         def check() -> bool:
             if watch is not None:
                 watch()
+            if sc.name == "slow_parse" and time.monotonic() - swept[0] >= SWEEP_SECONDS:
+                swept[0] = time.monotonic()
+                sweep(fm, float(WRITEUP_VISIBILITY) if kind == "broken" else float(VISIBILITY_SECONDS))
             return res.ready()
         return check
 
@@ -221,6 +227,20 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
 
 
 SLOW_SETTLE = 6.0
+SWEEP_SECONDS = 0.25
+
+
+def sweep(fm: Fm, visibility: float) -> int:
+    """kombu's own restore sweep (``QoS.restore_visible`` in ``kombu/transport/redis.py``): every
+    message unacked for longer than ``visibility`` goes back to its queue. A worker runs it when it
+    starts and then about every 100 s (every 10 s, scanning every 10th time, in kombu 5.5 to 5.7);
+    the lab runs it every ``SWEEP_SECONDS`` during ``slow_parse``, as a worker starting then would,
+    so that a run shows what production shows within minutes. How many were unacked is returned."""
+    with fm.app.connection_for_write() as conn:
+        channel = cast(Any, conn.default_channel)
+        channel.visibility_timeout = visibility  # the worker's, which the harness's copy of the app may not hold
+        channel.qos.restore_visible(num=100, interval=1)
+        return int(channel.client.zcard(channel.unacked_index_key))
 
 
 def _done(fm: Fm, task_id: str, watch: Callable[[], None] | None) -> bool:

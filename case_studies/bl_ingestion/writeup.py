@@ -18,8 +18,8 @@ environment (3,600 s by default).
 The lab runs it unchanged but for its scales: the backoff in hundredths (0.1 s
 for the write-up's 10 s), ``BL_VISIBILITY_TIMEOUT=1`` in its scenarios (for a
 parse that outlives the write-up's hour, the lab's slow parse takes 2.5 s; the
-benchmark keeps the default 3,600 s) and kombu's restore sweep every 0.5 s
-(kombu 5.7's settings; kombu 5.5 and 5.6 sweep about every 100 s, with no setting). What its design does not consider, each shown by ``--prove``: see
+benchmark keeps the default 3,600 s), and in its ``slow_parse`` scenario kombu's
+restore sweep every 0.25 s (``study.sweep``; a worker sweeps about every 100 s). What its design does not consider, each shown by ``--prove``: see
 ``fixed.py``.
 
 Run it alone (two shells, services up; the scale its scenarios need):
@@ -52,8 +52,7 @@ app.conf.task_acks_late = True
 app.conf.task_reject_on_worker_lost = True
 app.conf.worker_prefetch_multiplier = 1
 app.conf.worker_concurrency = 2
-app.conf.broker_transport_options.update(visibility_timeout=VISIBILITY_TIMEOUT,
-                                         unacked_restore_interval=0.5, unacked_restore_throttle=1)  # the lab's sweep
+app.conf.broker_transport_options.update(visibility_timeout=VISIBILITY_TIMEOUT)
 
 
 class Parsed(TypedDict):

@@ -298,7 +298,7 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
     submitted_at = time.time()
     results: list[AsyncResult[Any]] = []
     if kind == "broken":
-        results = cast(Callable[[list[RawEvent]], list[AsyncResult[Any]]], fm.submit)(payloads)
+        results = cast("Callable[[list[RawEvent]], list[AsyncResult[Any]]]", fm.submit)(payloads)
     else:
         cast(Callable[[list[RawEvent]], int], fm.submit)(payloads)
     published = time.monotonic() - started

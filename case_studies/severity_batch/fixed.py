@@ -20,14 +20,17 @@ same run changes nothing. Two things it does not consider fail on its code:
   chord fails (``ChordError``), ``reconcile`` never runs, and the run is neither
   signed nor flagged: nobody is told;
 - ``straggler``: the Redis backend keeps a chord's member count in a size key
-  (``celery-taskset-meta-<group>.s``), set by ``celery.backends.redis.RedisBackend.set_chord_size``
-  with ``result_chord_expires``, which defaults to ``result_expires``; each
-  member's return refreshes the expiry (the ``CHORD_PART_RETURN_LUA`` script of
-  ``on_chord_part_return``), and the body is sent only when the script still
-  finds the size. A chunk that returns more than that long after the one before
-  it finds the key gone: the chord never completes, ``reconcile`` silently never
-  runs (the lab scales the write-up's day of ``result_expires`` to 8 s and delays
-  the last chunk 10 s; the run checks the size key is gone).
+  (``celery-taskset-meta-<group>.s``), set by ``celery.backends.redis.RedisBackend.set_chord_size``;
+  each member's return refreshes its expiry in ``on_chord_part_return``, and the
+  body is sent only when the size is still found. The expiry: in Celery 5.7,
+  ``result_chord_expires``, which defaults to ``result_expires`` (the
+  ``CHORD_PART_RETURN_LUA`` script refreshes it); in 5.5 and 5.6, which have no
+  ``result_chord_expires``, ``result_expires`` itself (``RedisBackend.set`` and the
+  ``expire`` calls of ``on_chord_part_return``'s pipeline). A chunk that returns more
+  than that long after the one before it finds the key gone: the chord never
+  completes, ``reconcile`` silently never runs (the lab scales the write-up's day of
+  ``result_expires`` to 8 s and delays the last chunk 10 s; the run checks the size
+  key is gone, on every version).
 
 Fix:
 
@@ -37,7 +40,11 @@ Fix:
   1713 + quarantined 18 + skipped 19 = 1750; failed chunks 1: ...``) and signs
   nothing;
 - ``result_chord_expires`` above the run's deadline, whatever ``result_expires``
-  says, and ``watch_runs``, a beat task that flags every run past its deadline
+  says (it stays Celery's default day, 8 s at the lab's scale). That setting is new in
+  Celery 5.7.0 (``celery.backends.base.BaseKeyValueStoreBackend.chord_expires``); 5.5
+  and 5.6 ignore it, and there the fix is ``result_expires`` itself above the deadline,
+  which keeps every result that long (the program sets it when ``lab.versions.CELERY``
+  is older than 5.7; ``make matrix`` runs SB6 on each). And ``watch_runs``, a beat task that flags every run past its deadline
   with neither a manifest nor a flag (runs are registered with their deadline
   when submitted): every run is signed or flagged within ``DEADLINE_SECONDS``
   plus the watch's 1 s. A countdown task due at the deadline would be simpler,
@@ -85,6 +92,7 @@ from case_studies.severity_batch.ledger import Ledger
 from case_studies.severity_batch.stand_ins import (ChunkRef, FeatureStoreUnavailable, RunSpec, chunk_name, chunks,
                                                    extract, feature_store, lab_chunk_fault)
 from lab.app import lab_app
+from lab.versions import CELERY
 from shared.backend import backend_redis
 from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Result, Wire, enveloped, is_envelope
@@ -98,7 +106,10 @@ app.conf.task_acks_late = True  # write-up: ack when the chunk has returned
 app.conf.task_reject_on_worker_lost = True  # write-up: a lost chunk is requeued
 app.conf.worker_prefetch_multiplier = 1  # write-up: a long chunk holds no other behind it
 app.conf.worker_concurrency = 2
-app.conf.result_chord_expires = 3 * DEADLINE_SECONDS  # fix: the chord's state outlives the run's deadline
+app.conf.result_expires = 8  # Celery's default (one day) at the lab's scale, as the write-up keeps it
+app.conf.result_chord_expires = 3 * DEADLINE_SECONDS  # fix: the chord's state outlives the run's deadline (5.7+)
+if CELERY < (5, 7):  # Celery 5.5/5.6 have no result_chord_expires: the fix is result_expires itself
+    app.conf.result_expires = 3 * DEADLINE_SECONDS
 QUEUE = app.conf.task_default_queue  # FM-3: a poison chunk is dead-lettered, not redelivered for ever
 DLQ = Queue(f"{QUEUE}.dlq", Exchange(f"{QUEUE}.dlx"), routing_key=f"{QUEUE}.dlq")
 app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=QUEUE, dead_letters=DLQ,

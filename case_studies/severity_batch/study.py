@@ -138,7 +138,7 @@ def run_scenario(fm: Fm, sc: Scenario, run_id: str, watch: Callable[[], None] | 
         store_document(run_id, names[i], document_text(names[i], fault))
     ledger = open_ledger()
     reader = Reader(run_id)
-    submit = cast(Callable[[RunSpec], AsyncResult[Any]], fm.submit)
+    submit = cast("Callable[[RunSpec], AsyncResult[Any]]", fm.submit)
     submitted_at, started = time.time(), time.monotonic()
     body = submit(spec)
     last = names[-1]

@@ -1,0 +1,378 @@
+"""``make matrix``: the lab on every Celery version it supports, and one table of what holds where.
+
+For each pin file ``matrix/celery-<X.Y>.txt`` (every package pinned: that Celery's latest
+patch release, the kombu and redis-py it supports, the lab's other pins, pytest) it
+builds ``.lab/matrix/celery-<X.Y>`` (a venv; kept while its pins are unchanged: a stamp
+holds their hash), then runs, with that venv's Python, in the caller's namespace
+(``RCL_NAMESPACE``; the versions run one after the other):
+
+1. ``run_all_fms.py --prove --include-fm0 --case-studies --json ...``: every FM fixed,
+   broken and weak, fm0, and case study 1 fixed and as its write-up has it;
+2. ``pytest tests/test_celery_claims.py`` with ``RCL_CLAIMS_JSON``: the runs behind the
+   docstrings' claims about Celery (``tests/conftest.py`` says how a claim reports).
+
+Then it prints one table: a row per guarantee, symptom and claim (G1..G6, S1..S6, the
+hard variants, SB1..SB6, C1..), a column per version, each cell ``pass``, ``fail`` (the
+claim does not hold on that version, as its docstring says; the run checked what the
+version does instead), ``n/a`` (it cannot apply there) or ``FAIL`` (it should have held
+and did not), with a one-line reason under the table. The table is also written to
+``.lab/matrix/table.txt``; worker logs and each step's output stay under ``.lab/``.
+
+Exit status: 0 when no cell is ``FAIL``; 1 when one is; 2 when an environment cannot be
+built or the services do not answer.
+
+    python -m lab.matrix                  # every version (make matrix)
+    python -m lab.matrix --only 5.5       # one version
+    python -m lab.matrix --table-only     # print the table of the last runs again
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from lab.fm import ROOT
+
+PINS_DIR = ROOT / "matrix"
+ENVS_DIR = ROOT / ".lab" / "matrix"
+TABLE_FILE = ENVS_DIR / "table.txt"
+STAMP = "rcl-pins.sha256"
+LAB_ARGS = ("--prove", "--include-fm0", "--case-studies")
+CLAIMS_TESTS = "tests/test_celery_claims.py"
+
+State = Literal["pass", "fail", "n/a", "FAIL"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    state: State
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    title: str
+    cells: Mapping[str, Cell]  # version -> cell
+
+
+TITLES: dict[str, str] = {
+    "G1": "notify once, chord SUCCESS, all accounted",
+    "G2": "a killed process: doc3 redelivered, ok",
+    "G3": "poison dead-lettered at the bound, DLQ empty",
+    "G4": "one email from duplicated notifies",
+    "G5": "bounded retries with backoff, probe not held",
+    "G6": "soft, hard and time_limit timeouts end as envelopes",
+    "S1": "a raising member: ChordError, notify never runs",
+    "S2": "early ack: the killed task is lost",
+    "S3": "poison redelivered past the bound",
+    "S4": "duplicated notify: several emails",
+    "S5": "a transient error fails for good",
+    "S6": "a hang pins a slot, notify never runs",
+    "S3 hard": "poison chain head without the chain walk",
+    "S4 hard": "owner's redelivery turned away by its claim",
+    "S5 hard": "ETA retries fill the quorum prefetch",
+    "S6 hard": "time_limit without the backstop: ChordError",
+    "SB1": "batch signed with the exact counts",
+    "SB2": "ledger holds each row once",
+    "SB3": "chunk retries with growing gaps",
+    "SB4": "a second submission changes nothing",
+    "SB5": "a dead chunk: reconcile fails closed, flagged",
+    "SB6": "a straggler past result_expires: still signed",
+    "SB5 write-up": "dead chunk: ChordError, neither signed nor flagged",
+    "SB6 write-up": "straggler: size key expired, never reconciled",
+}
+"""A few words per lab check (the checks themselves are ``lab.checks`` and the case study's ``study``)."""
+
+
+# ---- versions and their environments -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Version:
+    name: str  # "5.5"
+    pins: Path
+
+    @property
+    def env(self) -> Path:
+        return ENVS_DIR / f"celery-{self.name}"
+
+    @property
+    def python(self) -> Path:
+        return self.env / "bin" / "python"
+
+    @property
+    def celery(self) -> str:
+        """The exact Celery release its pins name (``5.5.3``)."""
+        return pinned(self.pins.read_text(), "celery") or self.name
+
+
+def versions(pins_dir: Path = PINS_DIR) -> list[Version]:
+    """One per ``celery-<X.Y>.txt`` in ``pins_dir``, oldest first."""
+    found = [Version(p.stem.removeprefix("celery-"), p) for p in pins_dir.glob("celery-*.txt")]
+    return sorted(found, key=lambda v: tuple(int(x) for x in v.name.split(".")))
+
+
+def pinned(pins: str, package: str) -> str | None:
+    """The version ``pins`` (a requirements file's text) gives ``package``, or None."""
+    wanted = re.sub(r"[-_.]+", "-", package).lower()
+    for line in pins.splitlines():
+        name, sep, ver = line.split("#", 1)[0].strip().partition("==")
+        if sep and re.sub(r"[-_.]+", "-", name.split("[", 1)[0]).lower() == wanted:
+            return ver.strip()
+    return None
+
+
+def stamp_of(pins: str) -> str:
+    """What an environment built from ``pins`` by this Python records: rebuilt when it changes."""
+    return hashlib.sha256(f"{pins}\n{sys.version}\n{sys.base_prefix}".encode()).hexdigest()
+
+
+class EnvFailed(Exception):
+    """An environment could not be built (pip's words follow)."""
+
+
+def ensure_env(v: Version, say: Callable[[str], None] = print) -> bool:
+    """Build ``v``'s venv unless one built from the same pins is there; True when it was built."""
+    pins = v.pins.read_text()
+    stamp = v.env / STAMP
+    if v.python.exists() and stamp.exists() and stamp.read_text().strip() == stamp_of(pins):
+        return False
+    say(f"celery {v.name}: building {v.env.relative_to(ROOT)} from {v.pins.relative_to(ROOT)}")
+    shutil.rmtree(v.env, ignore_errors=True)
+    steps = [[sys.executable, "-m", "venv", str(v.env)],
+             [str(v.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", str(v.pins)]]
+    for cmd in steps:
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise EnvFailed(f"celery {v.name}: {' '.join(cmd[2:4])} failed ({done.returncode}):\n"
+                            f"{(done.stdout + done.stderr).strip()[-2000:]}")
+    stamp.write_text(stamp_of(pins) + "\n")
+    return True
+
+
+# ---- one version's runs ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outputs:
+    lab: Path  # run_all_fms.py --json
+    claims: Path  # RCL_CLAIMS_JSON
+    lab_log: Path
+    claims_log: Path
+
+
+def outputs(v: Version) -> Outputs:
+    base = ENVS_DIR / "results" / f"celery-{v.name}"
+    return Outputs(Path(f"{base}-lab.json"), Path(f"{base}-claims.json"), Path(f"{base}-lab.log"),
+                   Path(f"{base}-claims.log"))
+
+
+def run_version(v: Version, say: Callable[[str], None] = print) -> None:
+    """The lab and the claims on ``v``'s Python; their JSON and logs go to ``outputs(v)``."""
+    out = outputs(v)
+    out.lab.parent.mkdir(parents=True, exist_ok=True)
+    for stale in (out.lab, out.claims):
+        stale.unlink(missing_ok=True)
+    namespace = os.environ.get("RCL_NAMESPACE", "rcl")
+    env = {**os.environ, "RCL_NAMESPACE": namespace, "RCL_TEST_NAMESPACE": namespace,
+           "RCL_CLAIMS_JSON": str(out.claims), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPATH", None)  # the venv's own packages, not the caller's
+    steps = [("lab", [str(v.python), "run_all_fms.py", *LAB_ARGS, "--json", str(out.lab)], out.lab_log),
+             ("claims", [str(v.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", CLAIMS_TESTS], out.claims_log)]
+    for what, cmd, log in steps:
+        started = time.monotonic()
+        with log.open("w") as sink:
+            code = subprocess.run(cmd, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL).returncode
+        say(f"celery {v.name}: {what} exited {code} after {time.monotonic() - started:.0f}s "
+            f"(output: {log.relative_to(ROOT)})")
+
+
+# ---- from results to cells (pure) -------------------------------------------------------
+
+
+def expected_labels(run: Mapping[str, Any]) -> list[str]:
+    """The checks a run of the lab would have reported, for a run that ended in ERROR."""
+    fm, kind = str(run["fm"]), str(run["kind"])
+    if not re.fullmatch(r"fm\d", fm):
+        return [f"{fm} ({kind})"]
+    n = int(fm[2:])
+    return {"fixed": [f"G{i}" for i in range(1, n + 1)], "broken": [f"S{n}"], "weak": [f"S{n} hard"],
+            "bug": ["S1"]}.get(kind, [f"{fm} ({kind})"])
+
+
+def lab_cells(data: Mapping[str, Any]) -> dict[str, Cell]:
+    """``run_all_fms.py --json`` output -> one cell per check label, over every run that checks it
+    (G1 is checked by fm1..fm6: it passes only where all six hold)."""
+    seen: dict[str, list[tuple[str, bool, str]]] = {}
+    for run in cast(list[dict[str, Any]], data.get("runs", [])):
+        where = f"{run['fm']} {run['kind']}"
+        if run.get("error"):
+            for label in expected_labels(run):
+                seen.setdefault(label, []).append((where, False, f"ERROR: {str(run['error']).splitlines()[0]}"))
+            continue
+        for check in cast(list[dict[str, Any]], run.get("checks", [])):
+            seen.setdefault(str(check["label"]), []).append((where, bool(check["ok"]), str(check["detail"])))
+    cells: dict[str, Cell] = {}
+    for label, found in seen.items():
+        bad = [(where, detail) for where, ok, detail in found if not ok]
+        if bad:
+            cells[label] = Cell("FAIL", "; ".join(f"{where}: {detail}" for where, detail in bad))
+        else:
+            cells[label] = Cell("pass")
+    return cells
+
+
+def claim_cells(data: Mapping[str, Any]) -> tuple[dict[str, Cell], dict[str, str]]:
+    """``RCL_CLAIMS_JSON`` output -> a cell per claim label, and each claim's title."""
+    cells: dict[str, Cell] = {}
+    titles: dict[str, str] = {}
+    for claim in cast(list[dict[str, Any]], data.get("claims", [])):
+        label, outcome = str(claim["label"]), str(claim["outcome"])
+        titles[label] = str(claim["title"])
+        if outcome == "passed":
+            cells[label] = Cell("fail", str(claim["limit"])) if claim.get("limit") else Cell("pass")
+        elif outcome == "skipped":
+            cells[label] = Cell("n/a", str(claim.get("message") or "skipped"))
+        else:
+            cells[label] = Cell("FAIL", f"{outcome}: {claim.get('message') or ''}".strip(": "))
+    return cells, titles
+
+
+def label_key(label: str) -> tuple[int, int, str]:
+    """Table order: G, S, S hard, SB, SB write-up, C, then anything else."""
+    m = re.fullmatch(r"(SB|G|S|C)(\d+)( .*)?", label)
+    if m is None:
+        return (9, 0, label)
+    prefix, number, rest = m.group(1), int(m.group(2)), (m.group(3) or "").strip()
+    group = {"G": 0, "S": 1, "SB": 3, "C": 5}[prefix] + (1 if rest else 0)
+    return (group, number, rest)
+
+
+def rows(columns: Mapping[str, Mapping[str, Cell]], titles: Mapping[str, str]) -> list[Row]:
+    """Every label any version reported, in table order; a label a version did not report is
+    ``FAIL`` there (its run did not get so far)."""
+    labels = sorted({label for cells in columns.values() for label in cells}, key=label_key)
+    return [Row(label, titles.get(label, TITLES.get(label, "")),
+                {v: cells.get(label, Cell("FAIL", "not reported: the run stopped before it")) for v, cells in columns.items()})
+            for label in labels]
+
+
+def failed(table: Iterable[Row]) -> bool:
+    return any(cell.state == "FAIL" for row in table for cell in row.cells.values())
+
+
+LEGEND = ("pass: holds as the lab states it.  n/a: cannot apply on that version.",
+          "fail: does not hold on that version, as its docstring says (the run checked what it does instead).",
+          "FAIL: should have held and did not (make matrix exits 1).")
+NOTE_WIDTH = 100
+
+
+def render(table: Sequence[Row], headers: Mapping[str, str]) -> str:
+    """The grid (a cell with a reason carries a note number) and the numbered reasons under it."""
+    notes: list[str] = []
+    index: dict[str, int] = {}
+
+    def cell_text(cell: Cell) -> str:
+        if not cell.reason:
+            return cell.state
+        if cell.reason not in index:
+            notes.append(cell.reason)
+            index[cell.reason] = len(notes)
+        return f"{cell.state} [{index[cell.reason]}]"
+
+    body = [[f"{r.label:<12} {r.title}", *(cell_text(r.cells[v]) for v in headers)] for r in table]
+    head = ["check", *headers.values()]
+    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(text.ljust(w) for text, w in zip(line, widths)).rstrip() for line in [head, *body]]
+    lines.extend(["", *LEGEND])
+    for i, note in enumerate(notes, 1):
+        lines.extend(textwrap.wrap(f"[{i}] {note}", NOTE_WIDTH, subsequent_indent="    ", break_on_hyphens=False))
+    return "\n".join(lines)
+
+
+def collect(vs: Sequence[Version]) -> tuple[list[Row], dict[str, str]]:
+    """The table of the last runs of ``vs`` (their JSON under ``.lab/matrix/results``)."""
+    columns: dict[str, dict[str, Cell]] = {}
+    titles: dict[str, str] = {}
+    headers: dict[str, str] = {}
+    for v in vs:
+        out = outputs(v)
+        cells: dict[str, Cell] = {}
+        release = v.celery
+        if out.lab.exists():
+            data = json.loads(out.lab.read_text())
+            release = str(data.get("versions", {}).get("celery", release))
+            cells.update(lab_cells(data))
+        else:
+            cells["lab"] = Cell("FAIL", f"no results: see {out.lab_log.relative_to(ROOT)}")
+        if out.claims.exists():
+            found, named = claim_cells(json.loads(out.claims.read_text()))
+            cells.update(found)
+            titles.update(named)
+        else:
+            cells["claims"] = Cell("FAIL", f"no results: see {out.claims_log.relative_to(ROOT)}")
+        columns[v.name] = cells
+        headers[v.name] = f"celery {release}"
+    return rows(columns, titles), headers
+
+
+# ---- the command ----------------------------------------------------------------------
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m lab.matrix", description="the lab on every Celery version it supports")
+    p.add_argument("--only", nargs="+", metavar="X.Y", help="these versions only (e.g. 5.5)")
+    p.add_argument("--table-only", action="store_true", help="print the table of the last runs, run nothing")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    vs = versions()
+    if args.only:
+        unknown = sorted(set(args.only) - {v.name for v in vs})
+        if unknown:
+            print(f"error: no pins for {', '.join(unknown)}; known: {', '.join(v.name for v in vs)}", file=sys.stderr)
+            return 2
+        vs = [v for v in vs if v.name in args.only]
+    started = time.monotonic()
+    if not args.table_only:
+        from lab import services  # the services answer before anything is built or run
+
+        try:
+            services.ensure()
+            for v in vs:
+                built = time.monotonic()
+                if ensure_env(v):
+                    print(f"celery {v.name}: built in {time.monotonic() - built:.0f}s", flush=True)
+                run_version(v, say=lambda s: print(s, flush=True))
+        except (services.ServiceError, EnvFailed) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    table, headers = collect(vs)
+    text = render(table, headers)
+    TABLE_FILE.parent.mkdir(parents=True, exist_ok=True)
+    TABLE_FILE.write_text(text + "\n")
+    print()
+    print(text)
+    if not args.table_only:
+        print(f"\nmatrix: {len(vs)} versions in {time.monotonic() - started:.0f}s; table in {TABLE_FILE.relative_to(ROOT)}")
+    return 1 if failed(table) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
