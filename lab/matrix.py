@@ -93,6 +93,26 @@ TITLES: dict[str, str] = {
     "SB6": "a straggler past result_expires: still signed",
     "SB5 write-up": "dead chunk: ChordError, neither signed nor flagged",
     "SB6 write-up": "straggler: size key expired, never reconciled",
+    "BL1": "booked + dead-lettered + rejected == consignments",
+    "BL2": "each B/L booked once",
+    "BL3": "one JSON line per dead-letter, replay, aggregate",
+    "BL4": "retries run out: dead-lettered, the chord completes",
+    "BL5": "a killed replayer loses nothing; lists empty",
+    "BL6": "a re-sent manifest books nothing twice",
+    "BL7": "an aggregate killed mid-forward: booked once",
+    "BL8": "a parse past the deadline runs once",
+    "BL4 write-up": "retries run out: ChordError, nothing booked",
+    "BL5 write-up": "replay: a unit lost, a replayed one never booked",
+    "BL6 write-up": "re-sent manifest: every B/L booked twice",
+    "BL7 write-up": "aggregate killed after SET NX: nothing booked",
+    "BL8 write-up": "parse past visibility_timeout: runs twice",
+    "CT1": "ledger rows == valid distinct events; quarantine",
+    "CT2": "no out-of-order commit in any lot",
+    "CT3": "retries, a crash, a dead letter replayed once",
+    "CT4": "metrics == ledger",
+    "CT5": "dry run writes nothing",
+    "CT2 write-up": "one shared queue reorders a lot",
+    "CT3 write-up": "retries run out: the event is lost",
 }
 """A few words per lab check (the checks themselves are ``lab.checks`` and the case study's ``study``)."""
 
@@ -253,12 +273,12 @@ def claim_cells(data: Mapping[str, Any]) -> tuple[dict[str, Cell], dict[str, str
 
 
 def label_key(label: str) -> tuple[int, int, str]:
-    """Table order: G, S, S hard, SB, SB write-up, C, then anything else."""
-    m = re.fullmatch(r"(SB|G|S|C)(\d+)( .*)?", label)
+    """Table order: G, S, S hard, SB, SB write-up, BL, BL write-up, CT, CT write-up, C, then anything else."""
+    m = re.fullmatch(r"(SB|BL|CT|G|S|C)(\d+)( .*)?", label)
     if m is None:
-        return (9, 0, label)
+        return (19, 0, label)
     prefix, number, rest = m.group(1), int(m.group(2)), (m.group(3) or "").strip()
-    group = {"G": 0, "S": 1, "SB": 3, "C": 5}[prefix] + (1 if rest else 0)
+    group = {"G": 0, "S": 1, "SB": 3, "BL": 5, "CT": 7, "C": 9}[prefix] + (1 if rest else 0)
     return (group, number, rest)
 
 
