@@ -78,11 +78,11 @@ Fix:
 Tradeoffs: a lot's order costs head-of-line blocking: an event retried in place
 holds its whole shard for up to the retries' backoff (about 3 s here), and a
 held lot waits for an operator's replay. Shards can only add throughput as far
-as the ledger takes parallel writers: ``bench/bench_cte.py`` drained 10,000
-events on a shared two-core machine in 21.1, 19.9 and 22.8 s with 1, 2 and 4
-shards on PostgreSQL (an earlier run: 22.7, 15.0, 14.6 s), and in 14.2, 15.4
-and 11.6 s on SQLite, which takes one writer at a time (there the shards buy
-order, not speed). A message carries a
+as the ledger takes parallel writers and the machine has cores:
+``bench/bench_cte.py`` on a quiet two-core machine drained 10,000 events in
+18.6, 9.8 and 12.4 s with 1, 2 and 4 shards on PostgreSQL (a second run: 19.5,
+13.0, 14.2 s), and in 7.7 to 8.3 s whatever the shards on SQLite, which takes
+one writer at a time (there the shards buy order, not speed). A message carries a
 batch of one shard's events (``BATCH`` payloads), which pays Celery's
 per-message cost and the ledger's commit once per batch (one transaction per
 event drained the same burst in 24.7 s on PostgreSQL and 33.9 s on SQLite with
