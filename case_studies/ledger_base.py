@@ -19,11 +19,13 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from sqlalchemy import Engine, Table, create_engine, event, make_url
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
 
+from lab.harness import RunBroken
 from lab.settings import NAMESPACE, mask_url, namespace_problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,6 +82,26 @@ class SqlLedger:
                 raise ValueError(f"the ledger runs on SQLite or PostgreSQL, not {engine.dialect.name}: {mask_url(self.url)}")
             self._engines[pid] = engine
         return engine
+
+    def create(self) -> None:
+        """Make the ledger's tables (each ledger says which)."""
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        """Delete this namespace's rows (each ledger says from which tables)."""
+        raise NotImplementedError
+
+    def opened(self, clear: bool = False) -> Self:
+        """This ledger with its tables made (and emptied of this namespace's rows, with ``clear``);
+        a database that does not answer is a broken run that names it (URL masked)."""
+        try:
+            self.create()
+            if clear:
+                self.clear()
+        except SQLAlchemyError as exc:
+            said = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["no answer"])[0]
+            raise RunBroken(f"the ledger at {mask_url(self.url)} does not answer: {said}") from exc
+        return self
 
     def _insert(self, table: Table) -> sqlite.Insert | postgresql.Insert:
         """The dialect's own INSERT, the one that knows ON CONFLICT."""

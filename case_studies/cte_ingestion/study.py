@@ -43,7 +43,6 @@ from typing import Any, cast
 
 from celery.result import AsyncResult
 from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
 
 from case_studies.cte_ingestion import stand_ins
 from case_studies.cte_ingestion.events import RawEvent, Stream, generate, idempotency_key, validate
@@ -54,7 +53,6 @@ from lab.checks import Check, Collector
 from lab.faults import CRASH_ONCE, FLAKE_FOREVER, FLAKY, Fault
 from lab.fm import Fm, load_module
 from lab.runner import Observations, Outcome, new_run_id
-from lab.settings import mask_url
 from lab.waiting import wait_until
 from lab.workers import LOG_DIR, STATE_DIR, STOP_GRACE
 
@@ -111,15 +109,7 @@ def code_of(kind: harness.Kind) -> str:
 def open_ledger(clear: bool = False) -> Ledger:
     """The ledger, its tables made (emptied of this namespace's rows, with ``clear``); a database
     that does not answer is a broken run that names it (URL masked)."""
-    ledger = Ledger()
-    try:
-        ledger.create()
-        if clear:
-            ledger.clear()
-    except SQLAlchemyError as exc:
-        said = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["no answer"])[0]
-        raise harness.RunBroken(f"the ledger at {mask_url(ledger.url)} does not answer: {said}") from exc
-    return ledger
+    return Ledger().opened(clear)
 
 
 def clear_ledger() -> None:

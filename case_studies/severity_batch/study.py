@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from celery.result import AsyncResult
-from sqlalchemy.exc import SQLAlchemyError
 
 from case_studies.severity_batch.claims import generate
 from case_studies.severity_batch.ledger import Flag, Ledger, LedgerCounts, Manifest
@@ -42,7 +41,6 @@ from lab.faults import CRASH_ONCE, FLAKE_FOREVER, FLAKY, SOFT_HANG, Fault, docum
 from lab.fm import Fm, load_module
 from lab.observe import Reader, attempt_starts
 from lab.pipeline import store_document
-from lab.settings import mask_url
 from lab.runner import NOT_RUN_WINDOW, Observations, Outcome, new_run_id
 from lab.waiting import wait_until
 
@@ -111,17 +109,9 @@ class CaseRun:
 
 
 def open_ledger(clear: bool = False) -> Ledger:
-    """The ledger, its tables made (and emptied of this namespace's rows, with ``clear``);
-    a database that does not answer is a broken run that names it (URL masked)."""
-    ledger = Ledger()
-    try:
-        ledger.create()
-        if clear:
-            ledger.clear()
-    except SQLAlchemyError as exc:
-        said = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["no answer"])[0]
-        raise harness.RunBroken(f"the ledger at {mask_url(ledger.url)} does not answer: {said}") from exc
-    return ledger
+    """The ledger, its tables made (emptied of this namespace's rows, with ``clear``); a database
+    that does not answer is a broken run that names it (URL masked)."""
+    return Ledger().opened(clear)
 
 
 def _spec(run_id: str) -> RunSpec:
