@@ -14,21 +14,15 @@ from case_studies.bl_ingestion import study
 from case_studies.bl_ingestion.dead_letters import DeadLetters
 from lab import harness
 from lab.harness import RunReport
+from tests.cells import passing
 from lab.observe import client
 from lab.settings import NAMESPACE
 
 pytestmark = pytest.mark.usefixtures("real_services")
 
 
-def quiet(_: str) -> None:
-    pass
-
-
 def cell(name: str, kind: harness.Kind) -> RunReport:
-    report = harness.run_one(f"bl_ingestion/{name}", kind, quiet)
-    assert report.error is None, report.error
-    assert report.checks and all(c.ok for c in report.checks), [f"{c.label}: {c.detail}" for c in report.checks]
-    return report
+    return passing(f"bl_ingestion/{name}", kind)
 
 
 @pytest.mark.parametrize("name", list(study.SCENARIOS))
