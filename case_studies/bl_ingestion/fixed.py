@@ -15,7 +15,8 @@ message that a worker holds longer than ``visibility_timeout`` is handed to
 another worker while the first still runs (``QoS.restore_visible`` in
 ``kombu/transport/redis.py`` puts back every unacked message older than the
 timeout; a worker runs it when it starts, then its event loop every 10 s,
-scanning every 10th time, so about every 100 s, in kombu 5.5 to 5.7; the lab's
+scanning every 10th time, so about every 100 s, in kombu 5.5 to 5.7 (read in
+each version's source, not run); the lab's
 ``slow_parse`` runs the same sweep every 0.25 s, as a worker starting then would:
 ``study.sweep``).
 
