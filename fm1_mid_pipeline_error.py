@@ -44,9 +44,10 @@ from celery.result import AsyncResult
 from lab.app import lab_app
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
-from shared.envelope import Wire, enveloped, unwrap
+from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 
 app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+envelope_revoked(app)  # FM-1: a chain head revoked or expired before it ran hands its chain a FAILURE envelope
 app.conf.task_acks_late = False  # Celery's default: ack as soon as a pool process takes the task
 app.conf.task_reject_on_worker_lost = False  # Celery's default: a lost process fails its task
 app.conf.worker_concurrency = 1  # one pool process

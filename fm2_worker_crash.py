@@ -61,9 +61,10 @@ from celery.result import AsyncResult
 from lab.app import lab_app
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
-from shared.envelope import Wire, enveloped, unwrap
+from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 
 app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+envelope_revoked(app)  # FM-1: a chain head revoked or expired before it ran hands its chain a FAILURE envelope
 app.conf.task_acks_late = True  # FM-2: ack when the body has returned
 app.conf.task_reject_on_worker_lost = True  # FM-2: a process that dies requeues its message
 app.conf.worker_concurrency = 2  # two pool processes: the lab's scenario 4 needs two slots

@@ -84,9 +84,10 @@ from lab.app import lab_app
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
 from shared.dlq import DeadLetteringQueue, count_starts, drain
-from shared.envelope import Wire, enveloped, unwrap
+from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 
 app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+envelope_revoked(app)  # FM-1: a chain head revoked or expired before it ran hands its chain a FAILURE envelope
 app.conf.task_acks_late = True  # FM-2: ack when the body has returned
 app.conf.task_reject_on_worker_lost = True  # FM-2: a process that dies requeues its message
 app.conf.worker_concurrency = 2  # two pool processes: the lab's scenario 4 needs two slots
@@ -122,7 +123,7 @@ def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeli
 
 
 @app.task(ignore_result=True)
-def drain_dead_letters() -> int:  # FM-3: finalise each dead-lettered chord member as a failure
+def drain_dead_letters() -> int:  # FM-3: finalise each dead letter as a failure; park what it cannot place
     return drain(app, DLQ)
 
 

@@ -74,11 +74,12 @@ from kombu import Exchange, Queue
 from lab.app import lab_app
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
-from shared.claim import NotifyClaim
+from shared.claim import ClaimBusy, NotifyClaim, busy_waits, release_when_dead_lettered
 from shared.dlq import DeadLetteringQueue, count_starts, drain
-from shared.envelope import Wire, enveloped, unwrap
+from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 
 app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+envelope_revoked(app)  # FM-1: a chain head revoked or expired before it ran hands its chain a FAILURE envelope
 app.conf.task_acks_late = True  # FM-2: ack when the body has returned
 app.conf.task_reject_on_worker_lost = True  # FM-2: a process that dies requeues its message
 app.conf.worker_concurrency = 2  # two pool processes: the lab's scenario 4 needs two slots
@@ -89,6 +90,7 @@ app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=Q
                      "x-dead-letter-exchange": DLQ.exchange.name, "x-dead-letter-routing-key": DLQ.routing_key})]
 app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
 count_starts(app)  # FM-3: starts per task id, so a dead letter tells its deliveries from its real attempts
+BUSY = busy_waits(QUEUE)  # FM-4: a busy notify waits in the broker (delay queues, FM-5's way), not in the worker
 
 
 @app.task(bind=True)
@@ -111,7 +113,7 @@ def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeli
     summary = summarise(results, doc_ids)
     claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX; the owner's redelivery resumes it
     if (state := claim.acquire()) == "busy":  # FM-4: another notify is sending; it may still fail
-        raise self.retry(countdown=claim.policy.poll, max_retries=claim.policy.busy_retries)  # FM-4: outlast the claim's TTL
+        raise BUSY.retry(self, ClaimBusy(pipeline_id), claim.policy.poll)  # FM-4: ask again later; outlast the claim's TTL
     if state == "done":  # FM-4: already sent
         return {**summary, "sent": False}
     with claim.sending():  # FM-4: released if sending fails, marked sent if it succeeds
@@ -119,8 +121,11 @@ def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeli
     return {**summary, "sent": True}
 
 
+release_when_dead_lettered(app, notify)  # FM-4: a notify the drain finalised as dead-lettered releases its claim
+
+
 @app.task(ignore_result=True)
-def drain_dead_letters() -> int:  # FM-3: finalise each dead-lettered chord member as a failure
+def drain_dead_letters() -> int:  # FM-3: finalise each dead letter as a failure; park what it cannot place
     return drain(app, DLQ)
 
 

@@ -66,13 +66,14 @@ from kombu import Exchange, Queue
 from lab.app import lab_app
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
-from shared.claim import NotifyClaim
+from shared.claim import ClaimBusy, NotifyClaim, busy_waits, release_when_dead_lettered
 from shared.dlq import DeadLetteringQueue, count_starts, drain
-from shared.envelope import Wire, enveloped, unwrap
+from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 from shared.retry import RetryPolicy, transient_retryable
 from shared.timeouts import BackstopRequest, hard_timeout
 
 app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+envelope_revoked(app)  # FM-1: a chain head revoked or expired before it ran hands its chain a FAILURE envelope
 app.conf.task_acks_late = True  # FM-2: ack when the body has returned
 app.conf.task_reject_on_worker_lost = True  # FM-2: a process that dies requeues its message
 app.conf.worker_concurrency = 2  # two pool processes: the lab's scenario 4 needs two slots
@@ -83,31 +84,34 @@ app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=Q
                      "x-dead-letter-exchange": DLQ.exchange.name, "x-dead-letter-routing-key": DLQ.routing_key})]
 app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
 count_starts(app)  # FM-3: starts per task id, so a dead letter tells its deliveries from its real attempts
+BUSY = busy_waits(QUEUE)  # FM-4: a busy notify waits in the broker (delay queues, FM-5's way), not in the worker
 
 
-@app.task(bind=True)
+@app.task(bind=True, time_limit=3, Request=BackstopRequest)  # FM-6: every task has a deadline; Celery's kills last
 @enveloped  # FM-1: every exit is a SUCCESS-state envelope
+@hard_timeout(1.5, soft=1)  # FM-6: asks at 1 s, then raises HardTimeout at 1.5 s, inside the body only
 def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
     return {"doc": doc_id, "text": fetch_text(doc_id)}  # a document store stands in for S3
 
 
-@app.task(bind=True, soft_time_limit=1, time_limit=3, Request=BackstopRequest)  # FM-6: ask; kill, still an envelope
+@app.task(bind=True, time_limit=3, Request=BackstopRequest)  # FM-6: the backstop; its kill is still an envelope
 @enveloped  # FM-1
 @transient_retryable(RetryPolicy(max_retries=3, base=0.1), wait_in=QUEUE)  # FM-5: backoff, jitter; waits in the broker
-@hard_timeout(1.5)  # FM-6: SIGALRM raises HardTimeout inside the body
+@hard_timeout(1.5, soft=1)  # FM-6: SIGALRM asks (SoftTimeLimitExceeded) at 1 s, raises HardTimeout at 1.5 s
 def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
     document: Fetched = unwrap(fetched)  # FM-1: the fetch's envelope; UpstreamFailed if it failed
     lab_fault(self, document)  # the lab: what the scenario does to this document
     return parse(document)
 
 
-@app.task(bind=True)
+@app.task(bind=True, time_limit=15, Request=BackstopRequest)  # FM-6
 @enveloped  # FM-1
+@hard_timeout(10, soft=8)  # FM-6: the chord body too (it may wait for a busy claim's owner)
 def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeline_id: str) -> Summary:
     summary = summarise(results, doc_ids)
     claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX; the owner's redelivery resumes it
     if (state := claim.acquire()) == "busy":  # FM-4: another notify is sending; it may still fail
-        raise self.retry(countdown=claim.policy.poll, max_retries=claim.policy.busy_retries)  # FM-4: outlast the claim's TTL
+        raise BUSY.retry(self, ClaimBusy(pipeline_id), claim.policy.poll)  # FM-4: ask again later; outlast the claim's TTL
     if state == "done":  # FM-4: already sent
         return {**summary, "sent": False}
     with claim.sending():  # FM-4: released if sending fails, marked sent if it succeeds
@@ -115,8 +119,11 @@ def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeli
     return {**summary, "sent": True}
 
 
+release_when_dead_lettered(app, notify)  # FM-4: a notify the drain finalised as dead-lettered releases its claim
+
+
 @app.task(ignore_result=True)
-def drain_dead_letters() -> int:  # FM-3: finalise each dead-lettered chord member as a failure
+def drain_dead_letters() -> int:  # FM-3: finalise each dead letter as a failure; park what it cannot place
     return drain(app, DLQ)
 
 

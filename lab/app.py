@@ -9,6 +9,9 @@ What it sets, so that an FM file shows only the settings its fixes add:
   queue, which an FM may replace), the control and event exchanges
   ``rcl.fm3.control`` / ``rcl.fm3.events``, and the result keys ``rcl:fm3:...``
   (the Redis backend's ``global_keyprefix``);
+- the ``redis://`` result backend is ``lab.backend.LabRedisBackend``: Celery's
+  ``RedisBackend`` with one hook, a scenario's fault that stalls the store of one
+  result after its body returned (FM-6's first hard variant);
 - ``worker_pool = "lab.pool:LabPool"``: Celery's prefork pool, noticing a dead pool
   process sooner (``lab.pool`` says why and what does not change);
 - ``worker_consumer = "lab.app:NamespacedConsumer"``: Celery's consumer without the
@@ -80,6 +83,7 @@ def lab_app(module: str, short: str | None = None, broker: Literal["amqp", "redi
     fm = short or short_name(module)
     queue = amqp_name(fm, "tasks")
     app = Celery(f"rcl_{fm}", broker=broker_url() if broker == "amqp" else backend_url(), backend=backend_url())
+    app.loader.override_backends = {"redis": "lab.backend:LabRedisBackend"}  # Celery's, with one fault hook (lab.backend)
     if broker == "redis":
         app.conf.broker_transport_options = {"global_keyprefix": f"{redis_prefix(fm)}broker:"}
     app.conf.update(

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import cast
 
 from lab.faults import HARD_HANG_CAP_SECONDS
-from lab.observe import Reader, attempt_starts
 from lab.fm import Fm
-from lab.runner import Observations, StopCondition
+from lab.observe import Reader, drain_passes
+from lab.runner import FOREIGN_LETTERS, NOT_RUN_WINDOW, Observations, SideRun, StopCondition
 from lab.scenarios import BURST
+from lab.settings import redis_prefix
 
 PROBE_AT_ONCE_SECONDS = 2.0
 """G6: a probe task must come back within this after the run."""
@@ -85,7 +86,29 @@ def g1(obs: Observations, fm: Fm) -> Check:
     c.expect(n_ok + n_failed == len(obs.docs), f"ok {n_ok} + failed {n_failed} of {len(obs.docs)}", "all accounted")
     reason, error = _failed_detail(obs, "doc1")
     c.expect(reason == "error" and "PermanentError" in error, f"doc1 {reason or 'not failed'} {error!r}", "error PermanentError")
+    # The hard variant: a chain head that expired before it ran (its own chord, side "expired").
+    if (side := obs.sides.get("expired")) is not None:
+        f31 = side.failed("doc31") or {}
+        c.expect(_side_done(side) and f31.get("reason") == "expired" and f31.get("error") == EXPIRED_ERROR
+                 and side.heads.get("doc31") == "REVOKED",
+                 f"expired head: chord {_side_state(side)}, doc31 {f31.get('reason') or 'not failed'} "
+                 f"{f31.get('error')!r}, head {side.heads.get('doc31')}",
+                 f"chord SUCCESS, doc31 expired {EXPIRED_ERROR!r}, head REVOKED (Celery's record)")
     return c.result()
+
+
+EXPIRED_ERROR = "UpstreamFailed: fetch_document expired before it ran"
+"""G1: what the expired head's document says (``shared.envelope.envelope_revoked``, through ``unwrap``)."""
+
+
+def _side_done(side: SideRun) -> bool:
+    env = side.chord.envelope
+    return side.chord.state == "SUCCESS" and env is not None and env.ok
+
+
+def _side_state(side: SideRun) -> str:
+    env = side.chord.envelope
+    return f"{side.chord.state}" + (f" envelope {env.status}" if env is not None else f" {side.chord.error_type or ''}".rstrip())
 
 
 def g2(obs: Observations, fm: Fm) -> Check:
@@ -113,6 +136,26 @@ def g3(obs: Observations, fm: Fm) -> Check:
     c.expect(reason == "dead_lettered" and error == wanted, f"doc9 {reason or 'not failed'} {error!r}", repr(wanted))
     kept = [e.get("doc") for e in obs.events if e.kind == "dead_letter_kept"]
     c.expect(not kept and obs.dlq_depth == 0, f"DLQ depth {obs.dlq_depth}, kept {kept}", "0, nothing kept")
+    # The hard variants, each a chord of its own: a poison chord body (side "body") ends visibly, as
+    # its chord's result; letters the drain cannot place (more than a pass reads) are parked apart
+    # and do not delay a poison member behind them (side "behind").
+    if (body := obs.sides.get("body")) is not None:
+        env = body.chord.envelope
+        wanted = _dead_letter_error("notify", bound)
+        said = env.error if env is not None else None
+        c.expect(body.chord.state == "SUCCESS" and env is not None and env.reason == "dead_lettered" and said == wanted
+                 and not body.emails,
+                 f"poison body: chord {_side_state(body)} {env.reason if env else ''} {said!r}, emails {len(body.emails)}",
+                 f"SUCCESS, its envelope dead_lettered {wanted!r}, no email")
+    if (behind := obs.sides.get("behind")) is not None:
+        f33 = behind.failed("doc33") or {}
+        parked = sum(1 for e in obs.events if e.kind == "dead_letter_parked")
+        c.expect(_side_done(behind) and f33.get("reason") == "dead_lettered" and len(behind.emails) == 1,
+                 f"behind {FOREIGN_LETTERS} foreign letters: chord {_side_state(behind)}, doc33 "
+                 f"{f33.get('reason') or 'not failed'}, emails {len(behind.emails)}",
+                 "SUCCESS, doc33 dead_lettered, 1 email")
+        c.expect(obs.parked == FOREIGN_LETTERS and parked == FOREIGN_LETTERS,
+                 f"parked {obs.parked} (announced {parked})", f"the {FOREIGN_LETTERS} foreign letters, each announced")
     return c.result()
 
 
@@ -146,6 +189,9 @@ def g4(obs: Observations, fm: Fm) -> Check:
     # busy claim first: its busy-retry is the observable sign that it saw the claim.
     saw = any(e.kind == "notify_retry" and e.get("role") == "duplicate" for e in obs.events)
     c.expect(saw, f"duplicate {'saw' if saw else 'did not see'} the claim", "saw the claim (a busy-retry)")
+    # The poison body (FM-3's side "body") won the claim before it died: the drain's finalising releases it.
+    if (body := obs.sides.get("body")) is not None:
+        c.expect(body.claim is None, f"the dead-lettered body's claim {body.claim or 'released'}", "released")
     return c.result()
 
 
@@ -225,6 +271,18 @@ def g6(obs: Observations, fm: Fm) -> Check:
     c.expect(r10 == "hard_timeout", f"doc10 {r10 or 'not failed'}", "hard_timeout")
     c.expect(r11 == "time_limit" and "TimeLimitExceeded" in e11, f"doc11 {r11 or 'not failed'} {e11!r}",
              "time_limit (TimeLimitExceeded)")
+    # The late finisher: its body ends inside the soft deadline, then the result store stalls past it;
+    # no limit fires outside the body (no Celery soft limit; the in-body timer ended with the body).
+    stalled = any(e.kind == "store_stall" and e.get("doc") == "doc28" for e in obs.events)
+    c.expect("doc28" in obs.ok_docs() and stalled, f"doc28 {'ok' if 'doc28' in obs.ok_docs() else _failed_detail(obs, 'doc28')}"
+             f"{', its store stalled' if stalled else ', no stall seen'}", "ok after a stalled store")
+    # A Celery limit that does land outside the body (time_limit, in the stalled store) is an envelope.
+    r30, e30 = _failed_detail(obs, "doc30")
+    c.expect(r30 == "time_limit" and "TimeLimitExceeded" in e30, f"doc30 {r30 or 'not failed'} {e30!r}", "time_limit")
+    # A hang in the chain's head: the fetch has its own deadline.
+    r29, e29 = _failed_detail(obs, "doc29")
+    c.expect(r29 == "hard_timeout" and "fetch_document ran past its hard timeout" in e29,
+             f"doc29 {r29 or 'not failed'} {e29!r}", "hard_timeout of its fetch")
     p = obs.probe_seconds
     c.expect(p is not None and p <= PROBE_AT_ONCE_SECONDS, f"probe {'lost' if p is None else f'{p:.2f}s'}", f"<= {PROBE_AT_ONCE_SECONDS}s")
     return c.result()
@@ -325,6 +383,19 @@ SYMPTOMS: tuple[Callable[[Observations, Fm], Check], ...] = (s1, s2, s3, s4, s5,
 # ---- hard variants: scenario n on FM n without its hard fix (lab.weak) ----
 
 
+def s1_hard(obs: Observations, fixed: Fm) -> Check:
+    c = Collector("S1 hard")
+    side = obs.sides.get("expired")
+    if side is None:
+        c.expect(False, "no side chord 'expired'", "one")
+        return c.result()
+    c.expect(side.heads.get("doc31") == "REVOKED", f"doc31's head {side.heads.get('doc31')}", "REVOKED (expired)")
+    started = side.attempts.get("doc31", 0)
+    c.expect(started == 0 and side.chord.state == "PENDING", f"doc31 parsed {started}x, its chord {side.chord.state}",
+             "parsed 0x, PENDING (never completes)")
+    return c.result()
+
+
 def s3_hard(obs: Observations, fixed: Fm) -> Check:
     c = Collector("S3 hard")
     bound, f9 = _bound(fixed), obs.fetch_attempts.get("doc9", 0)
@@ -333,6 +404,20 @@ def s3_hard(obs: Observations, fixed: Fm) -> Check:
     c.expect(kept, f"doc9's dead letter {'kept in the DLQ' if kept else 'not seen'}", "kept: no chord member to finalise")
     c.expect(obs.chord.state == "PENDING", f"chord {obs.chord.state}", "PENDING (never completes)")
     _notify_never(c, obs)
+    body, behind = obs.sides.get("body"), obs.sides.get("behind")
+    if body is None or behind is None:
+        c.expect(False, "no side chords 'body' and 'behind'", "both")
+        return c.result()
+    body_kept = any(e.kind == "dead_letter_kept" and not e.get("doc") for e in body.events)
+    c.expect(body_kept and body.chord.state == "PENDING" and not body.emails,
+             f"poison body: {'kept in the DLQ' if body_kept else 'not kept'}, chord {body.chord.state}, emails {len(body.emails)}",
+             "kept in silence: PENDING, no email")
+    a33 = behind.attempts.get("doc33", 0)
+    reached = any(e.kind == "dead_lettered" for e in behind.events)
+    c.expect(a33 == bound and not reached and behind.chord.state == "PENDING",
+             f"doc33 behind {FOREIGN_LETTERS} foreign letters: attempts {a33}, "
+             f"{'finalised' if reached else 'never reached by the drain'}, chord {behind.chord.state}",
+             f"{bound}, never reached, PENDING")
     return c.result()
 
 
@@ -365,28 +450,73 @@ def s5_hard(obs: Observations, fixed: Fm) -> Check:
 
 def s6_hard(obs: Observations, fixed: Fm) -> Check:
     c = Collector("S6 hard")
-    _chord_error(c, obs, "TimeLimitExceeded")
-    _notify_never(c, obs)
+    m11, m28 = obs.members.get("doc11"), obs.members.get("doc28")
+    # C code outlives every signal: Celery's time_limit kills it and stores FAILURE.
+    c.expect(m11 is not None and m11.state == "FAILURE" and m11.error_type == "TimeLimitExceeded",
+             f"doc11's member {m11.state if m11 else '?'} {m11.error_type if m11 else ''}", "FAILURE TimeLimitExceeded")
+    # Celery's soft limit lands after the body returned, in the stalled store: FAILURE, not an envelope.
+    said = f"{m28.error_type}: {m28.error}" if m28 is not None else ""
+    c.expect(m28 is not None and m28.state == "FAILURE" and "SoftTimeLimitExceeded" in said,
+             f"doc28's member {m28.state if m28 else '?'} {said!r}", "FAILURE naming SoftTimeLimitExceeded")
+    # A hang in the chain's head: nothing ends the fetch.
+    deadline = fixed.fetch_hard_timeout() or HARD_HANG_CAP_SECONDS
+    starts = [e.t for e in obs.events if e.kind == "fetch_start" and e.get("doc") == "doc29"]
+    ran_for = (obs.submitted_at + obs.elapsed - starts[0]) if starts else 0.0
+    c.expect(bool(starts) and ran_for > deadline, f"doc29's fetch {'running' if starts else 'not started'} after {ran_for:.2f}s",
+             f"running past the fetch's deadline {deadline}s")
+    c.expect(obs.chord.state == "PENDING", f"chord {obs.chord.state}", "PENDING (never completes)")
     return c.result()
 
 
-WEAK: dict[int, Callable[[Observations, Fm], Check]] = {3: s3_hard, 4: s4_hard, 5: s5_hard, 6: s6_hard}
+WEAK: dict[int, Callable[[Observations, Fm], Check]] = {1: s1_hard, 3: s3_hard, 4: s4_hard, 5: s5_hard, 6: s6_hard}
 
 
 def weak_symptom(n: int, obs: Observations, fixed: Fm) -> Check:
     return WEAK[n](obs, fixed)
 
 
-def weak_stop(n: int, fixed: Fm) -> tuple[str, StopCondition] | None:
-    """Where a weak run stops: its chord never completes (S3 hard), would wait long (S4 hard),
+def weak_stop(n: int, fixed: Fm, weak: Fm | None = None) -> tuple[str, StopCondition] | None:
+    """Where a weak run stops: its chords never complete (S1, S3, S6 hard), would wait long (S4 hard),
     or its symptom is over (S5 hard: the probe is back)."""
+    if n == 1:
+        return ("doc31's expired head was discarded, and its parse never came", _expired_head_left)
     if n == 3:
-        return ("doc9's dead letter was kept", lambda r: r.has_event("dead_letter_kept", doc="doc9"))
+        return ("the drain kept doc9 and the poison body, and never reached doc33", _drain_blocked(fixed, weak))
+    if n == 6:
+        deadline = fixed.fetch_hard_timeout() or HARD_HANG_CAP_SECONDS
+        return ("doc11 and doc28 failed outside their bodies, doc29's fetch outlived its deadline",
+                lambda r: r.member_state("doc11") == "FAILURE" and r.member_state("doc28") == "FAILURE"
+                and _outlived(r, "doc29", deadline, "fetch_start"))
     if n == 4:
         return ("the owner was turned away by its own claim", _owner_turned_away)
     if n == 5:
         return ("the burst's probe came back", lambda r: r.has_event("burst_probe_back"))
     return None
+
+
+def _expired_head_left(r: Reader) -> bool:
+    side = r.side_readers.get("expired")
+    revoked = [e.t for e in side.events() if e.kind == "revoked"] if side is not None else []
+    return bool(revoked) and time.time() - revoked[0] > NOT_RUN_WINDOW
+
+
+def _drain_blocked(fixed: Fm, weak: Fm | None) -> StopCondition:
+    """doc9 and the poison body kept, doc33 dead-lettered behind the foreign letters, and three more
+    passes of the drain since, none of which reached it."""
+    bound, prefix = _bound(fixed), redis_prefix(weak.short if weak is not None else fixed.short)
+    seen: list[int] = []
+
+    def blocked(r: Reader) -> bool:
+        body, behind = r.side_readers.get("body"), r.side_readers.get("behind")
+        if body is None or behind is None or not r.has_event("dead_letter_kept", doc="doc9"):
+            return False
+        if behind.attempts("doc33") < bound or not any(e.kind == "dead_letter_kept" and not e.get("doc") for e in body.events()):
+            return False
+        if not seen:
+            seen.append(drain_passes(prefix))
+        return drain_passes(prefix) >= seen[0] + 3
+
+    return blocked
 
 
 def _owner_turned_away(r: Reader) -> bool:
@@ -410,6 +540,6 @@ def symptom_stop(n: int, fixed: Fm) -> tuple[str, StopCondition] | None:
     return None
 
 
-def _outlived(r: Reader, doc: str, seconds: float) -> bool:
-    starts = attempt_starts(r.events(), doc)
+def _outlived(r: Reader, doc: str, seconds: float, kind: str = "attempt_start") -> bool:
+    starts = [e.t for e in r.events() if e.kind == kind and e.get("doc") == doc]
     return bool(starts) and time.time() - starts[0] > seconds + 0.5

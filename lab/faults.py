@@ -6,7 +6,7 @@ into the lab's document store), so the same task code meets every fault
 unchanged and no task signature carries the lab. On the wire a fault is a short
 string: ``FAIL``, ``CRASH_ONCE``, ``POISON``, ``FETCH_POISON``, ``FLAKY:2``,
 ``FLAKE_FOREVER``, ``THROTTLED``, ``SOFT_HANG``, ``HARD_HANG``, ``SWALLOW_HANG``,
-``C_HANG``. ``THROTTLED`` is a 429 with ``Retry-After`` on the first attempt
+``C_HANG``, ``LATE_FINISH``, ``STALL_PAST_LIMIT``, ``FETCH_HANG``. ``THROTTLED`` is a 429 with ``Retry-After`` on the first attempt
 (``TransientError(retry_after=THROTTLE_SECONDS)``), then success: a burst of
 them is a burst of waiting retries.
 
@@ -24,7 +24,13 @@ The hangs, from polite to hopeless:
   handler found in real code: it swallows every ``Exception`` raised into it;
 - ``C_HANG`` spins in one C call (``sum(range(n))``) that never returns to the
   interpreter, so no Python signal handler runs until it ends (about a minute on
-  the lab's machine); only killing the process stops it.
+  the lab's machine); only killing the process stops it;
+- ``FETCH_HANG`` is ``HARD_HANG`` in the fetch, the chain's head.
+
+Outside the body (``lab.backend``): ``LATE_FINISH`` works 0.7 s, ends inside fm6's
+soft deadline, and then the result store stalls for 1 s, as a slow Redis (a large
+result, a snapshot's fork, a network hiccup) would; ``STALL_PAST_LIMIT`` stalls past
+``time_limit``. A Celery limit that fires then lands outside the body.
 
 Limits: ``CRASH_ONCE``, ``POISON`` and ``FETCH_POISON`` SIGKILL the current process, which under
 the prefork pool is one pool child. Under ``--pool solo`` they would kill the
@@ -47,7 +53,7 @@ from lab.observe import current_attempt, short_doc
 from shared.retry import TransientError
 
 Kind = Literal["FAIL", "CRASH_ONCE", "POISON", "FETCH_POISON", "FLAKY", "FLAKE_FOREVER", "THROTTLED", "SOFT_HANG",
-               "HARD_HANG", "SWALLOW_HANG", "C_HANG"]
+               "HARD_HANG", "SWALLOW_HANG", "C_HANG", "LATE_FINISH", "STALL_PAST_LIMIT", "FETCH_HANG"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 SOFT_HANG_SECONDS = 2.0
@@ -60,6 +66,12 @@ THROTTLE_SECONDS = 1.5
 """``THROTTLED``: the ``Retry-After`` of its 429, which the retry honours."""
 C_HANG_ITERATIONS = 5 * 10**9
 """``C_HANG`` sums this many integers in one C call: about a minute of CPU on the lab's machine."""
+LATE_FINISH_SECONDS = 0.7
+"""``LATE_FINISH`` and ``STALL_PAST_LIMIT``: how long the body works before it returns (under fm6's
+soft deadline of 1 s)."""
+STORE_STALLS: dict[str, float] = {"LATE_FINISH": 1.0, "STALL_PAST_LIMIT": 6.0}
+"""How long the result store stalls, once, after such a body returned (``lab.backend``): past fm6's
+soft deadline (1 s after the start), and past its ``time_limit`` (3 s)."""
 
 
 class PermanentError(Exception):
@@ -93,6 +105,9 @@ FAIL = Fault("FAIL")
 CRASH_ONCE = Fault("CRASH_ONCE")
 POISON = Fault("POISON")
 FETCH_POISON = Fault("FETCH_POISON")
+FETCH_HANG = Fault("FETCH_HANG")
+LATE_FINISH = Fault("LATE_FINISH")
+STALL_PAST_LIMIT = Fault("STALL_PAST_LIMIT")
 FLAKE_FOREVER = Fault("FLAKE_FOREVER")
 THROTTLED = Fault("THROTTLED")
 SOFT_HANG = Fault("SOFT_HANG")
@@ -133,8 +148,10 @@ def inject(fault: Fault | None, attempt: int, *, doc: str = "") -> None:
             _hang_swallowing(Exception)
         case "C_HANG":
             sum(range(C_HANG_ITERATIONS))  # one C call: no bytecode boundary for a signal handler to run at
-        case "FETCH_POISON":
-            pass  # the fetch's fault (fetch_fault); a parse never meets it
+        case "LATE_FINISH" | "STALL_PAST_LIMIT":
+            time.sleep(LATE_FINISH_SECONDS)  # the work, ending inside the deadline; the store then stalls (lab.backend)
+        case "FETCH_POISON" | "FETCH_HANG":
+            pass  # the fetch's faults (fetch_fault); a parse never meets them
 
 
 def _sigkill_self(after: float) -> None:
@@ -159,10 +176,13 @@ def _hang_swallowing(swallowed: type[BaseException]) -> None:
 
 
 def fetch_fault(text: str) -> None:
-    """The fetch's fault: ``FETCH_POISON`` kills the process reading this document, every time."""
+    """The fetch's faults: ``FETCH_POISON`` kills the process reading this document, every time;
+    ``FETCH_HANG`` hangs it, swallowing ``SoftTimeLimitExceeded`` (the chain's head hangs)."""
     fault = fault_in(text)
     if fault is not None and fault.kind == "FETCH_POISON":
         _sigkill_self(CRASH_AFTER_SECONDS)
+    if fault is not None and fault.kind == "FETCH_HANG":
+        _hang_swallowing(SoftTimeLimitExceeded)
 
 
 FAULT_LINE = "x-lab-fault: "

@@ -30,7 +30,7 @@ from celery.result import AsyncResult
 from kombu import Queue
 
 from lab.app import short_name
-from shared.dlq import DeadLetteringQueue, bound_of
+from shared.dlq import DeadLetteringQueue, bound_of, parked_queue
 from shared.retry import DelayQueues, RetryPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +61,8 @@ class Fm:
     parse_document: Task[Any, Any]
     notify: Task[Any, Any]
     probe: Task[Any, Any]
+    fetch_document: Task[Any, Any] | None = None  # the chain's head (the FMs'; a case study has none)
+    delays: tuple[DelayQueues, ...] = ()  # delay queues the module declares itself (FM-4's busy waits)
 
     @property
     def number(self) -> int:
@@ -76,14 +78,17 @@ class Fm:
 
     @property
     def queues(self) -> list[Queue]:
-        """Every queue the FM owns: its task queues, their dead-letter queues and its retries' delay queues."""
+        """Every queue the FM owns: its task queues, their dead-letter queues and the drain's parking queues,
+        its retries' delay queues and those its module declares."""
         out: list[Queue] = []
         for q in self.task_queues:
             out.append(q)
             if isinstance(q, DeadLetteringQueue) and q.dead_letters is not None:
-                out.append(q.dead_letters)
+                out += [q.dead_letters, parked_queue(q.dead_letters)]
         delays = next((d for f in layers(self.parse_document.run) if isinstance(d := getattr(f, "delay_queues", None), DelayQueues)), None)
-        return out + (delays.queues() if delays is not None else [])
+        for found in ((delays,) if delays is not None else ()) + self.delays:
+            out += found.queues()
+        return out
 
     @property
     def dead_letter_queue(self) -> Queue | None:
@@ -124,8 +129,16 @@ class Fm:
 
     @property
     def hard_timeout(self) -> float | None:
-        found = [getattr(f, "hard_timeout_seconds", None) for f in layers(self.parse_document.run)]
-        return next((float(s) for s in found if isinstance(s, (int, float))), None)
+        return _timeout(self.parse_document, "hard_timeout_seconds")
+
+    def fetch_hard_timeout(self) -> float | None:
+        return _timeout(self.fetch_document, "hard_timeout_seconds") if self.fetch_document is not None else None
+
+
+def _timeout(task: Task[Any, Any], attribute: str) -> float | None:
+    """A deadline ``@hard_timeout`` keeps on a task's decorator stack (None when it has none)."""
+    found = [getattr(f, attribute, None) for f in layers(task.run)]
+    return next((float(s) for s in found if isinstance(s, (int, float))), None)
 
 
 class NotAnFm(Exception):
@@ -144,7 +157,9 @@ def from_module(module: ModuleType, member: str = "parse_document", body: str = 
         probe = app.tasks[f"{short}.probe"]
     except KeyError as exc:
         raise NotAnFm(f"{module.__name__} does not define the task {exc}") from exc
-    return Fm(short, module.__name__, app, cast(Submit, submit), tasks[member], tasks[body], probe)
+    head = app.tasks.get(f"{module.__name__}.fetch_document")
+    delays = tuple(v for v in vars(module).values() if isinstance(v, DelayQueues))
+    return Fm(short, module.__name__, app, cast(Submit, submit), tasks[member], tasks[body], probe, head, delays)
 
 
 def load_module(name: str, folder: Path | None = None, member: str = "parse_document", body: str = "notify") -> Fm:

@@ -304,7 +304,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         lab = load(code)
         fixed = load(fm) if kind in ("broken", "weak") else lab
         stop: tuple[str, StopCondition] | None = (
-            checks.symptom_stop(n, fixed) if kind == "broken" else checks.weak_stop(n, fixed) if kind == "weak" else None)
+            checks.symptom_stop(n, fixed) if kind == "broken" else checks.weak_stop(n, fixed, lab) if kind == "weak" else None)
         run_id = new_run_id()
         on_stage("resetting")
         reset(lab)  # after the last worker of this code is gone and its queues emptied
@@ -314,7 +314,8 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         with running_worker(lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage, wait=False,
                             after=lambda: purge(lab)) as worker:  # the run's leftover messages go once it is stopped
             on_stage("running the scenario")
-            obs = run_scenario(lab, scenario(sc_n), run_id, RUN_TIMEOUT, stop=stop, watch=Liveness(worker))
+            obs = run_scenario(lab, scenario(sc_n), run_id, RUN_TIMEOUT, stop=stop, watch=Liveness(worker),
+                               sides=kind in ("fixed", "weak"))  # the hard variants' own chords
         report.observations = obs
         report.drain_last_run = drain_last_run(redis_prefix(lab.short)) if lab.beat else None
         on_stage("checking")
@@ -642,7 +643,7 @@ def run_by_hand(path: str) -> int:
         return 2
     kind: Kind = "fixed" if fm.number else "bug"
     started = time.monotonic()
-    obs = run_scenario(fm, scenario(fm.scenario), new_run_id(), RUN_TIMEOUT)
+    obs = run_scenario(fm, scenario(fm.scenario), new_run_id(), RUN_TIMEOUT, sides=True)
     report = RunReport(fm.short, kind, fm.short, fm.scenario, _checks(kind, fm.number, obs, fm), obs,
                        seconds=time.monotonic() - started)
     print(describe(report))

@@ -15,8 +15,12 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
 - ``task_received`` of the runner's burst probe (``BURST_PROBE`` in its task id): the
   worker's main process took it off the broker, before any pool process is free for it
   (FM-5's hard variant: a prefetch full of waiting retries keeps it on the broker);
-- ``shared.dlq.dead_lettered``: the DLQ drain finalised a chord member;
-  ``shared.dlq.dead_letter_kept``: it put a message back in the DLQ instead.
+- ``shared.dlq.dead_lettered``: the DLQ drain finalised a dead letter (a document's, or
+  the chord body's own); ``shared.dlq.dead_letter_kept``: it put a message back in the
+  DLQ instead; ``shared.dlq.dead_letter_parked``: it parked one (the runner's foreign
+  letters carry their run in a header);
+- ``task_revoked`` of ``fetch_document``: the worker discarded an expired (or revoked)
+  chain head.
 
 What a killed process cannot report (no ``task_postrun``), the attempt counter
 and the broker still tell: an attempt that started and never ended.
@@ -51,7 +55,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis
-from celery.signals import task_postrun, task_prerun, task_received, task_retry
+from celery.result import AsyncResult
+from celery.signals import task_postrun, task_prerun, task_received, task_retry, task_revoked
 
 from lab.settings import NAMESPACE, backend_url
 from shared import dlq
@@ -233,12 +238,30 @@ class Observer:
         if found:
             run, doc = found
             self.emit(Happening("dead_lettered", run, letter.task_id, doc, {"death": letter.death_reason}))
+        elif run := _pipeline_in(letter.args, letter.kwargs):  # the chord body (notify) itself
+            self.emit(Happening("dead_lettered", run, letter.task_id, "", {"death": letter.death_reason}))
 
     def dead_letter_kept(self, task_id: str, args: Sequence[object], why: str) -> None:
         found = doc_in(args)
         if found:
             run, doc = found
             self.emit(Happening("dead_letter_kept", run, task_id, doc, {"why": why}))
+        elif run := _pipeline_in(args, {}):
+            self.emit(Happening("dead_letter_kept", run, task_id, "", {"why": why}))
+
+    def dead_letter_parked(self, headers: Mapping[str, object], why: str) -> None:
+        run = headers.get(FOREIGN_RUN_HEADER)  # the lab's foreign letters say which run sent them
+        if isinstance(run, str) and run:
+            self.emit(Happening("dead_letter_parked", run, str(headers.get("id") or ""), "", {"why": why}))
+
+    def revoked(self, task_id: str, task: object, args: Sequence[object], expired: bool) -> None:
+        if _role_of(task) == "fetch_document" and (found := doc_in(args)):
+            run, doc = found
+            self.emit(Happening("revoked", run, task_id, doc, {"expired": str(expired)}))
+
+
+FOREIGN_RUN_HEADER = "x-rcl-run"
+"""A header on the letters the runner puts in a DLQ (FM-3's hard variant), naming the run."""
 
 
 # ---- the lab's sink: a run's record in Redis ------------------------------------------
@@ -249,13 +272,21 @@ def _drain_key(prefix: str) -> str:
 
 
 def drain_ran(task: object) -> None:
-    """The DLQ drain (a beat task) just ran: its time, under its program's key prefix
-    (``lab.metrics``: the drain's last-run age)."""
+    """The DLQ drain (a beat task) just ran: its time and its count of passes, under its program's
+    key prefix (``lab.metrics``: the drain's last-run age; FM-3's hard variant counts passes)."""
     conf = getattr(getattr(task, "app", None), "conf", None)
     options = cast(Mapping[str, object], getattr(conf, "result_backend_transport_options", None) or {})
     prefix = str(options.get("global_keyprefix") or "")
     if prefix:
         client().set(_drain_key(prefix), repr(time.time()), ex=TTL_SECONDS)
+        client().incr(f"{prefix}drain:passes")
+        client().expire(f"{prefix}drain:passes", TTL_SECONDS)
+
+
+def drain_passes(prefix: str) -> int:
+    """How many passes the drain of the program with key prefix ``prefix`` finished."""
+    raw = cast(str | None, client().get(f"{prefix}drain:passes"))
+    return int(raw) if raw else 0
 
 
 def drain_last_run(prefix: str) -> float | None:
@@ -357,6 +388,16 @@ def _on_dead_lettered(sender: object = None, letter: dlq.DeadLetter | None = Non
         OBSERVER.dead_lettered(letter)
 
 
+def _on_dead_letter_parked(sender: object = None, headers: Mapping[str, object] | None = None, why: str = "",
+                           **_: object) -> None:
+    OBSERVER.dead_letter_parked(headers or {}, why)
+
+
+def _on_revoked(sender: object = None, request: object = None, expired: bool = False, **_: object) -> None:
+    args = cast(Sequence[object], getattr(request, "args", None) or ())
+    OBSERVER.revoked(str(getattr(request, "id", "")), sender, args, bool(expired))
+
+
 def _on_dead_letter_kept(sender: object = None, headers: Mapping[str, object] | None = None,
                          args: Sequence[object] = (), why: str = "", **_: object) -> None:
     OBSERVER.dead_letter_kept(str((headers or {}).get("id") or ""), args, why)
@@ -376,6 +417,8 @@ def install() -> None:
     task_received.connect(_on_received, weak=False)
     dlq.dead_lettered.connect(_on_dead_lettered, weak=False)
     dlq.dead_letter_kept.connect(_on_dead_letter_kept, weak=False)
+    dlq.dead_letter_parked.connect(_on_dead_letter_parked, weak=False)
+    task_revoked.connect(_on_revoked, weak=False)
     _installed = True
 
 
@@ -401,9 +444,17 @@ class Reader:
     """The read side, used by the runner and the checks."""
 
     def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
         self.rec = RunRecorder(run_id)
         self.prefix = self.rec.prefix
         self.r = self.rec.r
+        self.members: Mapping[str, AsyncResult[Any]] = {}  # the runner's: each document's chord member
+        self.side_readers: Mapping[str, Reader] = {}  # the runner's: the side chords' records, by tag
+
+    def member_state(self, doc: str) -> str:
+        """The Celery state of ``doc``'s chord member (what the runner gave this reader), '' when unknown."""
+        found = self.members.get(doc)
+        return str(found.state) if found is not None else ""
 
     def attempts(self, doc: str, counter: str = "attempts") -> int:
         """Attempts of ``parse_document`` on ``doc`` (``counter="fetch-attempts"``: of its fetch)."""

@@ -23,7 +23,9 @@ domain modules, kept small. The FM files import it and hold the Celery code.
   - FM-4's hard variant: the scenario's crash plan, one step per call in call
     order: ``before_send`` kills the caller's process after it claimed and
     before the email goes out; ``after_send`` kills it once the email is out,
-    before ``notify`` marks the claim sent.
+    before ``notify`` marks the claim sent;
+  - FM-3's hard variant: in a pipeline marked ``poison_mail``, every call kills
+    its caller, so the chord body dies on every delivery.
 """
 
 from __future__ import annotations
@@ -121,6 +123,9 @@ def send_email(pipeline_id: str, summary: Summary, idempotency_key: str | None =
     run = RunRecorder(pipeline_id)
     task_id = str(cast(Any, current_task).request.id) if current_task else ""
     crash = run.pop("crash_plan")  # this call's step of the scenario's crash plan, if any
+    if run.get("poison_mail") is not None:  # FM-3's hard variant: the chord body is the poison
+        run.event("crash", task=task_id, when="poison_mail")
+        kill_self()
     if run.get("gated") is not None and not run.gate_open():
         run.event("gate_wait", task=task_id)
         if not wait_until(run.gate_open, GATE_TIMEOUT_SECONDS, interval=0.01):

@@ -25,18 +25,23 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import datetime, timedelta, timezone
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
+from celery import chain, chord, group
 from celery.result import AsyncResult
+from kombu import Producer
 
 from lab.faults import document_text
 from lab.fm import Fm
-from lab.observe import BURST_PROBE, Event, Reader, attempt_starts, short_doc
+from lab.observe import BURST_PROBE, FOREIGN_RUN_HEADER, Event, Reader, attempt_starts, short_doc
 from lab.pipeline import store_document
-from lab.scenarios import Scenario
+from lab.scenarios import Scenario, Side
 from lab.waiting import wait_until
+from shared.claim import NotifyClaim
+from shared.dlq import DRAIN_BATCH, parked_queue
 from shared.envelope import Result
 
 NOT_RUN_WINDOW = 0.5
@@ -74,6 +79,38 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class SideRun:
+    """What one side chord (``lab.scenarios.Side``) did: its own pipeline ``<run_id>-<tag>``."""
+
+    tag: str
+    run_id: str
+    docs: tuple[str, ...]
+    submitted: bool
+    chord: Outcome
+    members: Mapping[str, Outcome]  # each document's chord member (its parse)
+    heads: Mapping[str, str]  # the Celery state of each document's fetch (the chain's head)
+    attempts: Mapping[str, int]
+    fetch_attempts: Mapping[str, int]
+    events: tuple[Event, ...]
+    emails: tuple[str, ...]
+    claim: str | None  # the notify claim's value at the end (FM-4 on), None when there is none or it was released
+
+    def failed(self, doc: str) -> Mapping[str, Any] | None:
+        env = self.chord.envelope
+        empty: Mapping[str, Any] = {}
+        summary = cast(Mapping[str, Any], env.payload) if env is not None and env.ok and env.payload else empty
+        for f in cast(list[Mapping[str, Any]], summary.get("failed", [])):
+            if short_doc(str(f.get("doc"))) == doc:
+                return f
+        return None
+
+
+FOREIGN_LETTERS = DRAIN_BATCH + 1
+"""FM-3's hard variant: letters the drain cannot place, put in the DLQ before the side ``behind``:
+one more than a drain pass reads."""
+
+
+@dataclass(frozen=True)
 class Observations:
     fm: str
     run_id: str
@@ -93,6 +130,9 @@ class Observations:
     stopped_by: str  # "chord finished", a symptom's name, or "deadline"
     submitted_at: float
     elapsed: float
+    members: Mapping[str, Outcome] = field(default_factory=lambda: {})  # each document's chord member, at the end
+    sides: Mapping[str, SideRun] = field(default_factory=lambda: {})
+    parked: int | None = None  # messages in the DLQ's parking queue, when the FM has one
 
     def summary(self) -> Mapping[str, Any] | None:
         env = self.chord.envelope
@@ -134,13 +174,96 @@ def probe_seconds(fm: Fm, timeout: float) -> float | None:
     return time.monotonic() - started
 
 
-def dlq_depth(fm: Fm) -> int | None:
+def dlq_depth(fm: Fm, parked: bool = False) -> int | None:
+    """Messages in the FM's DLQ (``parked``: in its parking queue; 0 when the drain never declared it)."""
     dlq = fm.dead_letter_queue
     if dlq is None:
         return None
+    queue = parked_queue(dlq) if parked else dlq
     with fm.app.connection_for_write() as conn:
-        declared = cast(Any, dlq.bind(conn.default_channel).queue_declare(passive=True))
+        try:
+            declared = cast(Any, queue.bind(conn.default_channel).queue_declare(passive=True))
+        except Exception:  # the parking queue exists only once the drain parked something
+            if parked:
+                return 0
+            raise
         return int(declared.message_count)
+
+
+def put_foreign_letters(fm: Fm, run_id: str, count: int) -> None:
+    """Put ``count`` messages that are no Celery task into the FM's DLQ (FM-3's hard variant): what a
+    producer that is not Celery, or a tool, leaves there. Each names the run in a header, for the observer."""
+    dlq = fm.dead_letter_queue
+    if dlq is None:
+        return
+    with fm.app.connection_for_write() as conn:
+        producer = Producer(conn.default_channel)
+        for i in range(count):
+            producer.publish(f"foreign letter {i} of run {run_id}".encode(), exchange=dlq.exchange,
+                             routing_key=dlq.routing_key, content_type="text/plain", content_encoding="utf-8",
+                             headers={FOREIGN_RUN_HEADER: run_id}, serializer=None, declare=[dlq], retry=True)
+
+
+def side_run_id(run_id: str, tag: str) -> str:
+    return f"{run_id}-{tag}"
+
+
+class _SideChord:
+    """One side chord while the run goes on."""
+
+    def __init__(self, fm: Fm, side: Side, run_id: str) -> None:
+        self.fm, self.side = fm, side
+        self.run_id = side_run_id(run_id, side.tag)
+        self.reader = Reader(self.run_id)
+        self.result: AsyncResult[Any] | None = None
+
+    def submit(self) -> None:
+        doc_ids = [store_document(self.run_id, doc, document_text(doc, fault)) for doc, fault in self.side.docs.items()]
+        if self.side.poison_mail:
+            self.reader.rec.put("poison_mail", "1")
+        if self.side.expired_head and self.fm.fetch_document is not None:
+            # The FM's own chord, its heads sent with an expiry already passed (Celery then sends AMQP
+            # expiration 0: a consumer with room takes it at once, and the worker finds it expired).
+            fetch, parse, notify = self.fm.fetch_document, self.fm.parse_document, self.fm.notify
+            header = group(chain(fetch.s(d).set(expires=datetime.now(timezone.utc) - timedelta(seconds=1)), parse.s()) for d in doc_ids)
+            self.result = chord(header)(notify.s(doc_ids, self.run_id))
+        else:
+            self.result = self.fm.submit(doc_ids, self.run_id)
+
+    def ready(self) -> bool:
+        return self.result is not None and self.result.ready()
+
+    def pending(self) -> bool:
+        """Still to wait for: sent and not finished, or the side ``behind``, not yet sent, on an FM with a DLQ."""
+        if self.result is None:
+            return self.side.behind_letters and self.fm.dead_letter_queue is not None
+        return not self.result.ready()
+
+    def observed(self) -> SideRun:
+        docs = tuple(self.side.docs)
+        members, heads = _members(self.result, docs)
+        found = NotifyClaim.of(self.fm.app, self.run_id, owner=None)
+        claim = cast(str | None, found.r.get(found.key))
+        return SideRun(
+            tag=self.side.tag, run_id=self.run_id, docs=docs, submitted=self.result is not None,
+            chord=Outcome.of(self.result) if self.result is not None else Outcome("NOT SENT", None, None, None),
+            members=members, heads=heads,
+            attempts={d: self.reader.attempts(d) for d in docs},
+            fetch_attempts={d: self.reader.attempts(d, "fetch-attempts") for d in docs},
+            events=tuple(self.reader.events()), emails=tuple(self.reader.emails()), claim=claim)
+
+
+def _members(body: AsyncResult[Any] | None, docs: tuple[str, ...]) -> tuple[dict[str, Outcome], dict[str, str]]:
+    """Each document's chord member (the last task of its chain) and the state of its chain's head."""
+    header = cast(Any, body.parent) if body is not None else None
+    results = cast("list[AsyncResult[Any]]", list(header.results) if header is not None else [])
+    members: dict[str, Outcome] = {}
+    heads: dict[str, str] = {}
+    for doc, member in zip(docs, results):
+        members[doc] = Outcome.of(member)
+        head = cast("AsyncResult[Any] | None", member.parent)
+        heads[doc] = str(head.state) if head is not None else "?"
+    return members, heads
 
 
 def run_scenario(
@@ -151,13 +274,22 @@ def run_scenario(
     stop: tuple[str, StopCondition] | None = None,
     probe_after: bool = True,
     watch: Callable[[], None] | None = None,
+    sides: bool = False,
 ) -> Observations:
     """Submit ``sc`` through ``fm.submit`` and observe it until it ends or ``timeout`` passes.
 
     ``watch`` is called at every look; it raises to end the run at once (the harness's
     watch on its worker and the services: a dead worker is not a slow scenario).
+    ``sides``: submit the scenario's side chords too (a run without a stop condition then
+    waits for them as well); the side ``behind`` goes once the run's dead letters were handled,
+    behind ``FOREIGN_LETTERS`` letters the drain cannot place.
     """
     reader = Reader(run_id)
+    side_chords = [_SideChord(fm, side, run_id) for side in sc.sides] if sides else []
+    for side in side_chords:
+        if not side.side.behind_letters:
+            side.submit()  # before the main chord, while the worker has room: an expired head is taken at once
+    reader.side_readers = {side.side.tag: side.reader for side in side_chords}
     doc_ids = [store_document(run_id, doc, document_text(doc, fault)) for doc, fault in sc.faults.items()]
     if sc.duplicate_notify:
         reader.rec.put("gated", "1")
@@ -166,6 +298,7 @@ def run_scenario(
     submitted_at = time.time()
     started = time.monotonic()
     body_result = fm.submit(doc_ids, run_id)
+    reader.members = _member_results(body_result, sc.docs)
     duplicate: AsyncResult[Any] | None = None
     gate_opened = False
     burst_probe: AsyncResult[Any] | None = None
@@ -188,8 +321,16 @@ def run_scenario(
             elif duplicate is not None and not gate_opened and _duplicate_met_claim(reader):
                 reader.rec.open_gate()
                 gate_opened = True
+        for side in side_chords:
+            if side.result is None and side.side.behind_letters and fm.dead_letter_queue is not None \
+                    and _dead_letters_handled(reader, sc, side_chords):
+                put_foreign_letters(fm, run_id, FOREIGN_LETTERS)
+                reader.rec.event("foreign_letters", count=FOREIGN_LETTERS)
+                side.submit()
         if stop is not None:
             return stop[0] if stop[1](reader) else None
+        if any(side.pending() for side in side_chords):
+            return None
         if body_result.ready():
             # A failed chord never reaches the gate, so no duplicate will come.
             waiting_for_duplicate = sc.duplicate_notify and body_result.state == "SUCCESS"
@@ -236,7 +377,31 @@ def run_scenario(
         stopped_by=stopped_by,
         submitted_at=submitted_at,
         elapsed=time.monotonic() - started,
+        members=_members(body_result, sc.docs)[0],
+        sides={side.side.tag: side.observed() for side in side_chords},
+        parked=dlq_depth(fm, parked=True),
     )
+
+
+def _member_results(body: AsyncResult[Any], docs: tuple[str, ...]) -> dict[str, AsyncResult[Any]]:
+    header = cast(Any, body.parent)
+    return dict(zip(docs, cast("list[AsyncResult[Any]]", list(header.results) if header is not None else [])))
+
+
+POISONED = ("POISON", "FETCH_POISON")
+
+
+def _dead_letters_handled(reader: Reader, sc: Scenario, side_chords: list[_SideChord]) -> bool:
+    """Has the drain finalised, or kept, every letter the run's poison made (its documents', the poison body's)?"""
+    handled = {e.get("doc") or "body" for e in reader.events() if e.kind in ("dead_lettered", "dead_letter_kept")}
+    docs = [d for d, f in sc.faults.items() if f is not None and f.kind in POISONED]
+    if not all(d in handled for d in docs):
+        return False
+    for side in side_chords:
+        if side.side.poison_mail and not any(e.kind in ("dead_lettered", "dead_letter_kept") and not e.get("doc")
+                                             for e in side.reader.events()):
+            return False
+    return True
 
 
 def _fire_duplicate(fm: Fm, reader: Reader, body_result: AsyncResult[Any], doc_ids: list[str],

@@ -3,7 +3,10 @@
 Scenario N is cumulative: it holds every fault of scenarios 1..N, the hard
 variants included (a fault of the fetch, the owner of the ``notify`` claim
 killed twice, a burst of waiting retries, a body that swallows ``Exception``, a
-hang in C code). The runner
+hang in C code, a result store that stalls after the body, a hang in the fetch).
+Some hard variants need a chord of their own (``Side``): a chain head that expired
+(from scenario 1), a poison chord body and a poison member queued behind more dead
+letters than the drain reads in a pass (from scenario 3). The runner
 writes each fault into its document's text (``lab.faults.document_text``), so the
 code under test meets the fault as it is: an earlier FM's code gets a later
 scenario with no switch and no extra argument.
@@ -14,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lab.faults import (C_HANG, CRASH_ONCE, FAIL, FETCH_POISON, FLAKE_FOREVER, FLAKY, HARD_HANG, POISON, SOFT_HANG,
-                        SWALLOW_HANG, THROTTLED, Fault)
+from lab.faults import (C_HANG, CRASH_ONCE, FAIL, FETCH_HANG, FETCH_POISON, FLAKE_FOREVER, FLAKY, HARD_HANG, LATE_FINISH,
+                        POISON, SOFT_HANG, STALL_PAST_LIMIT, SWALLOW_HANG, THROTTLED, Fault)
 
 # (document, fault, first scenario that has it), in the order of submission. The burst
 # goes last, so that its probe meets pool processes that the hangs no longer hold (a busy
@@ -32,6 +35,11 @@ _TABLE: tuple[tuple[str, Fault | None, int], ...] = (
     ("doc9", FETCH_POISON, 3),  # the hard variant of scenario 3: the poison is the chain's head
     ("doc10", SWALLOW_HANG, 6),  # the hard variants of scenario 6: a body that swallows Exception,
     ("doc11", C_HANG, 6),  # and one stuck in C code
+    # More hard variants of scenario 6: a body that ends inside its deadline while the result store
+    # stalls past the soft limit (doc28) and past the time limit (doc30); a hang in the chain's head (doc29).
+    ("doc28", LATE_FINISH, 6),
+    ("doc29", FETCH_HANG, 6),
+    ("doc30", STALL_PAST_LIMIT, 6),
     # The hard variant of scenario 5: a burst of waiting retries, twice what the prefetch
     # (worker_concurrency 2 x worker_prefetch_multiplier 4) holds, so that the probe queues
     # behind more of them than the short retries of doc5 and doc6 can cycle through.
@@ -48,11 +56,32 @@ SCENARIOS = range(1, 7)
 
 
 @dataclass(frozen=True)
+class Side:
+    """A chord of its own in the same run, for a hard variant that needs one (the runner submits it
+    through the FM's ``submit`` as pipeline ``<run_id>-<tag>``, its documents in that pipeline's store)."""
+
+    tag: str
+    docs: Mapping[str, Fault | None]
+    first: int  # the first scenario that has it
+    poison_mail: bool = False  # every call of the mail API kills its caller: the chord body is the poison
+    expired_head: bool = False  # each document's fetch, the chain's head, is sent already expired
+    behind_letters: bool = False  # sent once the run's dead letters were handled, behind FOREIGN_LETTERS in the DLQ
+
+
+_SIDES: tuple[Side, ...] = (
+    Side("expired", {"doc31": None}, 1, expired_head=True),  # FM-1's hard variant: a head that expired
+    Side("body", {"doc32": None}, 3, poison_mail=True),  # FM-3's: a poison chord body
+    Side("behind", {"doc33": POISON}, 3, behind_letters=True),  # FM-3's: a poison member behind letters the drain cannot place
+)
+
+
+@dataclass(frozen=True)
 class Scenario:
     number: int
     faults: Mapping[str, Fault | None]
     duplicate_notify: bool
     crash_plan: tuple[str, ...] = ()
+    sides: tuple[Side, ...] = ()
 
     @property
     def burst(self) -> tuple[str, ...]:
@@ -68,4 +97,5 @@ def scenario(number: int) -> Scenario:
         raise ValueError(f"no scenario {number}; there are {SCENARIOS.start}..{SCENARIOS.stop - 1}")
     faults = {doc: fault for doc, fault, first in _TABLE if first <= number}
     duplicate = number >= DUPLICATE_NOTIFY_FROM
-    return Scenario(number, faults, duplicate, CRASH_PLAN if duplicate else ())
+    sides = tuple(side for side in _SIDES if side.first <= number)
+    return Scenario(number, faults, duplicate, CRASH_PLAN if duplicate else (), sides)

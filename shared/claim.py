@@ -49,16 +49,19 @@ common cases.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Generator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import redis
-from celery import Celery
+from celery import Celery, Task
 
 from shared.backend import backend_redis
+from shared.dlq import DeadLetter, dead_lettered
+from shared.retry import DelayQueues, RetryPolicy
 
 State = Literal["won", "busy", "done"]
 
@@ -88,6 +91,42 @@ class ClaimPolicy:
     def busy_retries(self) -> int:
         """Busy-retries that outlast ``claim_ttl`` (each waits at least ``poll``)."""
         return math.ceil(self.claim_ttl / self.poll) + 1
+
+
+class ClaimBusy(Exception):
+    """Another ``notify`` holds the claim: this one waits and asks again (``busy_waits``)."""
+
+
+def busy_waits(queue: str, policy: ClaimPolicy = ClaimPolicy()) -> DelayQueues:
+    """Where a busy ``notify`` waits between two looks at the claim: in the broker, in delay queues
+    ``QUEUE.busy.0.<s>`` (``shared.retry.DelayQueues``, FM-5's way), ``policy.poll`` seconds each time,
+    up to ``policy.busy_retries`` times. Not ``Task.retry(countdown=...)``: on a quorum queue that is an
+    ETA message the worker holds in its prefetch (Celery warns that a direct exchange gets no native
+    delayed delivery, and the wait may block the worker), exactly what FM-5 shows."""
+    waits = RetryPolicy(max_retries=policy.busy_retries, base=policy.poll, factor=1.0, cap=policy.poll)
+    return DelayQueues(queue, waits, stem="busy")
+
+
+def release_when_dead_lettered(app: Celery, task: Task[Any, Any], pipeline_arg: str = "pipeline_id") -> None:
+    """When the DLQ drain (``shared.dlq``) finalises a dead-lettered call of ``task`` (a poison
+    ``notify``: its process died on every delivery, holding the claim), release that call's claim,
+    so that a re-fired ``notify`` sends at once instead of waiting out ``claim_ttl``. The claim's owner
+    is the dead call's task id; a claim someone else holds, or one already ``sent``, is left alone."""
+    run: Any = getattr(task, "run")
+    parameters = inspect.signature(run)
+
+    def on_dead_letter(sender: object = None, letter: DeadLetter | None = None, **_: object) -> None:
+        if sender is not app or letter is None or letter.task_name != task.name:
+            return
+        try:
+            bound = parameters.bind_partial(*letter.args, **letter.kwargs)
+        except TypeError:  # not a call of this task's signature: nothing to release
+            return
+        pipeline = bound.arguments.get(pipeline_arg)
+        if isinstance(pipeline, str):
+            NotifyClaim.of(app, pipeline, owner=letter.task_id).release()
+
+    dead_lettered.connect(on_dead_letter, weak=False)
 
 
 class NotifyClaim:

@@ -92,13 +92,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from celery import Celery
 from celery.app.task import Context
 from celery.signals import task_prerun
 from celery.utils.dispatch import Signal
-from kombu import Queue
+import redis
+from kombu import Producer, Queue
+from kombu.exceptions import OperationalError
 from kombu.message import Message
 
 from shared.backend import backend_redis
@@ -109,7 +111,12 @@ log = logging.getLogger(__name__)
 dead_lettered = Signal(name="dead_lettered", providing_args=["letter"])
 """Sent by ``drain`` for each chord member it finalised (``sender=app, letter=DeadLetter``)."""
 dead_letter_kept = Signal(name="dead_letter_kept", providing_args=["headers", "args", "why"])
-"""Sent by ``drain``, once per process, for a message it put back in the DLQ (``sender=app``)."""
+"""Sent by ``drain``, once per process, for a message it put back in the DLQ (``sender=app``): the
+backend did not answer (with ``park=True``), or a letter it cannot place (``park=False``)."""
+dead_letter_parked = Signal(name="dead_letter_parked", providing_args=["headers", "args", "why"])
+"""Sent by ``drain`` for each message it moved to the parking queue (``sender=app``)."""
+
+Role = Literal["member", "head", "task"]
 
 STARTS_TTL_SECONDS = 86_400
 """How long ``count_starts`` remembers a task id's starts."""
@@ -175,26 +182,60 @@ class DeadLetter:
     member_id: str  # the chord member finalised for it
     deliveries: int | None  # the source queue's bound, for delivery_limit; else unknown
     started: int  # bodies that really started (count_starts)
+    role: Role = "member"  # what the letter was: the chord member, a chain head before one, or a task on its own
 
 
-def drain(app: Celery, dlq: Queue, batch: int = 100, *, chains: bool = True) -> int:
-    """Finalise what sits in ``dlq``; return how many chord members it finalised."""
+PARKED_SUFFIX = ".parked"
+"""``drain`` parks what it cannot place in ``<dlq>.parked`` (declared by the drain; no worker consumes it)."""
+
+
+def parked_queue(dlq: Queue) -> Queue:
+    """Where ``drain`` parks the letters of ``dlq`` that it cannot place: a queue of its own on the same exchange."""
+    name = f"{dlq.name}{PARKED_SUFFIX}"
+    return Queue(name, dlq.exchange, routing_key=name)
+
+
+class BackendUnavailable(Exception):
+    """The result backend did not answer while the drain finalised a letter: the pass stops, nothing is parked."""
+
+
+DRAIN_BATCH = 100
+"""How many letters one pass of ``drain`` reads at the most."""
+
+
+def drain(app: Celery, dlq: Queue, batch: int = DRAIN_BATCH, *, chains: bool = True, bodies: bool = True,
+          park: bool = True) -> int:
+    """Finalise what sits in ``dlq``; return how many letters it finalised (see the module docstring).
+
+    ``chains``, ``bodies`` and ``park`` are the drain's three hard fixes; each False is the drain
+    as it stood before (what ``--prove`` runs to show the fix is needed)."""
     finalised = 0
     with app.connection_for_write() as conn:
-        queue = dlq.bind(conn.default_channel)
+        channel = conn.default_channel
+        queue = dlq.bind(channel)
         queue.declare()
+        parking = parked_queue(dlq).bind(channel)
+        if park:
+            parking.declare()
         kept: list[Message] = []
         for _ in range(batch):
             message = queue.get(no_ack=False, accept=["json"])
             if message is None:
                 break
             try:
-                letter, why = _finalise(app, message, chains)
-            except Exception as exc:  # the backend is down, say: keep it for the next drain
+                letter, why = _finalise(app, message, chains, bodies)
+            except BackendUnavailable as exc:  # nothing can be finalised now: stop, keep this one, try next pass
+                kept.append(message)
+                _tell_kept(app, message, str(exc))
+                break
+            except Exception as exc:  # this letter cannot be finalised, whatever the next pass does
                 letter, why = None, f"could not be finalised: {type(exc).__name__}: {exc}"
             if letter is None:
-                kept.append(message)
-                _tell_kept(app, message, why)
+                if park:
+                    _park(app, channel, parking, message, why)
+                else:
+                    kept.append(message)
+                    _tell_kept(app, message, why)
                 continue
             message.ack()
             finalised += 1
@@ -202,6 +243,30 @@ def drain(app: Celery, dlq: Queue, batch: int = 100, *, chains: bool = True) -> 
         for message in kept:  # back where they were, once the batch no longer reads the queue
             message.reject(requeue=True)
     return finalised
+
+
+def _park(app: Celery, channel: Any, parking: Queue, message: Message, why: str) -> None:
+    """Move ``message`` to the parking queue (published first, then acked: a crash between the two
+    leaves a copy in each, never none) and announce it on ``dead_letter_parked``."""
+    headers = dict(cast(Mapping[str, Any], message.headers or {}))
+    properties = cast(Mapping[str, Any], message.properties or {})
+    producer = Producer(channel)
+    producer.publish(message.body, exchange=parking.exchange, routing_key=parking.routing_key,
+                     headers={**headers, "x-rcl-parked-why": why}, content_type=message.content_type,
+                     content_encoding=message.content_encoding, delivery_mode=properties.get("delivery_mode", 2),
+                     serializer=None, retry=True)
+    message.ack()
+    log.warning("dead letter %s (%s) parked in %s: %s", headers.get("id"), headers.get("task"), parking.name, why)
+    dead_letter_parked.send(sender=app, headers=headers, args=_args_of(message), why=why)
+
+
+def _args_of(message: Message) -> list[Any]:
+    try:
+        body = message.decode()
+    except Exception:  # what cannot be decoded is announced without its arguments
+        return []
+    first = cast(list[Any], body)[0] if isinstance(body, list) and body else None
+    return cast(list[Any], first) if isinstance(first, list) else []
 
 
 _told: set[str] = set()
@@ -214,13 +279,7 @@ def _tell_kept(app: Celery, message: Message, why: str) -> None:
         return
     _told.add(ident)
     log.warning("dead letter %s (%s) kept in the DLQ: %s", headers.get("id"), headers.get("task"), why)
-    try:
-        body = message.decode()
-    except Exception:  # what cannot be decoded is announced without its arguments
-        body = None
-    first = cast(list[Any], body)[0] if isinstance(body, list) and body else None
-    args: list[Any] = cast(list[Any], first) if isinstance(first, list) else []
-    dead_letter_kept.send(sender=app, headers=dict(headers), args=args, why=why)
+    dead_letter_kept.send(sender=app, headers=dict(headers), args=_args_of(message), why=why)
 
 
 def newest_death(headers: Mapping[str, Any]) -> tuple[str, str]:
@@ -242,7 +301,7 @@ def _member(embed: Mapping[str, Any], chains: bool) -> Mapping[str, Any] | None:
     return {**options, "task": last.get("task")} if options.get("chord") and options.get("task_id") else None
 
 
-def _finalise(app: Celery, message: Message, chains: bool) -> tuple[DeadLetter | None, str]:
+def _finalise(app: Celery, message: Message, chains: bool, bodies: bool) -> tuple[DeadLetter | None, str]:
     headers = cast(Mapping[str, Any], message.headers or {})
     body = message.decode()
     if not (isinstance(body, list) and len(cast(list[Any], body)) == 3):
@@ -251,36 +310,41 @@ def _finalise(app: Celery, message: Message, chains: bool) -> tuple[DeadLetter |
     task_id, task_name = str(headers.get("id") or ""), str(headers.get("task"))
     if not task_id:
         return None, "no task id"
+    role: Role = "member"
     if embed.get("chord"):
         member: Mapping[str, Any] = {"task_id": task_id, "task": task_name, "group_id": headers.get("group"),
                                      "group_index": headers.get("group_index"), "chord": embed["chord"]}
+    elif (found := _member(embed, chains)) is not None:
+        member, role = found, "head"
+    elif bodies:  # no chord member behind it (a chord body, a plain task): its own result says it died
+        member, role = {"task_id": task_id, "task": task_name, "chord": None}, "task"
     else:
-        found = _member(embed, chains)
-        if found is None:
-            return None, "not a chord member, and no chain leads to one" if chains else "not a chord member"
-        member = found
+        return None, "not a chord member, and no chain leads to one" if chains else "not a chord member"
     death, source = newest_death(headers)
     # RabbitMQ 3.x does not carry x-delivery-count into the dead letter; when the reason is
     # delivery_limit, the message was delivered exactly its source queue's bound.
     bound = delivery_bound(app, source)
     deliveries = bound if death == "delivery_limit" else None
-    started = starts_of(app, task_id)
-    said = f"{deliveries} deliveries" if deliveries is not None else "an unknown number of deliveries"
-    error = f"{task_name.rsplit('.', 1)[-1]} dead-lettered by the broker ({death}) after {said}, {started} started"
-    envelope = Result[Any].failure(error, "dead_lettered", started, deliveries).to_wire()
-    member_id = str(member["task_id"])
-    if member_id != task_id:  # the dead head's own result, outside the chord
-        app.backend.mark_as_done(task_id, envelope, request=Context(id=task_id, task=task_name, chord=None))
-    request = Context(
-        id=member_id,
-        task=member.get("task"),
-        group=member.get("group_id"),
-        group_index=member.get("group_index"),
-        root_id=headers.get("root_id"),
-        parent_id=headers.get("parent_id") if member_id == task_id else task_id,
-        chord=member["chord"],
-        args=args if member_id == task_id else [],
-        kwargs=kwargs if member_id == task_id else {},
-    )
-    app.backend.mark_as_done(member_id, envelope, request=request)
-    return DeadLetter(task_id, task_name, args, kwargs, death, member_id, deliveries, started), ""
+    try:
+        started = starts_of(app, task_id)
+        said = f"{deliveries} deliveries" if deliveries is not None else "an unknown number of deliveries"
+        error = f"{task_name.rsplit('.', 1)[-1]} dead-lettered by the broker ({death}) after {said}, {started} started"
+        envelope = Result[Any].failure(error, "dead_lettered", started, deliveries).to_wire()
+        member_id = str(member["task_id"])
+        if member_id != task_id:  # the dead head's own result, outside the chord
+            app.backend.mark_as_done(task_id, envelope, request=Context(id=task_id, task=task_name, chord=None))
+        request = Context(
+            id=member_id,
+            task=member.get("task"),
+            group=member.get("group_id"),
+            group_index=member.get("group_index"),
+            root_id=headers.get("root_id"),
+            parent_id=headers.get("parent_id") if member_id == task_id else task_id,
+            chord=member["chord"],
+            args=args if member_id == task_id else [],
+            kwargs=kwargs if member_id == task_id else {},
+        )
+        app.backend.mark_as_done(member_id, envelope, request=request)
+    except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
+        raise BackendUnavailable(f"the result backend did not answer: {type(exc).__name__}: {exc}") from exc
+    return DeadLetter(task_id, task_name, args, kwargs, death, member_id, deliveries, started, role), ""

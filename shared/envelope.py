@@ -58,11 +58,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast, get_args
 
-from celery import Task
+from celery import Celery, Task, signature
 from celery.exceptions import Ignore, Reject, Retry, SoftTimeLimitExceeded
+from celery.signals import task_revoked
 
 Status = Literal["SUCCESS", "FAILURE"]
-Reason = Literal["error", "dead_lettered", "retries_exhausted", "soft_timeout", "hard_timeout", "time_limit"]
+Reason = Literal["error", "dead_lettered", "retries_exhausted", "soft_timeout", "hard_timeout", "time_limit", "expired",
+                 "revoked"]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 Wire = dict[str, Any]
 
@@ -78,7 +80,11 @@ def note_attempt(n: int | None) -> None:
 
 
 class UpstreamFailed(Exception):
-    """``unwrap`` met a FAILURE envelope: the task before this one in the chain failed."""
+    """``unwrap`` met a FAILURE envelope: the task before this one in the chain failed (its reason carries on)."""
+
+    def __init__(self, message: str, reason: Reason = "error") -> None:
+        super().__init__(message)
+        self.envelope_reason = reason
 
 
 @dataclass(frozen=True)
@@ -149,13 +155,13 @@ def unwrap(raw: object) -> Any:
     """The payload of a SUCCESS envelope; ``UpstreamFailed`` for a FAILURE one."""
     envelope = Result.from_wire(raw)
     if not envelope.ok:
-        raise UpstreamFailed(envelope.error or "the previous task failed")
+        raise UpstreamFailed(envelope.error or "the previous task failed", envelope.reason or "error")
     return envelope.payload
 
 
 def reason_of(exc: BaseException) -> Reason:
     """The envelope reason for an exception (see the module docstring)."""
-    declared = getattr(type(exc), "envelope_reason", None)
+    declared = getattr(exc, "envelope_reason", None)  # the instance's, else its class's
     for reason in REASONS:
         if declared == reason:
             return reason
@@ -200,3 +206,38 @@ def _attempts(task: Task[Any, Any]) -> int:
     if noted is not None:
         return noted
     return int(task.request.retries or 0) + 1
+
+
+def send_next(app: Celery, request: Any, envelope: Wire) -> None:
+    """Send what ``celery.app.trace`` sends after a body returns, before it stores the result (Celery 5.5
+    to 5.7), with ``envelope`` as the value: the request's link callbacks, then its chain's next step.
+    ``request`` is the task's ``Context`` (``chain`` lists the rest of the chain, last task first)."""
+    task_id = str(request.id)
+    root_id = request.root_id or task_id
+    for callback in request.callbacks or ():
+        signature(callback, app=app).apply_async((envelope,), parent_id=task_id, root_id=root_id)
+    if chain := request.chain:
+        signature(chain[-1], app=app).apply_async((envelope,), chain=chain[:-1], parent_id=task_id, root_id=root_id)
+
+
+def envelope_revoked(app: Celery) -> None:
+    """A task of ``app`` revoked or expired before it ran hands its chain a FAILURE envelope.
+
+    Celery 5.5 to 5.7: the worker's main process decides it (``celery.worker.request.Request.revoked``,
+    then ``_announce_revoked``): it stores REVOKED through ``backend.mark_as_revoked``, which passes the
+    outcome on only to a chord the task itself belongs to, acks the message, and sends ``task_revoked``.
+    A chain's head is no chord member: nothing reaches the rest of its chain, the chord member after it
+    is never sent, and the chord stays PENDING for ever. On ``task_revoked`` this sends the rest of the
+    chain with a FAILURE envelope (reason ``expired`` or ``revoked``), as if the head had returned it,
+    so the member records the document as failed and the chord completes. The head's own result stays
+    REVOKED, as Celery stored it. A chord member revoked itself is counted by Celery as a REVOKED
+    member: the chord fails with ``ChordError`` (no signal comes before that count)."""
+
+    def on_revoked(sender: object = None, request: Any = None, expired: bool = False, **_: object) -> None:
+        if getattr(sender, "app", None) is not app or request is None or not (request.chain or request.callbacks):
+            return
+        name = str(getattr(sender, "name", "task")).rsplit(".", 1)[-1]
+        said = f"{name} expired before it ran" if expired else f"{name} was revoked before it ran"
+        send_next(app, request, Result[Any].failure(said, "expired" if expired else "revoked", 0).to_wire())
+
+    task_revoked.connect(on_revoked, weak=False)

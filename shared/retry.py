@@ -128,6 +128,7 @@ class DelayQueues:
     queue: str  # the task queue; its direct exchange and routing key have the same name
     policy: RetryPolicy
     slices: int = 4
+    stem: str = "retry"  # the delay queues are QUEUE.<stem>.<b>.<s>
 
     @property
     def buckets(self) -> int:
@@ -147,7 +148,7 @@ class DelayQueues:
         return [self._queue(b, p) for b in range(self.buckets) for p in range(self.slices)]
 
     def _queue(self, b: int, part: int) -> Queue:
-        name = f"{self.queue}.retry.{b}.{part}"
+        name = f"{self.queue}.{self.stem}.{b}.{part}"
         return Queue(name, Exchange(self.queue, type="direct"), routing_key=name,
                      queue_arguments={"x-dead-letter-exchange": self.queue, "x-dead-letter-routing-key": self.queue})
 

@@ -70,13 +70,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from celery import Task, signature, states
-from celery.exceptions import TimeLimitExceeded
+from celery import Task, states
+from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 
-from shared.envelope import Result, Wire
+from shared.envelope import Result, send_next
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -92,29 +92,43 @@ class HardTimeout(BaseException):
 
 
 def hard_timeout(
-    seconds: float,
+    seconds: float, soft: float | None = None,
 ) -> Callable[[Callable[Concatenate[Task[Any, Any], P], R]], Callable[Concatenate[Task[Any, Any], P], R]]:
     if seconds <= 0:
         raise ValueError(f"hard_timeout needs a positive number of seconds, got {seconds}")
+    if soft is not None and not 0 < soft < seconds:
+        raise ValueError(f"hard_timeout's soft deadline must lie between 0 and {seconds}s, got {soft}")
 
     def decorate(fn: Callable[Concatenate[Task[Any, Any], P], R]) -> Callable[Concatenate[Task[Any, Any], P], R]:
         @functools.wraps(fn)
         def wrapper(task: Task[Any, Any], *args: P.args, **kwargs: P.kwargs) -> R:
             if threading.current_thread() is not threading.main_thread():
                 raise RuntimeError("@hard_timeout needs the main thread (use the prefork pool)")
+            stages = [soft, seconds] if soft is not None else [seconds]
 
             def on_alarm(signum: int, frame: FrameType | None) -> None:
+                if not stages:  # the body is over: a late alarm does nothing
+                    return
+                if len(stages) == 2:  # the soft deadline: ask, and leave the rest of the time to the hard one
+                    stages.pop(0)
+                    signal.setitimer(signal.ITIMER_REAL, seconds - (soft or 0.0))
+                    raise SoftTimeLimitExceeded(f"{task.name} ran past its soft deadline of {soft}s")
+                stages.clear()
                 raise HardTimeout(f"{task.name} ran past its hard timeout of {seconds}s")
 
             previous = signal.signal(signal.SIGALRM, on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, seconds)
+            signal.setitimer(signal.ITIMER_REAL, stages[0])
             try:
-                return fn(task, *args, **kwargs)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                try:
+                    return fn(task, *args, **kwargs)
+                finally:
+                    stages.clear()  # from here on the handler raises nothing and re-arms nothing
+            finally:  # reached even when an alarm raised inside the inner finally, before it cleared the stages
+                signal.setitimer(signal.ITIMER_REAL, 0)  # nothing of this timer outlives the body
                 signal.signal(signal.SIGALRM, previous)
 
         setattr(wrapper, "hard_timeout_seconds", seconds)
+        setattr(wrapper, "soft_timeout_seconds", soft)
         return wrapper
 
     return decorate
@@ -149,7 +163,7 @@ class BackstopRequest(Request):
         logger.error("%s[%s]: %s", self.name, self.id, message)
         if not self._outcome_stored():
             envelope = Result[Any].failure(message, "time_limit", int(context.retries or 0) + 1).to_wire()
-            self._send_next(envelope, context)
+            send_next(self.task.app, context, envelope)  # what the trace would have sent after the body
             self.task.backend.mark_as_done(self.id, envelope, request=context)  # counts the chord member
             self.send_event("task-succeeded", result=repr(envelope), runtime=None)
         if self.task.acks_late:
@@ -162,11 +176,3 @@ class BackstopRequest(Request):
         except Exception:  # the backend cannot say: store the envelope, as the trace would
             return False
 
-    def _send_next(self, envelope: Wire, context: Any) -> None:
-        """What ``celery.app.trace`` sends before it stores a result (Celery 5.5 to 5.7): link callbacks, then
-        the chain's next step."""
-        app, root_id = self.task.app, context.root_id or self.id
-        for callback in context.callbacks or ():
-            signature(callback, app=app).apply_async((envelope,), parent_id=self.id, root_id=root_id)
-        if chain := context.chain:
-            signature(chain[-1], app=app).apply_async((envelope,), chain=chain[:-1], parent_id=self.id, root_id=root_id)

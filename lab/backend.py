@@ -1,0 +1,48 @@
+"""The lab's result backend: Celery's ``RedisBackend`` with one hook, for faults outside the body.
+
+``lab_app`` makes the ``redis://`` scheme resolve to ``LabRedisBackend`` (``loader.override_backends``,
+read by ``celery.app.backends.by_name``, Celery 5.5 to 5.7), so the URL, the keys and every behaviour of
+the Redis backend stay Celery's own. The one addition: before it stores the SUCCESS result of a
+``parse_document`` whose document carries ``LATE_FINISH`` or ``STALL_PAST_LIMIT``, the store stalls
+once (``lab.faults.STORE_STALLS``), in the pool process, inside ``celery.app.trace``'s call of
+``backend.mark_as_done``: the body has returned and its deadline is cancelled, the result is not yet
+stored. That is where a slow Redis (a large result, a fork for a snapshot, a network hiccup) keeps a
+task, and where a Celery time limit that fires lands outside the body (FM-6's first hard variant).
+Every other store goes straight to Celery's code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, cast
+
+from celery import states
+from celery.backends.redis import RedisBackend
+
+from lab.faults import STORE_STALLS, fault_in
+from lab.observe import RunRecorder, doc_in
+from shared.envelope import is_envelope
+
+
+class LabRedisBackend(RedisBackend):
+    """Celery's Redis backend; a scenario's fault may stall one store (see the module docstring)."""
+
+    def store_result(self, task_id: str, result: Any, state: str, traceback: Any = None, request: Any = None,
+                     **kwargs: Any) -> Any:
+        if state == states.SUCCESS and str(getattr(request, "task", "") or "").endswith(".parse_document"):
+            _stall_once(task_id, result)
+        return super().store_result(task_id, result, state, traceback, request, **kwargs)
+
+
+def _stall_once(task_id: str, result: object) -> None:
+    payload = cast(Mapping[str, object], result).get("payload") if is_envelope(result) else None
+    found = doc_in([cast(object, payload)]) if isinstance(payload, Mapping) else None
+    if found is None:
+        return
+    run = RunRecorder(found[0])
+    fault = fault_in(run.get(f"doc:{found[1]}") or "")
+    seconds = STORE_STALLS.get(fault.kind) if fault is not None else None
+    if seconds is not None and run.claim_once(f"store-stalled:{found[1]}", task_id):
+        run.event("store_stall", task=task_id, doc=found[1], seconds=seconds)
+        time.sleep(seconds)  # the fault: a store that takes this long (a Celery limit may end it sooner)
