@@ -17,8 +17,25 @@ documents. Celery's ``Retry`` (and ``Ignore``/``Reject``) pass through untouched
 The next task of a chain now receives an envelope: ``unwrap`` gives the payload,
 or raises ``UpstreamFailed`` when the fetch failed.
 
+Hard variant: a chain head that never runs. A fetch sent with an ``expires``
+that passes before a worker takes it (or one revoked) is decided in the worker's
+main process, before any body: ``celery.worker.request.Request.revoked`` calls
+``_announce_revoked``, which stores REVOKED (``backend.mark_as_revoked``), acks the
+message and sends ``task_revoked`` (Celery 5.5 to 5.7). ``mark_as_revoked`` passes
+the outcome on only to a chord the task itself belongs to; a chain's head is none,
+so its ``parse_document`` is never sent and the chord stays PENDING for ever
+(``--prove``: side chord ``expired``, whose head is sent already expired).
+``envelope_revoked(app)`` sends the rest of the chain on ``task_revoked`` with a
+FAILURE envelope (reason ``expired`` or ``revoked``): ``doc31`` fails ``expired``
+and the chord completes. Not covered: a chord *member* revoked itself is counted by
+Celery as REVOKED and the chord fails with ``ChordError``; and a head that expires
+while it waits in the broker is the broker's to drop (RabbitMQ gets Celery's
+``expires`` as the message's ``expiration``): without a dead-letter exchange (fm1,
+fm2) nobody hears of it; FM-3's DLQ catches it. The lab revokes nothing by id: its
+workers run without remote control, which a revoke travels by.
+
 Delta from fm0: ``@enveloped`` on the three tasks; ``unwrap`` in parse_document, whose
-argument is now an envelope (``Wire``).
+argument is now an envelope (``Wire``); ``envelope_revoked`` for a chain head that never ran.
 
 Tradeoffs: Celery's own state no longer says FAILURE for a failed document
 (Flower shows SUCCESS); dashboards must read the envelope's ``status`` and

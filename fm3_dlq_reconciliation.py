@@ -39,8 +39,13 @@ Fix (``shared/dlq.py``):
   dead letter (its ack lost) writes the same envelope: Celery 5.7 counts a
   member once whatever it reports; 5.5 and 5.6 count a result already in the
   join once only when it is byte for byte the same, which the drain's is
-  (``shared/dlq.py``). A dead letter that leads to no member stays in the DLQ
-  for an operator; nothing is acked unless it was finalised.
+  (``shared/dlq.py``). A task message that leads to no member (the chord body
+  ``notify`` itself, a plain task) gets the same envelope as its own result, so
+  the chord's result says that its body was dead-lettered, and why. A letter
+  that is no Celery task at all is parked in ``QUEUE.dlq.parked``, announced
+  (``dead_letter_parked``) and counted, never put back where the next pass would
+  read it first; only a backend that does not answer stops a pass, the letter
+  kept for the next one. Nothing is acked unless it was finalised or parked.
 - the DLQ must exist before a message dies (RabbitMQ drops a dead letter it
   cannot route): ``DeadLetteringQueue`` is a kombu ``Queue`` that declares its
   ``dead_letters`` queue whenever it is declared itself, by the worker or anyone.
@@ -50,6 +55,15 @@ Fix (``shared/dlq.py``):
   which two ran per round). ``count_starts(app)`` counts real starts per task id,
   and the envelope says both (``after 3 deliveries, 3 started``). Choose the
   limit above the whole-worker losses a prefetched message may live through.
+
+Hard variants (``--prove``'s third column runs the drain as it first stood,
+``lab/weak.py``): ``doc9`` above; a poison chord body (side chord ``body``: the
+mail API kills every ``notify`` of that pipeline), which a drain that finalises
+chord members only keeps in the DLQ while its chord stays PENDING, in silence;
+and a poison member (side ``behind``, ``doc33``) dead-lettered behind 101 letters
+no drain can place, one more than a pass reads (100): a drain that puts them back
+reads the same 100 on every pass and never reaches ``doc33``. G3: the body's chord
+result is its ``dead_lettered`` envelope, ``doc33`` is finalised, 101 letters parked.
 
 Delta from fm2: the ``DLQ``, ``task_queues`` with a ``DeadLetteringQueue`` whose
 ``queue_arguments`` say ``quorum``, ``x-delivery-limit`` and ``x-dead-letter-exchange``,

@@ -12,8 +12,12 @@ Fix (two halves):
 
 - a claim in Redis per pipeline id (``shared/claim.py``): ``SET NX`` with a TTL
   marks it ``claimed`` by the task id, the owner sends and marks it ``sent``. A
-  concurrent ``notify`` finds it ``claimed`` and busy-retries (``Task.retry``,
-  50 ms) in case the owner fails and releases; a later one finds ``sent`` and
+  concurrent ``notify`` finds it ``claimed`` and asks again 50 ms later, in case
+  the owner fails and releases: it waits in the broker (``BUSY``, delay queues
+  ``QUEUE.busy.0.<s>``, ``shared/retry.py``'s ``DelayQueues`` as FM-5 explains them),
+  not as ``Task.retry(countdown=...)``, whose ETA message a worker on a quorum queue
+  holds in its static prefetch (Celery warns on every such retry that direct
+  exchanges get no native delayed delivery); a later one finds ``sent`` and
   returns ``sent=False``. The owner's own redelivery (the same task id, FM-2
   requeued it when its process died) resumes the claim instead of waiting for it.
   The busy-retry budget (``policy.busy_retries``) outlasts the claim's 60 s TTL, so a
@@ -41,9 +45,14 @@ away by its own claim; 20 s of retries end before the 60 s TTL, and
 chord SUCCESS holding notify's ``MaxRetriesExceededError``. Without the key, the
 owner killed after sending sends twice (the same file).
 
-Delta from fm3: ``NotifyClaim`` in notify: ``acquire``, ``self.retry`` while
+A poison ``notify`` (FM-3's side chord ``body``) wins the claim on every delivery
+and dies holding it; ``release_when_dead_lettered(app, notify)`` releases it when
+the drain finalises that dead letter, so a re-fired ``notify`` sends at once rather
+than after the claim's TTL (G4: the body's claim is gone at the end of the run).
+
+Delta from fm3: ``NotifyClaim`` in notify: ``acquire``, ``BUSY.retry`` while
 busy, ``"sent": False`` when done, ``claim.sending()`` around ``send_email``
-with its ``idempotency_key``.
+with its ``idempotency_key``; ``release_when_dead_lettered``.
 
 Tradeoffs: recovery from a dead owner needs its redelivery (immediate here;
 FM-2's requeue) or, failing that, the claim's TTL. A redelivery while the first
@@ -51,7 +60,8 @@ delivery still runs (RabbitMQ requeues on a lost *connection*, and Celery 5.5
 to 5.7 let the running task go on: read, not run, ``shared/claim.py``) resumes the claim too, and both call the mail API:
 the key is what keeps that to one email. Without a receiver that honours an
 idempotency key, at-most-once and at-least-once are the only choices.
-Busy-retries cost broker round trips while the owner works.
+Busy-retries cost broker round trips while the owner works, and one delay
+queue per slice.
 
 Still open: a transient error fails a document for good (FM-5).
 

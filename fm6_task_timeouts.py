@@ -14,38 +14,56 @@ The chord member is FAILURE, the chord fails with ``ChordError`` (FM-1's
 symptom again) and ``notify`` does not run (``tests/test_celery_claims.py``
 runs exactly that: this file without ``@hard_timeout``).
 
-Fix (``shared/timeouts.py``; from polite to forceful):
+Fix (``shared/timeouts.py``; in-body deadlines first, Celery's limit as the backstop only):
 
-- ``soft_time_limit=1`` asks first: ``SoftTimeLimitExceeded`` stops ``doc7``,
-  which cooperates; ``@enveloped`` records ``soft_timeout``;
-- ``@hard_timeout(1.5)`` (``SIGALRM`` through ``setitimer``) raises
-  ``HardTimeout`` inside the body, in whatever Python code runs: ``doc8``
-  swallows ``SoftTimeLimitExceeded`` and ends ``hard_timeout``. ``HardTimeout``
-  is a ``BaseException``, so ``doc10``, whose body is wrapped in
-  ``except Exception: continue``, cannot swallow it either (scenario 6's first
-  hard variant; a test in ``tests/test_retry_and_timeout.py`` shows an
-  ``Exception`` subclass swallowed by the same body);
+- ``@hard_timeout(1.5, soft=1)`` (``SIGALRM`` through ``setitimer``, started when
+  the body starts and cancelled when it ends) asks first: at 1 s it raises
+  Celery's own ``SoftTimeLimitExceeded`` inside the body, which stops ``doc7``,
+  which cooperates (``@enveloped`` records ``soft_timeout``); at 1.5 s it raises
+  ``HardTimeout`` in whatever Python code runs: ``doc8`` swallows
+  ``SoftTimeLimitExceeded`` and ends ``hard_timeout``. ``HardTimeout`` is a
+  ``BaseException``, so ``doc10``, whose body is wrapped in ``except Exception:
+  continue``, cannot swallow it either (a test in ``tests/test_retry_and_timeout.py``
+  shows an ``Exception`` subclass swallowed by the same body);
+- no ``soft_time_limit``: Celery's soft limit is billiard's ``SIGUSR1`` from the
+  worker's main process, on a timer of its own (``TimeoutHandler.on_soft_timeout``),
+  and its handler (``billiard.pool.soft_timeout_sighandler``) raises wherever the pool
+  process is, also after the body returned, while ``celery.app.trace`` stores the
+  result: there ``@enveloped`` cannot catch it, the trace stores FAILURE and the
+  chord breaks. ``doc28`` ends its body at 0.7 s and its result store then stalls
+  for 1 s (the lab's backend, as a slow Redis would): with ``soft_time_limit=1``
+  (``--prove``) its member is FAILURE ``SoftTimeLimitExceeded``; with the in-body
+  deadline, ended with the body, it is ok;
 - ``time_limit=3`` with ``Request=BackstopRequest`` for what no signal handler
   reaches: ``doc11`` spins in one C call (``sum(range(n))``), which returns to
   the interpreter only when it ends, so the ``SIGALRM`` handler never runs.
   Celery kills the process at 3 s; ``BackstopRequest``, the worker-side request
   class, stores a SUCCESS-state envelope with reason ``time_limit`` through
-  ``backend.mark_as_done`` instead of FAILURE, acks, and the chord completes
-  (scenario 6's second hard variant). Without it (``--prove``, ``lab/weak.py``)
-  that same document ends the chord in ``ChordError(TimeLimitExceeded(3))``.
+  ``backend.mark_as_done`` instead of FAILURE, acks, and the chord completes.
+  Without it (``--prove``) that same member is FAILURE ``TimeLimitExceeded``.
+  A time limit that lands outside the body is an envelope too: ``doc30``'s store
+  stalls past 3 s, the process is killed with no result stored, and
+  ``BackstopRequest`` records ``time_limit``;
+- every task has a deadline: the same stack on ``fetch_document`` (``doc29``'s fetch,
+  the chain's head, hangs: ``hard_timeout`` at 1.5 s, its parse records it) and a
+  longer one on ``notify`` (10 s, soft at 8, ``time_limit`` 15: it may wait at
+  FM-4's claim). Without them a hung head pins its slot (``--prove``).
 
-G6: ``doc7`` soft_timeout, ``doc8`` and ``doc10`` hard_timeout, ``doc11``
-time_limit, the chord completes, and a probe task is served at once afterwards.
+G6: ``doc7`` soft_timeout, ``doc8`` and ``doc10`` hard_timeout, ``doc11`` and ``doc30``
+time_limit, ``doc28`` ok after its stalled store, ``doc29`` hard_timeout of its fetch,
+the chord completes, and a probe task is served at once afterwards.
 
-Delta from fm5: ``@hard_timeout``, ``soft_time_limit``, ``time_limit`` and ``Request`` on parse_document.
+Delta from fm5: ``@hard_timeout`` (with ``soft``), ``time_limit`` and ``Request`` on the three tasks.
 
 Tradeoffs: a limit sized for the slowest legitimate document; ``SIGALRM`` is
 process-wide and main-thread only (prefork, not threads or gevent); a
 timed-out document is not retried; a process killed at ``time_limit`` runs no
 ``finally`` and its pool process is replaced. The lab's backstop is 3 s, short
 so that the lab stays fast; it must stay above the hard timeout by the time an
-envelope takes to be stored. (celery-types types the task's limits as whole
-seconds, so the lab uses 1 and 3; Celery itself takes floats.)
+envelope takes to be stored. A store slower than the backstop's margin loses a
+result that was computed (``doc30``: recorded as ``time_limit``). (celery-types
+types the task's limits as whole seconds, so the lab uses 1 and 3; Celery itself
+takes floats.)
 
 Run it alone (two shells, services up):
 

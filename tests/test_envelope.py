@@ -45,8 +45,9 @@ def test_reason_of_each_failure(exc: BaseException, reason: str) -> None:
     assert reason_of(exc) == reason
 
 
-def test_reasons_are_the_six_a_dashboard_splits_on() -> None:
-    assert set(REASONS) == {"error", "dead_lettered", "retries_exhausted", "soft_timeout", "hard_timeout", "time_limit"}
+def test_reasons_are_the_eight_a_dashboard_splits_on() -> None:
+    assert set(REASONS) == {"error", "dead_lettered", "retries_exhausted", "soft_timeout", "hard_timeout", "time_limit",
+                            "expired", "revoked"}
 
 
 def test_success_becomes_a_success_envelope(local_app: Celery) -> None:

@@ -16,11 +16,12 @@ from lab.scenarios import scenario
 from lab.settings import NAMESPACE
 from lab.variants import VARIANTS_DIR
 from lab.show.diff import code_of, step
+from shared.timeouts import BackstopRequest
 
 FMS = list(fm_modules().items())  # (short, module), fm0..fm6
 STEPS = [short for short, _ in FMS if short != "fm0"]
 MAX_CODE_LINES = 90
-MAX_SPREAD = 30
+MAX_SPREAD = 40  # fm0 to fm6: six fixes and their hard variants, a few lines each
 MAX_STEP = 25
 STACK = ("app.task", "enveloped", "transient_retryable", "hard_timeout")
 """The designed decorator order, outermost first (DESIGN.md §1)."""
@@ -139,11 +140,17 @@ def test_each_fm_adds_its_fix_and_keeps_the_earlier_ones(short: str, module: str
     assert (fm.hard_timeout is not None) is (n >= 6)
 
 
-def test_fm6_limits_sit_around_its_hard_timeout() -> None:
+def test_every_fm6_task_has_in_body_deadlines_below_celerys_backstop_and_no_celery_soft_limit() -> None:
+    """Issue 20: no Celery limit may fire outside the body while an in-body deadline is meant to end it."""
     fm = harness.load("fm6")
-    soft, hard = fm.parse_document.soft_time_limit, fm.parse_document.time_limit
-    assert fm.hard_timeout is not None and soft is not None and hard is not None
-    assert soft < fm.hard_timeout < hard
+    assert fm.fetch_document is not None
+    for task in (fm.fetch_document, fm.parse_document, fm.notify):
+        layers_ = list(layers(task.run))
+        soft = next(getattr(f, "soft_timeout_seconds") for f in layers_ if hasattr(f, "soft_timeout_seconds"))
+        hard = next(getattr(f, "hard_timeout_seconds") for f in layers_ if hasattr(f, "hard_timeout_seconds"))
+        assert task.soft_time_limit is None, task.name
+        assert task.time_limit is not None and 0 < soft < hard < task.time_limit, task.name
+        assert getattr(task, "Request") is BackstopRequest, task.name
 
 
 @pytest.mark.parametrize(("short", "module"), FMS)
@@ -161,13 +168,15 @@ def test_fm3_task_queue_is_a_bounded_quorum_queue_that_dead_letters_to_its_dlq()
     assert args["x-queue-type"] == "quorum" and args["x-delivery-limit"] == 2
     assert fm.dead_letter_queue is not None and fm.dead_letter_queue.exchange is not None
     assert args["x-dead-letter-exchange"] == fm.dead_letter_queue.exchange.name
-    assert fm.queue_names == (f"{NAMESPACE}.fm3.tasks", f"{NAMESPACE}.fm3.tasks.dlq")
+    assert fm.queue_names == (f"{NAMESPACE}.fm3.tasks", f"{NAMESPACE}.fm3.tasks.dlq", f"{NAMESPACE}.fm3.tasks.dlq.parked")
 
 
 def test_scenarios_are_cumulative() -> None:
     assert scenario(1).docs == ("doc1", "doc2")
     assert scenario(3).docs == ("doc1", "doc2", "doc3", "doc4", "doc9")  # doc9: scenario 3's hard variant
-    assert set(scenario(6).docs) == {f"doc{i}" for i in range(1, 28)}
+    assert set(scenario(6).docs) == {f"doc{i}" for i in range(1, 31)}
+    assert [side.tag for side in scenario(1).sides] == ["expired"] == [side.tag for side in scenario(2).sides]
+    assert [side.tag for side in scenario(3).sides] == ["expired", "body", "behind"] == [side.tag for side in scenario(6).sides]
     assert scenario(5).burst == tuple(f"doc{i}" for i in range(12, 28)) and not scenario(4).burst
     assert not scenario(3).duplicate_notify and scenario(4).duplicate_notify
     assert not scenario(3).crash_plan and scenario(4).crash_plan == ("before_send", "after_send")
