@@ -15,7 +15,7 @@ A Redis key per pipeline, ``<prefix>claim:<pipeline_id>``, moves through two sta
   and this one resumes it. Without that, the owner's redelivery is turned away by
   its own claim ("busy") until the claim expires;
 - ``busy``: someone else is sending: retry shortly, because they may still fail
-  and release. ``policy.busy_retries`` retries of ``policy.poll`` seconds outlast
+  and release (``busy_waits``: the wait is spent in the broker, not in the worker). ``policy.busy_retries`` retries of ``policy.poll`` seconds outlast
   ``claim_ttl``, so a claim whose owner died and never comes back expires and the
   waiting ``notify`` takes over (a budget shorter than the TTL gives up first, and
   no email goes out at all);

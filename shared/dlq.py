@@ -17,11 +17,13 @@ queue (Celery returns a lost worker's message with ``basic.reject(requeue=True)`
 with ``x-delivery-limit = L`` the message is delivered ``L + 1`` times, then
 dead-lettered (G3 measures it on the broker you run: 3 deliveries for L = 2).
 RabbitMQ 4.0 changes the default: every quorum queue gets a delivery limit of 20
-when none is set, and only ``x-delivery-limit: -1`` at declaration removes it;
-so on 4.x a queue without this fix still dead-letters (or drops, without a
-dead-letter exchange) a poison message after 20 deliveries. Later 4.x releases
-also changed which returns count (4.3 counts ``basic.reject`` and ``basic.nack``
-differently), so measure the bound again when you upgrade. (Stated from
+when none is set; ``x-delivery-limit: -1`` at declaration removes it, and so does a
+``delivery-limit`` policy of -1 (from 4.1 a policy change applies to queues that
+already exist). So on 4.x a queue without this fix still dead-letters (or drops,
+without a dead-letter exchange) a poison message after 20 deliveries. Later 4.x
+releases also changed which returns count (4.3 counts only failed returns:
+``basic.reject``, which kombu sends, still counts; ``basic.nack`` and consumer
+timeouts do not), so measure the bound again when you upgrade. (Stated from
 RabbitMQ's documentation; the lab runs 3.x only.)
 
 What RabbitMQ 3.x hands the DLQ: the message with its Celery headers, plus
@@ -32,8 +34,9 @@ from the app's ``task_queues``). The drain reads the newest ``x-death`` entry:
 the *first* death of a retry that waited in a delay queue
 (``shared.retry.DelayQueues``) is its expiry there, not its delivery limit.
 
-The drain (``drain``): a beat task reads the DLQ with ``basic_get`` and finds,
-for each message, the chord member it stands for:
+The drain (``drain``): a beat task reads the DLQ with ``basic_get``, at most
+``DRAIN_BATCH`` letters a pass, and finds, for each message, the chord member it
+stands for:
 
 - the message itself, when it is a chord member (its ``chord`` is set);
 - else the last task of its ``chain``: a header chain ``fetch | parse`` makes
@@ -61,13 +64,29 @@ counts as another member (``tests/test_celery_claims.py``, C11). The drain's
 envelope for one dead letter is the same each time (the bound, the starts count,
 no clock), so it holds there too; keep it so.
 
-Nothing is acked unless it was finalised. A message that leads to no chord
-member, that is not a Celery task message, or whose finalising fails (the
-backend is down) is put back in the DLQ for an operator (``basic.reject`` with
-requeue, after the batch), logged once per process and announced once on
-``dead_letter_kept``. ``drain(..., chains=False)`` finalises chord members only
-(the drain as fm3 first had it): a poison chain head then waits in the DLQ and
-its chord never completes, which ``--prove`` shows.
+A task message that leads to no chord member (the chord body itself, a plain
+task) gets the same envelope as its own result (``role == "task"``): the chord's
+``AsyncResult``, which is its body's, is then ready and says the body was
+dead-lettered and why. Attach what else a dead body must undo to
+``dead_lettered`` (FM-4 releases its claim there, ``shared.claim``).
+
+Nothing is acked unless it was finalised or parked. A message the drain cannot
+place (not a Celery task message, no task id, not JSON, or one whose finalising
+raised) is moved to the parking queue ``<dlq>.parked`` (``parked_queue``; published
+there first, then acked, so a crash between leaves a copy in each, never none),
+logged and announced on ``dead_letter_parked``: it never goes back to the head
+of the DLQ, where the next pass would read it first, and a pass's worth of them
+would keep every newer letter waiting for ever. Only a backend that does not
+answer (``BackendUnavailable``: a Redis connection or timeout error) stops a pass:
+that letter and those behind it stay in the DLQ for the next pass, announced
+once per process on ``dead_letter_kept``.
+
+The drain as fm3 first had it is still here, for ``--prove``:
+``chains=False`` finalises chord members only (a poison chain head waits in the
+DLQ and its chord never completes); ``bodies=False`` keeps a task message that
+leads to no member (a poison chord body: its chord PENDING, in silence);
+``park=False`` puts what it cannot place back in the DLQ (``basic.reject`` with
+requeue, after the batch), so that ``batch`` of them block every letter behind.
 
 Deliveries are not attempts. The broker counts deliveries: a worker that dies
 (or loses its connection) returns every message it held, prefetched or waiting

@@ -15,17 +15,23 @@ body, and the body sees every failure.
 What it cannot reach: outcomes the worker's main process decides, outside the
 body. Celery's ``celery.worker.request.Request`` stores FAILURE for a hard
 ``time_limit`` (``on_failure`` and ``on_timeout``, both), for a lost worker that
-is not requeued (``on_failure``), and REVOKED for a revoked task
-(``_announce_revoked``); each of those fails the chord (Celery 5.5 to 5.7). For
+is not requeued (``on_failure``): each of those fails the chord (Celery 5.5 to
+5.7). A task revoked or expired before it ran is REVOKED (``_announce_revoked``):
+a chord member so decided fails the chord (``mark_as_revoked`` counts it); a
+chain's head is no member, so nothing reaches the rest of its chain and the
+chord stays PENDING for ever (the lab runs it: FM-1's hard variant), unless
+``envelope_revoked(app)`` hands the chain a FAILURE envelope. For
 ``Reject(requeue=False)`` Celery 5.7 stores FAILURE too (``on_failure``), which
 fails the chord; 5.5 and 5.6 only reject the message and store nothing, so the
 member never reports and the chord never completes, silently. The lab keeps the
 lost worker from happening (FM-2 requeues a lost task, FM-3 bounds it) and turns
 the time limit into an envelope as well (FM-6's ``shared.timeouts.BackstopRequest``).
 The lab runs the time limit, the lost worker and ``Reject(requeue=False)``
-(S2, S6 hard, ``tests/test_celery_claims.py`` on each version: ``make matrix``);
-revoke is read in ``celery/worker/request.py`` of 5.5.3, 5.6.3 and 5.7.0, not run
-(the lab's workers run without remote control, which a revoke travels by).
+(S2, S6 hard, ``tests/test_celery_claims.py`` on each version: ``make matrix``),
+and an expired chain head (S1 hard, G1); a revoke by id is read in
+``celery/worker/request.py`` of 5.5.3, 5.6.3 and 5.7.0, not run (the lab's
+workers run without remote control, which a revoke travels by); it takes the
+same ``_announce_revoked`` path as an expiry.
 
 What passes through untouched: Celery's control-flow exceptions (``Retry``,
 ``Ignore``, ``Reject``) and a ``BaseException`` that is not an ``Exception``
@@ -34,10 +40,13 @@ unless its class declares an ``envelope_reason`` (``SystemExit``,
 a ``BaseException`` so that a body's ``except Exception`` cannot swallow it, is
 recorded). Catching ``Retry`` would turn a retry into a terminal failure.
 
-Reasons: an exception class may carry ``envelope_reason``; Celery's
-``SoftTimeLimitExceeded`` is ``soft_timeout``; anything else is ``error``. Two
+Reasons: an exception (its class, or the instance: ``UpstreamFailed`` carries the
+reason of the envelope it met, so a document whose fetch timed out fails
+``hard_timeout``, not ``error``) may carry ``envelope_reason``; Celery's
+``SoftTimeLimitExceeded`` is ``soft_timeout``; anything else is ``error``. Four
 reasons are written outside ``@enveloped``: ``dead_lettered`` by the DLQ drain
-(``shared.dlq``) and ``time_limit`` by ``shared.timeouts.BackstopRequest``.
+(``shared.dlq``), ``time_limit`` by ``shared.timeouts.BackstopRequest``, and
+``expired`` and ``revoked`` by ``envelope_revoked``.
 
 Attempts: whoever counts attempts better than Celery may call ``note_attempt(n)``
 before the body runs (the lab's observer does, from ``task_prerun``: it counts

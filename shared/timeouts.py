@@ -1,7 +1,7 @@
 """``@hard_timeout`` and ``BackstopRequest``: deadlines that end a chord member as an envelope (FM-6).
 
-``@hard_timeout(seconds)`` (knob: the deadline, kept on the wrapper as
-``hard_timeout_seconds``, which a check reads). How:
+``@hard_timeout(seconds, soft=None)`` (knobs: the deadlines, kept on the wrapper as
+``hard_timeout_seconds`` and ``soft_timeout_seconds``, which a check reads). How:
 ``signal.setitimer(ITIMER_REAL, seconds)``; the SIGALRM handler raises
 ``HardTimeout`` (``envelope_reason = "hard_timeout"``) in the main thread, in
 whatever Python code is running, including code that catches and ignores
@@ -12,9 +12,26 @@ and ``@enveloped`` has to record a ``BaseException`` whose class declares an
 ``@enveloped`` records a SUCCESS-state failure, the chord completes, and the
 pool slot is free again.
 
-Pair it with ``soft_time_limit`` (the polite request, below the hard timeout)
-and keep Celery's ``time_limit`` (above it) as the backstop for what a signal
-cannot reach, with ``BackstopRequest`` as the task's ``Request`` class.
+``soft=`` (below ``seconds``) asks first: at the soft deadline the handler raises
+Celery's own ``SoftTimeLimitExceeded``, so code written to cooperate with Celery's
+soft limit cooperates unchanged, and re-arms the timer for the rest of the time.
+The timer starts when the body starts and is cancelled when it ends (a nested
+``finally``, so that an alarm landing in the first one still cancels it, and an
+alarm that comes after the body does nothing): nothing of it fires outside the
+body, inside ``@enveloped``.
+
+Do not pair it with Celery's ``soft_time_limit``. That limit is billiard's: the
+worker's main process starts its own timer when the job is accepted and sends the
+pool process ``SIGUSR1`` (``billiard.pool.TimeoutHandler.on_soft_timeout``), whose
+handler (``soft_timeout_sighandler``) raises ``SoftTimeLimitExceeded`` wherever that
+process is at the moment: also after a body that ended just in time returned,
+while ``celery.app.trace`` stores its result, where no decorator catches it, and the
+trace stores FAILURE (``on_error``; or ``EncodeError(SoftTimeLimitExceeded())`` when
+it lands in the encoding). FM-6's hard variant shows it (``doc28``). A Celery soft
+limit above the in-body deadlines would add nothing: it could only fire once they
+failed, in C code, where its Python handler cannot run either. Keep Celery's
+``time_limit`` (above the hard timeout) as the backstop for what a signal cannot
+reach, with ``BackstopRequest`` as the task's ``Request`` class.
 
 ``BackstopRequest`` (a ``celery.worker.request.Request``; attach it with
 ``@app.task(..., Request=BackstopRequest)``) changes what the worker's main
