@@ -109,6 +109,7 @@ outside its namespace, so its apps run without that step (``lab.app``).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -237,6 +238,7 @@ def drain(app: Celery, dlq: Queue, batch: int = DRAIN_BATCH, *, chains: bool = T
         if park:
             parking.declare()
         kept: list[Message] = []
+        parked: Counter[str] = Counter()
         for _ in range(batch):
             message = queue.get(no_ack=False, accept=["json"])
             if message is None:
@@ -252,6 +254,7 @@ def drain(app: Celery, dlq: Queue, batch: int = DRAIN_BATCH, *, chains: bool = T
             if letter is None:
                 if park:
                     _park(app, channel, parking, message, why)
+                    parked[why] += 1
                 else:
                     kept.append(message)
                     _tell_kept(app, message, why)
@@ -261,6 +264,9 @@ def drain(app: Celery, dlq: Queue, batch: int = DRAIN_BATCH, *, chains: bool = T
             dead_lettered.send(sender=app, letter=letter)
         for message in kept:  # back where they were, once the batch no longer reads the queue
             message.reject(requeue=True)
+    if parked:  # one line a pass, not one a letter
+        said = "; ".join(f"{n} {why}" for why, n in parked.most_common())
+        log.warning("parked %d dead letters in %s, which no drain can place: %s", parked.total(), parking.name, said)
     return finalised
 
 
@@ -275,11 +281,12 @@ def _park(app: Celery, channel: Any, parking: Queue, message: Message, why: str)
                      content_encoding=message.content_encoding, delivery_mode=properties.get("delivery_mode", 2),
                      serializer=None, retry=True)
     message.ack()
-    log.warning("dead letter %s (%s) parked in %s: %s", headers.get("id"), headers.get("task"), parking.name, why)
     dead_letter_parked.send(sender=app, headers=headers, args=_args_of(message), why=why)
 
 
 def _args_of(message: Message) -> list[Any]:
+    if message.content_type != "application/json":
+        return []
     try:
         body = message.decode()
     except Exception:  # what cannot be decoded is announced without its arguments
@@ -322,6 +329,8 @@ def _member(embed: Mapping[str, Any], chains: bool) -> Mapping[str, Any] | None:
 
 def _finalise(app: Celery, message: Message, chains: bool, bodies: bool) -> tuple[DeadLetter | None, str]:
     headers = cast(Mapping[str, Any], message.headers or {})
+    if message.content_type != "application/json":  # JSON only: say so without asking kombu to refuse it
+        return None, f"not JSON ({message.content_type})"
     body = message.decode()
     if not (isinstance(body, list) and len(cast(list[Any], body)) == 3):
         return None, "not a Celery task message"
