@@ -91,13 +91,30 @@ delivery would stop its shard for ever: a classic queue has no delivery limit
 (a quorum queue's ``x-delivery-limit`` and FM-3's drain would bound it; not
 built here).
 
-Run it alone (services up), one worker per shard, each in its own shell, e.g.:
+Run it alone (services up), from the repository's root. The shard queues are
+``<namespace>.ct.shard.<k>``, so every shell needs the same ``RCL_NAMESPACE``
+(``rcl`` when unset), and the workers and the submitter the same empty
+``PROMETHEUS_MULTIPROC_DIR``. In every shell:
 
-    celery -A case_studies.cte_ingestion.fixed worker --without-gossip --without-mingle --without-heartbeat -Q rcl.ct.shard.0
-    python -m case_studies.cte_ingestion.fixed
+    export RCL_NAMESPACE=${RCL_NAMESPACE:-rcl} PROMETHEUS_MULTIPROC_DIR=$PWD/.lab/${RCL_NAMESPACE:-rcl}/cte-by-hand
 
-(one worker with ``-Q`` listing every shard keeps the order too, at one message
-at a time), or ``python run_all_fms.py --only cte_ingestion``.
+once, before any worker starts:
+
+    rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+
+one worker per shard, each in its own shell, with ``K=0`` in the first and
+1, 2, 3 in the next three:
+
+    K=0; .venv/bin/celery -A case_studies.cte_ingestion.fixed worker --without-gossip --without-mingle --without-heartbeat -Q $RCL_NAMESPACE.ct.shard.$K
+
+and, once the four have printed their banner, in a fifth:
+
+    .venv/bin/python -m case_studies.cte_ingestion.fixed
+
+which submits the ``burst`` and prints CT1..CT4 (exit 0 when all hold). One
+worker with ``-Q`` listing every shard keeps the order too, at one message at
+a time. Or let the harness start the workers:
+``.venv/bin/python run_all_fms.py --only cte_ingestion``.
 """
 
 from __future__ import annotations
