@@ -16,7 +16,7 @@ from typing import cast
 from lab.faults import HARD_HANG_CAP_SECONDS
 from lab.fm import Fm
 from lab.observe import Reader, drain_passes
-from lab.runner import FOREIGN_LETTERS, NOT_RUN_WINDOW, Observations, SideRun, StopCondition
+from lab.runner import NOT_RUN_WINDOW, Observations, SideRun, StopCondition, foreign_letters
 from lab.scenarios import BURST
 from lab.settings import redis_prefix
 
@@ -149,13 +149,13 @@ def g3(obs: Observations, fm: Fm) -> Check:
                  f"SUCCESS, its envelope dead_lettered {wanted!r}, no email")
     if (behind := obs.sides.get("behind")) is not None:
         f33 = behind.failed("doc33") or {}
-        parked = sum(1 for e in obs.events if e.kind == "dead_letter_parked")
+        parked, foreign = sum(1 for e in obs.events if e.kind == "dead_letter_parked"), foreign_letters(fm)
         c.expect(_side_done(behind) and f33.get("reason") == "dead_lettered" and len(behind.emails) == 1,
-                 f"behind {FOREIGN_LETTERS} foreign letters: chord {_side_state(behind)}, doc33 "
+                 f"behind {foreign} foreign letters: chord {_side_state(behind)}, doc33 "
                  f"{f33.get('reason') or 'not failed'}, emails {len(behind.emails)}",
                  "SUCCESS, doc33 dead_lettered, 1 email")
-        c.expect(obs.parked == FOREIGN_LETTERS and parked == FOREIGN_LETTERS,
-                 f"parked {obs.parked} (announced {parked})", f"the {FOREIGN_LETTERS} foreign letters, each announced")
+        c.expect(obs.parked == foreign and parked == foreign,
+                 f"parked {obs.parked} (announced {parked})", f"the {foreign} foreign letters, each announced")
     return c.result()
 
 
@@ -415,7 +415,7 @@ def s3_hard(obs: Observations, fixed: Fm) -> Check:
     a33 = behind.attempts.get("doc33", 0)
     reached = any(e.kind == "dead_lettered" for e in behind.events)
     c.expect(a33 == bound and not reached and behind.chord.state == "PENDING",
-             f"doc33 behind {FOREIGN_LETTERS} foreign letters: attempts {a33}, "
+             f"doc33 behind {foreign_letters(fixed)} foreign letters: attempts {a33}, "
              f"{'finalised' if reached else 'never reached by the drain'}, chord {behind.chord.state}",
              f"{bound}, never reached, PENDING")
     return c.result()

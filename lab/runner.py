@@ -105,9 +105,11 @@ class SideRun:
         return None
 
 
-FOREIGN_LETTERS = DRAIN_BATCH + 1
-"""FM-3's hard variant: letters the drain cannot place, put in the DLQ before the side ``behind``:
-one more than a drain pass reads."""
+def foreign_letters(fm: Fm) -> int:
+    """FM-3's hard variant: letters the drain cannot place, put in the DLQ before the side ``behind``:
+    one more than the drains the worker may run at once (one per pool process) read in a pass each,
+    so that no drain that puts them back can reach a letter behind them."""
+    return fm.concurrency * DRAIN_BATCH + 1
 
 
 @dataclass(frozen=True)
@@ -282,7 +284,7 @@ def run_scenario(
     watch on its worker and the services: a dead worker is not a slow scenario).
     ``sides``: submit the scenario's side chords too (a run without a stop condition then
     waits for them as well); the side ``behind`` goes once the run's dead letters were handled,
-    behind ``FOREIGN_LETTERS`` letters the drain cannot place.
+    behind ``foreign_letters(fm)`` letters the drain cannot place.
     """
     reader = Reader(run_id)
     side_chords = [_SideChord(fm, side, run_id) for side in sc.sides] if sides else []
@@ -324,8 +326,8 @@ def run_scenario(
         for side in side_chords:
             if side.result is None and side.side.behind_letters and fm.dead_letter_queue is not None \
                     and _dead_letters_handled(reader, sc, side_chords):
-                put_foreign_letters(fm, run_id, FOREIGN_LETTERS)
-                reader.rec.event("foreign_letters", count=FOREIGN_LETTERS)
+                put_foreign_letters(fm, run_id, foreign_letters(fm))
+                reader.rec.event("foreign_letters", count=foreign_letters(fm))
                 side.submit()
         if stop is not None:
             return stop[0] if stop[1](reader) else None

@@ -65,7 +65,7 @@ class Side:
     first: int  # the first scenario that has it
     poison_mail: bool = False  # every call of the mail API kills its caller: the chord body is the poison
     expired_head: bool = False  # each document's fetch, the chain's head, is sent already expired
-    behind_letters: bool = False  # sent once the run's dead letters were handled, behind FOREIGN_LETTERS in the DLQ
+    behind_letters: bool = False  # sent once the run's dead letters were handled, behind the runner's foreign letters in the DLQ
 
 
 _SIDES: tuple[Side, ...] = (

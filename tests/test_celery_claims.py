@@ -31,7 +31,7 @@ from shared.envelope import Result
 
 pytestmark = pytest.mark.usefixtures("real_services")
 
-HARD_TIMEOUT_LINE = "@hard_timeout(1.5)  # FM-6: SIGALRM raises HardTimeout inside the body\n"
+HARD_TIMEOUT_LINE = "@hard_timeout(1.5, soft=1)  # FM-6: SIGALRM asks (SoftTimeLimitExceeded) at 1 s, raises HardTimeout at 1.5 s\n"
 
 
 def run_variant(fm: Fm, n: int, label: str, stop: tuple[str, StopCondition] | None = None) -> Observations:
@@ -48,7 +48,8 @@ def run_variant(fm: Fm, n: int, label: str, stop: tuple[str, StopCondition] | No
 def test_celery_time_limit_alone_fails_the_chord() -> None:
     """fm6's docstring: without @hard_timeout the hard time limit breaks the chord."""
     fm = variants.derive("fm6_task_timeouts", "fm6t_backstop_only",
-                         [(HARD_TIMEOUT_LINE, ""), ("soft_time_limit=1, time_limit=3, Request=BackstopRequest)", "soft_time_limit=1, time_limit=2)")])
+                         [(HARD_TIMEOUT_LINE, ""), ("@app.task(bind=True, time_limit=3, Request=BackstopRequest)  # FM-6: the backstop; its kill",
+                                                      "@app.task(bind=True, time_limit=2)  # FM-6: the backstop; its kill")])
     assert fm.hard_timeout is None
     obs = run_variant(fm, 6, "variant-fm6-backstop-only")
     assert obs.chord.state == "FAILURE" and obs.chord.error_type == "ChordError"
@@ -71,32 +72,48 @@ def _publish_to_dlq(fm: Fm, body: Any, headers: dict[str, Any]) -> None:
         )
 
 
-@pytest.mark.claim("C2", "the drain keeps what leads to no member (fm3)")
-def test_the_drain_keeps_what_leads_to_no_chord_member_and_goes_on() -> None:
-    """shared/dlq.py: nothing is acked unless it was finalised; what the drain cannot
-    finalise goes back to the DLQ, is announced once, and does not stop the drain."""
+@pytest.mark.claim("C2", "the drain finalises a lone task, parks what is no task (fm3)")
+def test_the_drain_finalises_a_lone_task_and_parks_what_it_cannot_place() -> None:
+    """shared/dlq.py: a task message that leads to no chord member gets a dead_lettered envelope as its
+    own result; a message that is no Celery task is parked, announced once, never back in the DLQ; the
+    drain as it first stood (``bodies=False, park=False``) puts all of them back, pass after pass."""
     fm = harness.load("fm3")
     harness.reset(fm)
     assert fm.dead_letter_queue is not None
     kept: list[str] = []
+    parked: list[str] = []
 
     def on_kept(sender: object = None, why: str = "", **_: object) -> None:
         kept.append(why)
 
+    def on_parked(sender: object = None, why: str = "", **_: object) -> None:
+        parked.append(why)
+
+    def publish_three(tag: str) -> None:
+        _publish_to_dlq(fm, [[], {}, {"chord": None}], {"id": f"{tag}-lone-task", "task": "fm3.parse_document"})
+        _publish_to_dlq(fm, {"not": "a task message"}, {"id": f"{tag}-not-a-task"})
+        _publish_to_dlq(fm, [[], {}, {"chain": [{"task": "x", "options": {}}]}], {"id": f"{tag}-chain-without-member"})
+
     dlq.dead_letter_kept.connect(on_kept, weak=False)
+    dlq.dead_letter_parked.connect(on_parked, weak=False)
     try:
-        _publish_to_dlq(fm, [[], {}, {"chord": None}], {"id": "not-a-member", "task": "fm3.parse_document"})
-        _publish_to_dlq(fm, {"not": "a task message"}, {"id": "not-a-task"})
-        _publish_to_dlq(fm, [[], {}, {"chain": [{"task": "x", "options": {}}]}], {"id": "chain-without-member"})
-        assert dlq_depth(fm) == 3
-        assert dlq.drain(fm.app, fm.dead_letter_queue) == 0
-        assert dlq_depth(fm) == 3  # all three back in the DLQ, for an operator
-        assert dlq.drain(fm.app, fm.dead_letter_queue) == 0  # the next drain: same, and quiet
-        assert dlq_depth(fm) == 3
+        publish_three("old")
+        assert dlq.drain(fm.app, fm.dead_letter_queue, bodies=False, park=False) == 0
+        assert dlq_depth(fm) == 3  # all three back in the DLQ, at its head
+        assert dlq.drain(fm.app, fm.dead_letter_queue, bodies=False, park=False) == 0  # the next pass: same, quiet
+        assert dlq_depth(fm) == 3 and len(kept) == 3
+        harness.reset(fm)
+        publish_three("new")
+        assert dlq.drain(fm.app, fm.dead_letter_queue) == 2
+        assert dlq_depth(fm) == 0 and dlq_depth(fm, parked=True) == 1
+        for task_id in ("new-lone-task", "new-chain-without-member"):
+            envelope = Result.from_wire(fm.app.AsyncResult(task_id).get(timeout=5))
+            assert envelope.reason == "dead_lettered" and envelope.error is not None and "dead-lettered" in envelope.error
+        assert dlq.drain(fm.app, fm.dead_letter_queue) == 0 and dlq_depth(fm, parked=True) == 1
     finally:
         dlq.dead_letter_kept.disconnect(on_kept)
-    assert sorted(kept) == sorted(["not a chord member, and no chain leads to one", "not a Celery task message",
-                                   "not a chord member, and no chain leads to one"])
+        dlq.dead_letter_parked.disconnect(on_parked)
+    assert parked == ["not a Celery task message"]
     harness.reset(fm)
 
 
