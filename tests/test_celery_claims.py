@@ -34,12 +34,13 @@ pytestmark = pytest.mark.usefixtures("real_services")
 HARD_TIMEOUT_LINE = "@hard_timeout(1.5, soft=1)  # FM-6: SIGALRM asks (SoftTimeLimitExceeded) at 1 s, raises HardTimeout at 1.5 s\n"
 
 
-def run_variant(fm: Fm, n: int, label: str, stop: tuple[str, StopCondition] | None = None) -> Observations:
+def run_variant(fm: Fm, n: int, label: str, stop: tuple[str, StopCondition] | None = None,
+                sides: bool = False) -> Observations:
     """Scenario ``n`` on a variant's own worker, its namespace reset before and after."""
     harness.reset(fm)
     run_id = new_run_id()
     with running_worker(fm, run_id, label, grace=0.5):
-        obs = run_scenario(fm, scenario(n), run_id, timeout=60, stop=stop, probe_after=False)
+        obs = run_scenario(fm, scenario(n), run_id, timeout=60, stop=stop, probe_after=False, sides=sides)
     harness.reset(fm)
     return obs
 
@@ -117,6 +118,23 @@ def test_the_drain_finalises_a_lone_task_and_parks_what_it_cannot_place() -> Non
     harness.reset(fm)
 
 
+def test_a_backend_that_does_not_answer_stops_the_pass_and_parks_nothing() -> None:
+    """shared/dlq.py: only a backend that does not answer stops a pass; its letters stay in the DLQ,
+    in their order, for the next pass, and none is parked as if it could never be placed."""
+    fm = variants.derive("fm3_dlq_reconciliation", "fm3x_backend_gone", [
+        ("app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace\n",
+         "app = lab_app(__name__)\napp.conf.result_backend = 'redis://127.0.0.1:9/0'  # nothing listens there\n")])
+    harness.reset(fm)
+    assert fm.dead_letter_queue is not None
+    try:
+        for n in range(3):
+            _publish_to_dlq(fm, [[], {}, {"chord": None}], {"id": f"gone-{n}", "task": "fm3x.parse_document"})
+        assert dlq.drain(fm.app, fm.dead_letter_queue) == 0
+        assert dlq_depth(fm) == 3 and dlq_depth(fm, parked=True) == 0
+    finally:
+        harness.reset(fm)
+
+
 @pytest.mark.claim("C3", "the task queue declares its DLQ (fm3)")
 def test_declaring_the_task_queue_declares_its_dead_letter_queue() -> None:
     """shared/dlq.py: a DeadLetteringQueue cannot be declared without its DLQ."""
@@ -179,6 +197,19 @@ def test_task_retry_on_worker_lost_bounds_the_poison_loop_and_still_breaks_the_c
 
 def _fm4_variant(name: str, edits: list[tuple[str, str]]) -> Fm:
     return variants.derive("fm4_duplicated_runs", name, edits)
+
+
+@pytest.mark.claim("C13", "a dead-lettered notify keeps its claim unless released (fm4)")
+def test_without_the_release_a_dead_lettered_notify_keeps_its_claim() -> None:
+    """fm4's docstring: the poison body (side chord "body") dies holding its claim; without
+    ``release_when_dead_lettered`` the claim is still ``claimed`` once the drain has finalised it."""
+    fm = _fm4_variant("fm4r_no_release", [
+        ("release_when_dead_lettered(app, notify)  # FM-4: a notify the drain finalised as dead-lettered releases its claim\n", "")])
+    obs = run_variant(fm, 3, "variant-fm4-no-release", sides=True)
+    body = obs.sides["body"]
+    env = body.chord.envelope
+    assert env is not None and env.reason == "dead_lettered"  # finalised by the drain, as on fm4
+    assert body.claim is not None and body.claim.startswith("claimed:")
 
 
 @pytest.mark.claim("C6", "a busy budget under the claim TTL: no email (fm4)")
