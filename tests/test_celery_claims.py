@@ -118,6 +118,7 @@ def test_the_drain_finalises_a_lone_task_and_parks_what_it_cannot_place() -> Non
     harness.reset(fm)
 
 
+@pytest.mark.claim("C13", "a backend gone stops the drain; nothing parked (fm3)")
 def test_a_backend_that_does_not_answer_stops_the_pass_and_parks_nothing() -> None:
     """shared/dlq.py: only a backend that does not answer stops a pass; its letters stay in the DLQ,
     in their order, for the next pass, and none is parked as if it could never be placed."""
@@ -199,7 +200,7 @@ def _fm4_variant(name: str, edits: list[tuple[str, str]]) -> Fm:
     return variants.derive("fm4_duplicated_runs", name, edits)
 
 
-@pytest.mark.claim("C13", "a dead-lettered notify keeps its claim unless released (fm4)")
+@pytest.mark.claim("C12", "a dead-lettered notify keeps its claim unless released (fm4)")
 def test_without_the_release_a_dead_lettered_notify_keeps_its_claim() -> None:
     """fm4's docstring: the poison body (side chord "body") dies holding its claim; without
     ``release_when_dead_lettered`` the claim is still ``claimed`` once the drain has finalised it."""
