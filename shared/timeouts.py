@@ -72,7 +72,12 @@ Limits (state them to anyone who relies on it):
   and be dropped on 5.7 (its join counts a task id once); it stores nothing
   when the pool process had already stored an
   outcome (the kill can race the result), nor during a cold shutdown (Celery's
-  own handling then); it sends no ``task_failure`` signal and calls no
+  own handling then); a kill that lands after the pool process stored its result
+  and before the Redis backend counted it for the chord
+  (``celery.backends.base.Backend.mark_as_done`` stores, then calls
+  ``on_chord_part_return``) leaves a member stored and never counted: the chord
+  waits for ever (read in Celery 5.5.3 to 5.7.0, not run; FM-6's stalled store,
+  ``doc30``, stalls before the store, where the envelope is written); it sends no ``task_failure`` signal and calls no
   ``Task.on_failure`` (the stored state is SUCCESS, as for any enveloped
   failure).
 """
