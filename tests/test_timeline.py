@@ -189,3 +189,14 @@ def test_a_run_with_no_documents_says_it_has_no_timeline_and_no_chord_state() ->
     lines = [timeline_text.plain(line) for line in timeline_text.lines(timeline.build(obs), "ct fixed")]
     assert lines[1:] == ["stopped: drained at 2.50s", f"  {timeline_text.NO_CHORD}"]
     assert not any("PENDING" in line or "notify" in line for line in lines)
+
+
+def test_the_chords_last_delivery_returned_when_the_chord_holds_its_result() -> None:
+    """The runner stopped at "chord finished" before the body's end event landed: the stored result says it returned."""
+    events = [start(0.01, "doc2", 1), end(0.02, "doc2", 1), ev(0.1, "notify_start", role="chord")]
+    tl = timeline.build(observations(events, summary_outcome(["doc2"], [])), body="aggregate_batch")
+    assert [(n.how, n.outcome, n.returned, n.end) for n in tl.notifies] == [("ended", "ok", True, None)]
+    text = [timeline_text.plain(line) for line in timeline_text.lines(tl, "bl fixed")]
+    assert any(line.endswith("ended: ok (its end known from the chord's stored result)") for line in text)
+    pending = timeline.build(observations(events, Outcome("PENDING", None, None, None)))
+    assert [(n.how, n.returned) for n in pending.notifies] == [("running", False)]  # nothing says it returned

@@ -30,7 +30,8 @@ retry not yet served) or ``not started``.
 A chord's body (``Timeline.body``: ``notify`` in every FM, ``reconcile`` or
 ``aggregate_batch`` in a case study, ``body_name``) runs once per delivery
 (``NotifyRun``); a delivery that started and was followed by another start of the same
-role, with no end between, was killed. Emails are the FMs' notion
+role, with no end between, was killed; the chord's last delivery, with no end seen,
+returned if the chord's result (its return value) is stored. Emails are the FMs' notion
 (``Timeline.counts_emails``): a case study's body sends none.
 """
 
@@ -124,6 +125,7 @@ class NotifyRun:
     crash: str | None = None  # for ``killed`` by the scenario: before_send or after_send (None: it just died)
     outcome: str = ""  # for ``ended``: ok, or the envelope's reason
     deduplicated_at: float | None = None  # the mail API dropped this delivery's email (a repeat key)
+    returned: bool = False  # ended: known from the chord's stored result, its own end event not seen
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ def build(obs: Observations, body: str = "notify") -> Timeline:
     at = obs.submitted_at
     chord_over = obs.chord.state in ("SUCCESS", "FAILURE")
     docs = tuple(_doc(obs, doc, [e for e in events if e.get("doc") == doc], at, chord_over) for doc in obs.docs)
-    notifies = _notifies(events, at)
+    notifies = _returned(_notifies(events, at), obs)
     emails = tuple(Email(e.t - at, e.get("role")) for e in events if e.kind == "email")
     last = max((e.t - at for e in events), default=0.0)
     return Timeline(obs.fm, obs.run_id, obs.scenario, docs, notifies, emails,
@@ -263,6 +265,17 @@ def _notifies(events: list[Event], at: float) -> tuple[NotifyRun, ...]:
             del open_runs[role]
     done.extend(replace(r, end=None) for r in open_runs.values())
     return tuple(sorted(done, key=lambda r: r.start))
+
+
+def _returned(runs: tuple[NotifyRun, ...], obs: Observations) -> tuple[NotifyRun, ...]:
+    """The chord's last delivery of its body, with no end seen, returned when the chord's result is stored:
+    that result is the body's return value (its end event came after the run's last look)."""
+    chord = [i for i, n in enumerate(runs) if n.role == "chord"]
+    if not chord or obs.chord.state != "SUCCESS" or runs[chord[-1]].how != "running":
+        return runs
+    env = obs.chord.envelope
+    outcome = "ok" if env is None or env.ok else str(env.reason or "error")
+    return tuple(replace(n, how="ended", outcome=outcome, returned=True) if i == chord[-1] else n for i, n in enumerate(runs))
 
 
 def _chord_words(obs: Observations) -> str:

@@ -110,7 +110,8 @@ def _notify_ending(n: NotifyRun) -> tuple[str, str]:
     if n.how == "skipped":
         return "skipped, sent=False (already sent)", "ok"
     if n.how == "ended":
-        return ("ended: ok", "ok") if n.outcome == "ok" else (f"ended: {n.outcome}", "error")
+        seen = " (its end known from the chord's stored result)" if n.returned else ""
+        return (f"ended: ok{seen}", "ok") if n.outcome == "ok" else (f"ended: {n.outcome}{seen}", "error")
     if n.how == "retried":
         return f"retried after {1000 * (n.retry_in or 0.0):.0f} ms (claim busy)", "retried"
     if n.how == "killed":
