@@ -9,6 +9,7 @@ the run did not outlive, a retry still to come, no ``notify``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from shared.envelope import Result
@@ -95,3 +96,34 @@ def lost_run() -> Observations:
               start(0.03, "doc2", 1), end(0.031, "doc2", 1), start(0.03, "doc3", 1)]
     chord = Outcome("FAILURE", None, "ChordError", "Dependency x raised WorkerLostError('Worker exited prematurely')")
     return observations(events, chord, fm="fm1", elapsed=0.7)
+
+
+def notify_story_run() -> Observations:
+    """FM-4's story: the chord's notify is killed before sending, its redelivery sends and is killed,
+    the third completes (the mail API drops its repeat); the duplicate busy-retries five times, then skips."""
+    retries = [x for k in range(5) for x in (ev(1.02 + 0.06 * k, "notify_start", role="duplicate"),
+                                             ev(1.025 + 0.06 * k, "notify_retry", role="duplicate", delay="0.0500"))]
+    events = [
+        start(0.02, "doc1", 1), end(0.021, "doc1", 1, "error", "PermanentError: doc1 is malformed"),
+        start(0.03, "doc2", 1), end(0.031, "doc2", 1),
+        ev(1.0, "notify_start", role="chord"), ev(1.005, "gate_wait", role="chord"),
+        ev(1.07, "crash", role="chord", when="before_send"),
+        ev(1.09, "notify_start", role="chord"), ev(1.095, "email", role="chord"), ev(1.096, "crash", role="chord", when="after_send"),
+        *retries,
+        ev(1.33, "notify_start", role="chord"), ev(1.34, "email_deduplicated", role="chord"),
+        ev(1.35, "notify_end", role="chord", outcome="ok", sent=True),
+        ev(1.37, "notify_start", role="duplicate"), ev(1.372, "notify_end", role="duplicate", outcome="ok", sent=False),
+    ]
+    chord = summary_outcome(["doc2"], [("doc1", "error", "PermanentError: doc1 is malformed")])
+    obs = observations(events, chord, fm="fm4", elapsed=1.4, emails=("chord|pipeline: 1 ok, 1 failed",))
+    return replace(obs, docs=("doc1", "doc2"))
+
+
+def kept_letter_run() -> Observations:
+    """FM-3's hard variant before its fix: doc9's fetch is poison, the drain keeps its dead letter, the chord waits."""
+    events = [ev(0.02, "fetch_start", doc="doc9", attempt=1), ev(0.3, "fetch_start", doc="doc9", attempt=2),
+              ev(0.6, "fetch_start", doc="doc9", attempt=3), ev(0.95, "dead_letter_kept", doc="doc9", why="not a chord member"),
+              start(0.03, "doc2", 1), end(0.031, "doc2", 1)]
+    obs = observations(events, Outcome("PENDING", None, None, None), fm="fm3w", stopped_by="doc9's dead letter was kept",
+                       elapsed=1.0)
+    return replace(obs, docs=("doc2", "doc9"), fetch_attempts={"doc9": 3})

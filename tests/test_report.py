@@ -1,15 +1,24 @@
 """The workshop report: its HTML from synthetic runs (no broker), and the page in a real headless browser.
 
-The browser is Debian's ``chromium`` (``/usr/bin/chromium``; ``.ci/run`` installs it).
-Without it the browser tests are skipped, saying why, unless ``RCL_REQUIRE_BROWSER=1``
+The browser is Debian's ``chromium`` (``/usr/bin/chromium``; ``.ci/run`` installs it), and
+the print test reads the printed PDF with poppler's ``pdftotext`` (``poppler-utils``).
+Without them the browser tests are skipped, saying why, unless ``RCL_REQUIRE_BROWSER=1``
 (set by ``.ci/run``) makes them fail instead. Every chromium run has its
 own profile folder, is bounded by a timeout, and its whole process group is
-killed afterwards. The screenshot is kept in ``artifacts/`` (git-ignored).
+killed afterwards. The screenshots and the printed PDF (and its pages as PNG, when
+``pdftoppm`` is there) are kept in ``artifacts/report-test/`` (git-ignored) for a
+person to look at.
+
+Geometry (a section's height, a lane's width, whether a lane's name covers a mark) is
+measured in the browser by a copy of the page with a measuring script added (the
+report itself has no script and a policy that forbids one).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import html as html_text
+import json
 import os
 import re
 import shutil
@@ -19,57 +28,82 @@ import tempfile
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 import run_all_fms
-from lab.show import report
+from lab.matrix import TITLES
+from lab.runner import Outcome
+from lab.show import report, timeline_text
 from shared.envelope import REASONS
 from lab.fm import ROOT, fm_modules
 from lab.harness import RunReport
 from lab.checks import Check
-from tests.synthetic import broken_run, fixed_run
+from tests.synthetic import broken_run, end, ev, fixed_run, notify_story_run, observations, start, summary_outcome
 
 CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
+PDFTOTEXT = Path(shutil.which("pdftotext") or "/usr/bin/pdftotext")
 BROWSER_TIMEOUT = 60.0
 ARTIFACTS = ROOT / "artifacts"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync")
-LANES = [f"doc{i}" for i in range(1, 9)] + ["doc11", "notify"]
+DOC_LANES = [f"doc{i}" for i in range(1, 9)] + ["doc11"]
+LANES = DOC_LANES + ["notify", "duplicate #1", "duplicate #2"]  # the chord's notify, the duplicate's two deliveries
+SCREEN = (1280, 800)
+ABOUT_TWO_SCREENS = 2 * SCREEN[1] + 200
+"""An FM's section is about two screens of 1280 x 800 (the old report: 2,600-4,000 px an FM); the eighth over
+two screens leaves room for a docstring that grows a paragraph."""
 EVIL = "<script>alert('doc1')</script> & \"quoted\""
 
 
 class Outline(HTMLParser):
-    """What a test needs from the page: FM sections, their figures' lanes, marks, checks."""
+    """What a test needs from the page: FM sections, their figures' lanes, marks, checks, headings."""
 
     def __init__(self, html: str) -> None:
         super().__init__()
         self.sections: list[str] = []
         self.lanes: dict[tuple[str, str], list[str]] = {}  # (section id, figure kind) -> lanes' data-doc
+        self.same: dict[tuple[str, str], list[str]] = {}  # (section id, figure kind) -> documents told "as above"
         self.marks: dict[str, set[str]] = {}  # section id -> mark kinds drawn
         self.checks: dict[str, list[str]] = {}  # section id -> check labels
         self.lessons: dict[str, list[str]] = {}  # section id -> docstring parts shown
+        self.headings: list[str] = []  # the text of every h1..h4
         self.tags: set[str] = set()
         self._section, self._figure = "", ""
+        self._heading: list[str] | None = None
         self.feed(html)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
         classes = a.get("class", "").split()
         self.tags.add(tag)
+        if tag in ("h1", "h2", "h3", "h4"):
+            self._heading = []
         if tag == "section" and "fm" in classes:
             self._section = a["id"]
             self.sections.append(self._section)
         elif tag == "figure" and "timeline" in classes:
             self._figure = a["data-kind"]
-        elif tag == "g" and "lane" in classes:
+        elif tag == "div" and "lane" in classes:
             self.lanes.setdefault((self._section, self._figure), []).append(a["data-doc"])
+        elif tag == "div" and "same" in classes:
+            self.same.setdefault((self._section, self._figure), []).extend(a["data-docs"].split())
         elif tag == "g" and "mark" in classes:
             self.marks.setdefault(self._section, set()).update(c[5:] for c in classes if c.startswith("mark-"))
         elif tag == "li" and "check" in classes:
             self.checks.setdefault(self._section, []).append(a["data-label"])
         elif tag == "div" and "lesson" in classes:
             self.lessons.setdefault(self._section, []).append(a["data-part"])
+
+    def handle_data(self, data: str) -> None:
+        if self._heading is not None:
+            self._heading.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("h1", "h2", "h3", "h4") and self._heading is not None:
+            self.headings.append(" ".join("".join(self._heading).split()))
+            self._heading = None
 
 
 def _reports() -> list[RunReport]:
@@ -90,26 +124,75 @@ def page() -> str:
 # ---- the HTML ------------------------------------------------------------------
 
 
+BROKEN_LANES = ["doc3", "doc4", "doc5", "doc6", "doc7", "doc8", "doc11", "notify"]
+"""fm6's broken run: doc1 and doc2 did what they did in the fixed run (one line says so); notify never ran."""
+
+
 def test_a_section_per_fm_with_a_lane_per_document_in_each_runs_timeline(page: str) -> None:
     outline = Outline(page)
     assert outline.sections == ["fm5", "fm6"]
-    assert outline.lanes == {("fm5", "fixed"): LANES, ("fm6", "fixed"): LANES, ("fm6", "broken"): LANES}
+    assert outline.lanes == {("fm5", "fixed"): LANES, ("fm6", "fixed"): LANES, ("fm6", "broken"): BROKEN_LANES}
+    assert outline.same == {("fm6", "broken"): ["doc1", "doc2"]}
     assert outline.checks == {"fm5": ["G5"], "fm6": ["G1", "G2", "G3", "G4", "G5", "G6", "S6"]}
-    assert '<section class="fm" id="fm6">' in page and '<g class="lane" data-doc="doc4"' in page
+    assert '<section class="fm" id="fm6">' in page and '<div class="lane" data-doc="doc4"' in page
 
 
 def test_every_envelope_reason_kill_retry_and_dead_letter_has_its_mark_and_a_legend_entry(page: str) -> None:
     outline = Outline(page)
     assert outline.marks["fm6"] >= {*REASONS, "ok", "killed", "retried", "running", "email"}
-    for key in (*REASONS, "killed", "retried", "running"):
-        assert f'class="legend-item" data-mark="{key}"' in page
+    for key in (*REASONS, "killed", "retried", "running", "kept", "deduplicated"):
+        assert f'class="legend-item" data-mark="{key}"' in page.split("</aside>")[0]  # the legend at the top
+
+
+def test_each_fm_lists_the_marks_its_timelines_use(page: str) -> None:
+    fm6 = page.split('<section class="fm" id="fm6">')[1]
+    legend = fm6.split('<div class="fm-legend">')[1].split("</div>")[0]
+    listed = set(re.findall(r'data-mark="(\w+)"', legend))
+    assert listed == Outline(page).marks["fm6"] | {"running"}  # every mark drawn, and "never ran" (the broken notify)
+    assert "kept" not in listed and "deduplicated" not in listed
 
 
 def test_the_fixed_and_broken_verdicts_sit_in_the_matrix_and_in_the_section(page: str) -> None:
     assert '<span class="verdict ok">PASS</span> G1 G2 G3 G4 G5 G6' in page
-    assert '<span class="verdict ok">REPRODUCED</span> S6' in page
+    assert '<span class="verdict shown">REPRODUCED</span> S6' in page
     assert '<span class="verdict bad">FAIL</span> G5' in page  # fm5's failing check
     assert "doc8 still running after 2.2s" in page
+
+
+def _css_rule(page: str, selector: str) -> str:
+    found = re.search(re.escape(selector) + r"\{([^}]*)\}", page.split("<style>")[1].split("</style>")[0])
+    assert found, f"no CSS rule for {selector}"
+    return found.group(1)
+
+
+def test_a_symptom_reproduced_has_a_neutral_badge_not_a_green_one(page: str) -> None:
+    assert _css_rule(page, ".verdict.ok") == "background:#2e7d32"  # PASS: green
+    assert _css_rule(page, ".verdict.shown") == "background:#546e7a"  # REPRODUCED: slate
+    assert _css_rule(page, ".verdict.bad") == "background:#c62828"
+    bug = RunReport("fm0", "bug", "fm0", 1, [Check("S1", True, "notify ran 0x")], broken_run(), None, None, 1.0)
+    missed = dataclasses.replace(bug, fm="fm1", kind="broken", checks=[Check("S1", False, "notify ran 1x")])
+    html = report.render([bug, missed], {})
+    assert '<span class="verdict shown">BUG REPRODUCED</span> S1' in html
+    assert '<span class="verdict bad">NOT REPRODUCED</span> S1' in html
+
+
+def test_every_check_is_named_in_words_where_it_appears(page: str) -> None:
+    fm6 = page.split('<section class="fm" id="fm6">')[1]
+    assert ('<li class="check ok" data-label="G3"><b>G3</b> <span class="words">(poison dead-lettered at the bound, '
+            'DLQ empty)</span>: holds<span class="seen">guarantee 3 held</span></li>') in fm6
+    assert ('<li class="check shown" data-label="S6"><b>S6</b> <span class="words">(a hang pins a slot, notify never runs)'
+            '</span>: reproduced<span class="seen">doc8 still running after 2.2s</span></li>') in fm6
+    glossary = page.split('<ul class="glossary">')[1].split("</ul>")[0]
+    assert re.findall(r'data-label="([^"]+)"', glossary) == ["G5", "G1", "G2", "G3", "G4", "G6", "S6"]
+    assert "<b>S6</b> a hang pins a slot, notify never runs" in glossary
+
+
+def test_every_check_the_lab_makes_has_its_words() -> None:
+    sources = [ROOT / "lab" / "checks.py", *sorted((ROOT / "case_studies").glob("*/study.py"))]
+    labels = {m for path in sources for m in re.findall(r'Collector\("([^"]+)"\)', path.read_text())}
+    labels |= {f"BL{3 + n} write-up" for n in range(1, 6)}  # bl_ingestion's Collector(f"BL{3 + sc.number} write-up")
+    assert len(labels) > 40
+    assert sorted(label for label in labels if not TITLES.get(label)) == []
 
 
 def test_the_lesson_comes_from_the_fm_docstring(page: str) -> None:
@@ -119,16 +202,19 @@ def test_the_lesson_comes_from_the_fm_docstring(page: str) -> None:
 
 def test_the_runs_of_one_fm_share_one_time_scale_and_checks_read_as_short_lines(page: str) -> None:
     fm6 = page.split('<section class="fm" id="fm6">')[1]
-    axes = [re.findall(r'<text x="[\d.]+" y="14" text-anchor="middle">([\d.]+)</text>', fig)
+    axes = [re.findall(r'<text x="[\d.]+%" y="12" text-anchor="middle">([\d.]+)</text>', fig.split('class="axis zoom"')[0])
             for fig in fm6.split('<figure class="timeline"')[1:]]
     assert len(axes) == 2 and axes[0] == axes[1] and axes[0][-1] == "2"  # the broken run's 2.4 s sets both
-    assert '<li class="check ok" data-label="G1"><b>G1</b> holds<ul class="seen"><li>guarantee 1 held</li></ul></li>' in fm6
+    assert ('<li class="check ok" data-label="G1"><b>G1</b> <span class="words">(notify once, chord SUCCESS, all '
+            'accounted)</span>: holds<span class="seen">guarantee 1 held</span></li>') in fm6
 
 
 def test_each_section_shows_the_change_from_the_previous_fm(page: str) -> None:
     assert '<div class="change" data-fm="fm6"><h3>The change</h3>' in page
     assert '<span class="d-add">+@hard_timeout(1.5)  # FM-6: SIGALRM raises HardTimeout inside the body</span>' in page
-    assert '<span class="d-file">--- fm5_transient_failures.py</span>' in page
+    assert ("<code>fm5_transient_failures.py</code> → <code>fm6_task_timeouts.py</code>, docstrings left out: "
+            "3 lines added, 1 removed") in page
+    assert '<span class="d-file">' not in page  # the diff's own file lines would say it again
     assert "Symptom (fm5 on scenario 6)" not in page.split('<div class="change" data-fm="fm6">')[1].split("</pre>")[0]
 
 
@@ -277,7 +363,7 @@ def test_the_report_loads_in_a_browser_without_console_errors_and_has_every_sect
     assert console_messages(err) == []
     outline = Outline(dom)
     assert outline.sections == ["fm5", "fm6"]
-    assert outline.lanes == {("fm5", "fixed"): LANES, ("fm6", "fixed"): LANES, ("fm6", "broken"): LANES}
+    assert outline.lanes == {("fm5", "fixed"): LANES, ("fm6", "fixed"): LANES, ("fm6", "broken"): BROKEN_LANES}
     assert "svg" in outline.tags and "script" not in outline.tags
 
 
@@ -290,14 +376,212 @@ def test_the_report_renders_to_a_screenshot(report_file: Path) -> None:
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000  # a page with content, not a blank one
 
 
+CHUNKS = [f"chunk{i:03d}" for i in range(8)]
+
+
+def _chunk_run(*, reconciled: bool = True) -> RunReport:
+    """Case study 1's fixed run: chunk001 retried, chunk003 killed and redelivered, five healthy chunks, ``reconcile``."""
+    events = [start(0.01, "chunk000", 1), end(0.2, "chunk000", 1),
+              start(0.02, "chunk001", 1), end(0.1, "chunk001", 1, "error", "FeatureStoreUnavailable: 503"),
+              ev(0.101, "retry", doc="chunk001", retry=1, delay="0.2"), start(0.31, "chunk001", 1 + 1), end(0.4, "chunk001", 2),
+              start(0.2, "chunk002", 1), end(0.25, "chunk002", 1),
+              start(0.22, "chunk003", 1), start(0.6, "chunk003", 2), end(0.7, "chunk003", 2),
+              *(e for i, d in enumerate(CHUNKS[4:]) for e in (start(0.3 + 0.02 * i, d, 1), end(0.35 + 0.02 * i, d, 1)))]
+    if reconciled:
+        events += [ev(0.8, "notify_start", role="chord"), ev(0.85, "notify_end", role="chord", outcome="ok")]
+    chord = summary_outcome(CHUNKS, []) if reconciled else Outcome("PENDING", None, None, None)
+    obs = dataclasses.replace(observations(events, chord, fm="sb", elapsed=0.9), docs=tuple(CHUNKS))
+    return RunReport("severity_batch/batch", "fixed", "sb", 1, checks=[Check("SB1", True, "manifest: dispatched 2000")],
+                     observations=obs, seconds=1.2)
+
+
+def _case_page() -> str:
+    batch = _chunk_run()
+    later = dataclasses.replace(batch, fm="severity_batch/dead_chunk", scenario=2, checks=[Check("SB5", True, "flagged")])
+    no_chord = dataclasses.replace(observations([], Outcome("PENDING", None, None, None), fm="ct", stopped_by="drained"), docs=())
+    cte = RunReport("cte_ingestion/burst", "fixed", "ct", 1, [Check("CT1", True, "committed 1915")], no_chord, None, None, 15.0)
+    return report.render([batch, later, cte], report.lessons_for([batch, later, cte]))
+
+
 def test_a_case_study_cell_has_its_lesson_from_the_fixed_program_and_one_lane_per_chunk() -> None:
-    chunks = [f"chunk{i:03d}" for i in range(3)]
-    obs = dataclasses.replace(fixed_run(), docs=tuple(chunks), fm="sb")
-    cell = RunReport("severity_batch/batch", "fixed", "sb", 1, checks=[Check("SB1", True, "manifest: dispatched 2000")],
-                     observations=obs)
     lesson = report.lesson("severity_batch/batch")
     assert list(lesson.sections) == list(report.CASE_SECTIONS)
-    page = report.render([cell], {"severity_batch/batch": lesson})
+    page = _case_page()
     assert '<section class="fm" id="severity_batch/batch">' in page
-    assert [d for d in chunks if f'data-doc="{d}"' in page] == chunks
+    lanes = Outline(page).lanes[("severity_batch/batch", "fixed")]
+    assert lanes == ["chunk000", "chunk001", "chunk002", "chunk003", "chunk004", "reconcile"]  # chunk004..007: one lane
+    assert '<div class="lane" data-doc="chunk004" data-final="ok" data-reason="" data-docs="chunk004 chunk005 chunk006 chunk007">' in page
+    assert '<span class="name">chunk004–chunk007 ×4</span>' in page
     assert "manifest: dispatched 2000" in page and "<h3>What the runs show</h3>" in page
+
+
+def test_case_study_lanes_have_their_names_beside_the_plot_and_the_body_is_reconcile_without_emails() -> None:
+    section = _case_page().split('<section class="fm" id="severity_batch/batch">')[1]
+    fig = section.split('<figure class="timeline"')[1].split("</figure>")[0]
+    for row in re.findall(r'<div class="lane" data-doc="[^"]*".*?</span></div>', fig):
+        found = re.search(r'<span class="name">([^<]*)</span><span class="track">(<svg.*?</svg>)', row)
+        assert found, row
+        name, plot = found.groups()
+        drawn = " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", plot))
+        assert name and name not in drawn  # the name sits in its own column, never drawn over the plot
+    assert '<span class="name">chunk001</span>' in fig
+    body = re.search(r'<div class="lane" data-doc="reconcile" data-role="chord"[^>]*>.*?</div>', fig)
+    assert body and '<b class="final" style="color:#2e7d32">ended ok</b>' in body.group(0)
+    words = html_text.unescape(re.sub(r"<[^>]+>", " ", fig))
+    assert "email" not in words and "notify" not in words  # emails are an FM notion; the body is reconcile
+    assert "emails" not in section.split('<div class="timelines"')[1]  # nor a count of them, red or not
+
+
+def test_a_case_study_with_no_chord_has_no_lanes_and_no_chord_state() -> None:
+    cte = _case_page().split('<section class="fm" id="cte_ingestion/burst">')[1]
+    assert "PENDING" not in cte and '<div class="lane"' not in cte
+    assert f'<p class="note">{timeline_text.NO_CHORD}.</p>' in cte
+
+
+def test_no_heading_ends_in_an_empty_colon() -> None:
+    page = _case_page()
+    headings = Outline(page).headings + Outline(report.render(_reports(), {})).headings
+    assert headings and [h for h in headings if h.endswith(":")] == []
+    assert ("severity_batch/dead_chunk severity_batch, scenario dead_chunk (the case study's lesson is under "
+            "severity_batch/batch)") in headings
+
+
+def test_fm4s_notify_story_reads_one_lane_per_delivery() -> None:
+    html = report.render([RunReport("fm4", "fixed", "fm4", 4, [Check("G4", True, "emails 1")], notify_story_run())],
+                         {"fm4": report.lesson("fm4")})
+    lanes = Outline(html).lanes[("fm4", "fixed")]
+    assert lanes == ["doc1", "doc2", "notify #1", "notify #2", "notify #3", "duplicate #1–5", "duplicate #6"]
+    rows = dict(re.findall(r'<div class="lane" data-doc="((?:notify|duplicate)[^"]*)".*?<span class="what">(.*?)</span></div>', html))
+    plain = {k: html_text.unescape(re.sub(r"<[^>]+>", "", v)) for k, v in rows.items()}
+    assert plain == {
+        "notify #1": "killed before sending · held at the runner's gate from 1.005s",
+        "notify #2": "killed after sending · delivered again; email sent at 1.095s",
+        "notify #3": "sent=True · delivered again; the mail API dropped its repeat (same key)",
+        "duplicate #1–5": "claim busy ×5 · scenario 4's second notify; each retried after 50 ms",
+        "duplicate #6": "skipped · the claim said sent: returned sent=False",
+    }
+    lane2 = html.split('data-doc="notify #2"')[1].split("</div>")[0]
+    assert "mark-email" in lane2 and "mark-killed" in lane2
+    assert "mark-deduplicated" in html.split('data-doc="notify #3"')[1].split("</div>")[0]
+    assert html.count('class="axis zoom"') == 1  # the deliveries crowd into 0.4 s of 1.4: their lanes zoom in
+
+
+
+
+# ---- the handout: its size, its lanes and its print, measured in the browser -------------------------------
+
+
+MEASURE = """<script>
+window.addEventListener('load', () => {
+  const box = (e) => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const out = {sections: {}, lanes: [], covered: [], svgs: []};
+  for (const s of document.querySelectorAll('section.fm')) out.sections[s.id] = Math.round(s.getBoundingClientRect().height);
+  for (const l of document.querySelectorAll('.lanes')) out.lanes.push(Math.round(l.getBoundingClientRect().width));
+  for (const p of document.querySelectorAll('svg.plot')) out.svgs.push(Math.round(p.getBoundingClientRect().width));
+  for (const row of document.querySelectorAll('div.lane')) {
+    const name = box(row.querySelector('.name'));
+    for (const m of row.querySelectorAll('.mark')) {
+      const b = box(m);
+      if (b[0] < name[2] && name[0] < b[2] && b[1] < name[3] && name[1] < b[3]) out.covered.push(row.dataset.doc);
+    }
+  }
+  const pre = document.createElement('pre'); pre.id = 'measure'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+"""Added to a copy of the page (without its policy, which forbids scripts) to read its geometry."""
+
+
+def _handout() -> str:
+    """A report as a workshop gets it: FM-4's story (fixed, broken, hard variant), fm5, fm6, two case studies."""
+    story = notify_story_run()
+    runs = [RunReport("fm4", "fixed", "fm4", 4, [Check(f"G{i}", True, f"guarantee {i} held") for i in range(1, 5)], story),
+            RunReport("fm4", "broken", "fm3", 4, [Check("S4", True, "emails 3 of 3 calls")], story),
+            RunReport("fm4", "weak", "fm4w", 4, [Check("S4 hard", True, "emails 0")], story),
+            *_reports(), _chunk_run(),
+            RunReport("cte_ingestion/burst", "fixed", "ct", 1, [Check("CT1", True, "committed 1915")],
+                      dataclasses.replace(observations([], Outcome("PENDING", None, None, None), fm="ct"), docs=()))]
+    cells = ("fm4", "fm5", "fm6", "severity_batch/batch", "cte_ingestion/burst")
+    return report.render(runs, {fm: report.lesson(fm) for fm in cells}, "generated by a test")
+
+
+@pytest.fixture(scope="module")
+def handout_file() -> Iterator[Path]:
+    folder = ARTIFACTS / "report-test"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "handout.html"
+    path.write_text(_handout(), encoding="utf-8")
+    yield path
+
+
+def measure(path: Path, width: int = SCREEN[0]) -> dict[str, Any]:
+    """The page's geometry at ``width`` px, read by ``MEASURE`` in a copy of it."""
+    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", path.read_text(encoding="utf-8"))
+    copy = path.with_name(path.stem + "-measured.html")
+    copy.write_text(html.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    dom, err = chromium(copy.as_uri(), f"--window-size={width},{SCREEN[1]}", "--virtual-time-budget=5000", "--dump-dom")
+    found = re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S)
+    assert found, f"the measuring script did not run: {err[-2000:]}"
+    return cast(dict[str, Any], json.loads(html_text.unescape(found.group(1))))
+
+
+@pytest.mark.usefixtures("browser")
+def test_each_fm_fits_about_two_screens_and_its_lanes_use_the_pages_width(handout_file: Path) -> None:
+    seen = measure(handout_file)
+    assert set(seen["sections"]) == {"fm4", "fm5", "fm6", "severity_batch/batch", "cte_ingestion/burst"}
+    too_tall = {fm: h for fm, h in seen["sections"].items() if h > ABOUT_TWO_SCREENS}
+    assert too_tall == {}, f"taller than about two screens of {SCREEN[0]} x {SCREEN[1]}: {too_tall}"
+    # The old lanes were one SVG of 560 px, whatever the page's width: now a grid as wide as the section.
+    assert "560" not in re.findall(r'<svg[^>]*width="(\d+)"', handout_file.read_text())
+    assert seen["lanes"] and min(seen["lanes"]) >= SCREEN[0] - 120  # the section's width, less its margins
+    assert min(seen["svgs"]) >= 500  # each plot: what the names and the words beside it leave (the old plot: 368 of 560)
+    narrow = measure(handout_file, 900)
+    assert max(narrow["lanes"]) <= 900 - 60 and max(narrow["svgs"]) < min(seen["svgs"])  # it follows the page
+
+
+@pytest.mark.usefixtures("browser")
+def test_a_lanes_name_never_covers_a_mark(handout_file: Path) -> None:
+    seen = measure(handout_file)
+    assert seen["covered"] == []
+    assert len(seen["svgs"]) > 40  # the lanes were measured (plots plus axes)
+
+
+@pytest.fixture
+def pdftotext() -> Path:
+    if not PDFTOTEXT.exists():
+        why = f"{PDFTOTEXT} is missing: the print test reads the PDF with poppler's pdftotext (apt-get install -y poppler-utils)"
+        if os.environ.get("RCL_REQUIRE_BROWSER") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    return PDFTOTEXT
+
+
+@pytest.mark.usefixtures("browser")
+def test_the_report_prints_with_its_details_and_an_fm_per_page(handout_file: Path, pdftotext: Path) -> None:
+    printed = _css_rule(_handout(), "@media print")  # the rules up to the first closing brace
+    assert "display:none" not in printed.replace(" ", "")
+    pdf = handout_file.with_suffix(".pdf")
+    pdf.unlink(missing_ok=True)
+    chromium(handout_file.as_uri(), "--no-pdf-header-footer", f"--print-to-pdf={pdf}")
+    assert pdf.read_bytes().startswith(b"%PDF")
+    pages = subprocess.run([str(pdftotext), str(pdf), "-"], capture_output=True, text=True, timeout=60,
+                           check=True).stdout.split("\f")
+    text = " ".join(" ".join(pages).split())
+    for words in ("G3 (poison dead-lettered at the bound, DLQ empty): holds", "S4 (duplicated notify: several emails): reproduced",
+                  "killed before sending", "claim busy ×5", "the claim said sent: returned sent=False",
+                  "chunk004–chunk007 ×4", "ended ok", "dead_lettered", "what happened", "Marks in these timelines"):
+        assert words in text, f"{words!r} is not in the printed report"
+    heads = [[ln.strip() for ln in page.splitlines() if ln.strip()][:4] for page in pages]  # a heading's words, in any order
+    for fm in ("fm4", "fm5", "fm6", "severity_batch/batch", "cte_ingestion/burst"):  # each FM starts a page
+        assert any(fm in head for head in heads), (fm, heads)
+    if shutil.which("pdftoppm"):  # the pages as images, for a person to look at
+        subprocess.run(["pdftoppm", "-r", "60", "-png", str(pdf), str(pdf.with_suffix(""))], timeout=120, check=True)
+
+
+@pytest.mark.usefixtures("browser")
+def test_fm4s_section_renders_to_a_screenshot_at_1280(handout_file: Path) -> None:
+    shot = handout_file.with_suffix(".png")
+    shot.unlink(missing_ok=True)
+    chromium(handout_file.as_uri(), "--hide-scrollbars", f"--window-size={SCREEN[0]},{3 * SCREEN[1]}", f"--screenshot={shot}")
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 50_000

@@ -11,7 +11,8 @@ from lab.harness import RunReport
 from lab.show.progress import Board
 from lab.runner import Outcome
 from lab.show.timeline import MARKS, DocTimeline, Timeline
-from tests.synthetic import broken_run, end, ev, fixed_run, lost_run, observations, start, summary_outcome
+from tests.synthetic import (broken_run, end, ev, fixed_run, kept_letter_run, lost_run, notify_story_run, observations, start,
+                             summary_outcome)
 
 
 def doc(tl: Timeline, name: str) -> DocTimeline:
@@ -151,3 +152,52 @@ def test_a_poison_fetch_shows_its_fetches_when_no_parse_ever_began() -> None:
     assert [(a.stage, a.how) for a in doc(tl, "doc2").attempts] == [("parse", "ok")]  # its one fetch is not drawn
     text = "\n".join(timeline_text.plain(line) for line in timeline_text.lines(tl, "fm3 fixed"))
     assert text.count("fetch killed: the process died") == 3
+
+
+def test_a_dead_letter_the_drain_kept_is_kept_not_running() -> None:
+    tl = timeline.build(kept_letter_run())
+    doc9 = doc(tl, "doc9")
+    assert (doc9.final, doc9.mark, ms(doc9.kept_at), doc9.kept_why) == ("kept", "kept", 950, "not a chord member")
+    assert [(a.stage, a.how) for a in doc9.attempts] == [("fetch", "killed")] * 3  # the kept letter followed the last
+    text = "\n".join(timeline_text.plain(line) for line in timeline_text.lines(tl, "fm3 weak"))
+    assert "kept: dead-lettered, the drain kept it in the DLQ" in text and "running" not in text.split("doc9")[1]
+
+
+def test_every_notify_delivery_is_its_own_run_and_a_lost_one_was_killed() -> None:
+    tl = timeline.build(notify_story_run())
+    seen = [(n.role, n.how, n.crash, ms(n.deduplicated_at)) for n in tl.notifies]
+    assert seen == [("chord", "killed", "before_send", None), *[("duplicate", "retried", None, None)] * 2,
+                    ("chord", "killed", "after_send", None), *[("duplicate", "retried", None, None)] * 3,
+                    ("chord", "sent", None, 1340), ("duplicate", "skipped", None, None)]
+    lost = timeline.build(observations([ev(0.1, "notify_start", role="chord"), ev(0.5, "notify_start", role="chord"),
+                                        ev(0.6, "notify_end", role="chord", outcome="ok")], Outcome("SUCCESS", None, None, None)))
+    assert [(n.how, n.end) for n in lost.notifies] == [("killed", None), ("ended", lost.notifies[1].end)]
+
+
+def test_a_case_studys_text_timeline_pads_long_names_and_names_its_body() -> None:
+    chunks = ("chunk000", "chunk001")
+    events = [start(0.01, "chunk000", 1), end(0.02, "chunk000", 1), start(0.01, "chunk001", 1), end(0.03, "chunk001", 1),
+              ev(0.05, "notify_start", role="chord"), ev(0.06, "notify_end", role="chord", outcome="ok")]
+    obs = dataclasses.replace(observations(events, summary_outcome(list(chunks), [])), docs=chunks, fm="sb")
+    lines = [timeline_text.plain(line) for line in timeline_text.lines(timeline.build(obs, body="reconcile"), "sb fixed")]
+    assert "  chunk000 ok" in lines and "  chunk001 ok" in lines  # not "chunk000ok"
+    assert any(line.startswith("  reconcile chord") and line.endswith("ended: ok") for line in lines)
+    assert not any("notify" in line or "email" in line for line in lines)
+
+
+def test_a_run_with_no_documents_says_it_has_no_timeline_and_no_chord_state() -> None:
+    obs = dataclasses.replace(observations([], Outcome("PENDING", None, None, None)), docs=(), stopped_by="drained")
+    lines = [timeline_text.plain(line) for line in timeline_text.lines(timeline.build(obs), "ct fixed")]
+    assert lines[1:] == ["stopped: drained at 2.50s", f"  {timeline_text.NO_CHORD}"]
+    assert not any("PENDING" in line or "notify" in line for line in lines)
+
+
+def test_the_chords_last_delivery_returned_when_the_chord_holds_its_result() -> None:
+    """The runner stopped at "chord finished" before the body's end event landed: the stored result says it returned."""
+    events = [start(0.01, "doc2", 1), end(0.02, "doc2", 1), ev(0.1, "notify_start", role="chord")]
+    tl = timeline.build(observations(events, summary_outcome(["doc2"], [])), body="aggregate_batch")
+    assert [(n.how, n.outcome, n.returned, n.end) for n in tl.notifies] == [("ended", "ok", True, None)]
+    text = [timeline_text.plain(line) for line in timeline_text.lines(tl, "bl fixed")]
+    assert any(line.endswith("ended: ok (its end known from the chord's stored result)") for line in text)
+    pending = timeline.build(observations(events, Outcome("PENDING", None, None, None)))
+    assert [(n.how, n.returned) for n in pending.notifies] == [("running", False)]  # nothing says it returned

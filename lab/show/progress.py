@@ -144,7 +144,7 @@ def _block(r: RunReport) -> list[Line]:
     title = f"{r.fm} {r.kind}: scenario {r.scenario} on {r.code}'s code, {r.verdict}"
     if r.observations is None:
         return [(timeline_text.Piece(title),), (timeline_text.Piece(f"  no observations: {r.error}", "running"),)]
-    tl = timeline.build(r.observations)
+    tl = timeline.build(r.observations, timeline.body_name(r.fm, r.code))
     return timeline_text.lines(tl, f"{title} (run {tl.run_id})")
 
 

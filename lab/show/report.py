@@ -1,14 +1,24 @@
-"""The workshop report: one self-contained HTML file (``run_all_fms.py --report PATH``).
+"""The workshop report: one self-contained HTML file (``run_all_fms.py --report PATH``), a handout.
 
-A section per FM (``<section class="fm" id="fm3">``): what its module's docstring
-says (its Symptom, Root cause, Fix and Tradeoffs paragraphs), "The change" (the
-code diff from the previous FM's file, ``lab.show.diff``), its matrix cells
-(the fixed run's verdict with its guarantees, the broken run's with its symptom)
-and, per run, the timeline as SVG swimlanes (``lab.show.swimlanes``).
+At the top, the matrix, what each check it names means (``lab.matrix.TITLES``: the
+lab's one table of words per check, after DESIGN.md §2) and every mark of the
+timelines. Then a section per FM (``<section class="fm" id="fm3">``), about two
+screens of 1280 x 800: what its module's docstring says (its Symptom, Root cause,
+Fix and Tradeoffs paragraphs), "The change" (the code diff from the previous FM's
+file, ``lab.show.diff``), its runs (the fixed run's verdict with its guarantees, the
+broken run's with its symptom, each check named in words with what it saw), the
+marks its timelines use, and per run the timeline as swimlanes as wide as the page
+(``lab.show.swimlanes``), each lane saying in words what happened in it.
+
+Badges: PASS is green, a symptom reproduced (REPRODUCED, BUG REPRODUCED) is a
+neutral slate: the bug was shown as intended, nothing to celebrate or fix; anything
+that did not hold (FAIL, NOT REPRODUCED, ERROR) is red.
 
 Self-contained: inline CSS and SVG, no script, no font, no image to fetch, and a
 Content-Security-Policy that forbids the page any request, so it reads the same
-offline. Everything taken from a run or a docstring is HTML-escaped.
+offline. Everything the timelines say is text on the page (tooltips only repeat
+it with exact times), so it prints: the print rules keep it and start each FM on a
+new page. Everything taken from a run or a docstring is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -21,8 +31,10 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from lab.show import diff, swimlanes, timeline
+from lab.show import diff, swimlanes, timeline, timeline_text
+from lab.checks import Check
 from lab.fm import ROOT, fm_modules
+from lab.matrix import TITLES
 from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
 from lab.harness import MatrixRow, RunReport, matrix
 
@@ -86,25 +98,57 @@ def lesson(fm: str) -> Lesson:
     return parse_docstring(fm, module, ast.get_docstring(tree) or "")
 
 
+def words(label: str) -> str:
+    """What check ``label`` (``G3``, ``S4 hard``, ``SB5 write-up``) promises, in a few words ("" if the table has none)."""
+    return TITLES.get(label, "")
+
+
 def render(reports: Sequence[RunReport], lessons: Mapping[str, Lesson], generated: str = "") -> str:
     rows = matrix(list(reports))
-    sections = "".join(_section(row, lessons.get(row.fm)) for row in rows)
+    sections = "".join(_section(row, lessons.get(row.fm), _lesson_home(row.fm, lessons)) for row in rows)
+    labels = list(dict.fromkeys(c.label for r in reports for c in r.checks))
     return (_HEAD + '<body><header><h1>reliable-celery-lab: workshop report</h1>'
             f'<p class="meta">{escape(generated)}</p></header>'
-            f'<nav><h2>Matrix</h2>{_matrix(rows)}</nav>'
-            f'<aside><h2>How to read a timeline</h2><p>One lane per document, time in seconds since '
-            f'the chord was submitted; hover a bar or a mark for its details.</p>{swimlanes.legend()}</aside>'
+            f'<nav><h2>Matrix</h2>{_matrix(rows)}{_glossary(labels)}</nav>'
+            f'<aside><h2>How to read a timeline</h2><p>One lane per document (three or more with the same story share '
+            f'one), then one per delivery of the chord\'s body; time in seconds since the chord was submitted. Beside '
+            f'each lane, in words, what happened in it; a bar or a mark\'s tooltip adds its exact times. '
+            f'Each FM lists the marks its timelines use.</p>{swimlanes.legend()}</aside>'
             f"<main>{sections}</main></body></html>\n")
 
 
-def write(path: Path, reports: Sequence[RunReport]) -> Path:
+def lessons_for(reports: Sequence[RunReport]) -> dict[str, Lesson]:
+    """Each FM's lesson; a case study's once, with its first scenario."""
     cells = list(dict.fromkeys(r.fm for r in reports))
     firsts = [c for i, c in enumerate(cells) if "/" not in c or c.split("/")[0] not in {x.split("/")[0] for x in cells[:i]}]
-    lessons = {fm: lesson(fm) for fm in firsts}  # a case study's lesson once, with its first scenario
+    return {fm: lesson(fm) for fm in firsts}
+
+
+def write(path: Path, reports: Sequence[RunReport]) -> Path:
     generated = (time.strftime("generated %Y-%m-%d %H:%M:%S by run_all_fms.py") +
                  f" in namespace {NAMESPACE}; broker {mask_url(broker_url())}, backend {mask_url(backend_url())}")
-    path.write_text(render(reports, lessons, generated), encoding="utf-8")
+    path.write_text(render(reports, lessons_for(reports), generated), encoding="utf-8")
     return path
+
+
+def _lesson_home(fm: str, lessons: Mapping[str, Lesson]) -> str | None:
+    """The cell whose section holds a case study scenario's lesson (its first scenario's), if another one does."""
+    if "/" not in fm or fm in lessons:
+        return None
+    case = fm.split("/", 1)[0]
+    return next((c for c in lessons if c.split("/", 1)[0] == case), None)
+
+
+def _glossary(labels: Sequence[str]) -> str:
+    """What every check the page names means, in words (``lab.matrix.TITLES``)."""
+    if not labels:
+        return ""
+    items = "".join(f'<li data-label="{escape(label)}"><b>{escape(label)}</b> {escape(words(label))}</li>' for label in labels)
+    return ('<h3>The checks</h3><p class="note">A fixed run checks guarantees (G1..G6 in the FMs: what the fix makes '
+            "true); a broken run (the FM's scenario on the previous FM's code, or a case study's write-up) shows a symptom "
+            "(S1..S6, a case study's <i>write-up</i> checks), the proof that the fix is load-bearing; a hard variant "
+            "(<i>hard</i>) runs the FM without the fix of its hard case. DESIGN.md §2 defines the FMs' checks exactly."
+            f'</p><ul class="glossary">{items}</ul>')
 
 
 def _matrix(matrix_rows: Sequence[MatrixRow]) -> str:
@@ -116,26 +160,55 @@ def _matrix(matrix_rows: Sequence[MatrixRow]) -> str:
             f'<th>hard variant, before its fix</th></tr>{rows}</table>')
 
 
+REPRODUCED = {"REPRODUCED", "BUG REPRODUCED"}
+"""Verdicts of a symptom shown as intended: a neutral badge, neither green nor red."""
+
+
 def _verdict(r: RunReport | None, fm: str = "") -> str:
     if r is None:
         return "–" if fm == "fm0" else '<span class="verdict none">not run</span>'  # fm0 has no earlier code
     labels = " ".join(c.label for c in r.checks)
-    return f'<span class="verdict {"ok" if r.ok else "bad"}">{escape(r.verdict)}</span> {escape(labels)}'
+    return f'<span class="verdict {_badge(r)}">{escape(r.verdict)}</span> {escape(labels)}'
 
 
-def _section(row: MatrixRow, lesson: Lesson | None) -> str:
+def _badge(r: RunReport) -> str:
+    return "ok" if r.verdict == "PASS" else "shown" if r.ok and r.verdict in REPRODUCED else "bad"
+
+
+def _section(row: MatrixRow, lesson: Lesson | None, home: str | None = None) -> str:
     fm = row.fm
-    head = f"<h2>{escape(fm)}: {_inline(lesson.summary) if lesson else ''}</h2>"
-    module = f'<p class="module"><code>{escape(lesson.module)}.py</code></p>' if lesson else ""
+    title = _inline(lesson.summary) if lesson else _scenario_title(fm, home)
+    module = f' <code class="module">{escape(lesson.module)}.py</code>' if lesson else ""
+    head = f'<h2><span class="tag">{escape(fm)}</span> {title}{module}</h2>'
     lessons = "".join(f'<div class="lesson" data-part="{escape(name.lower())}"><h3>{escape(name)}</h3>{_prose(text)}</div>'
                       for name, text in (lesson.sections.items() if lesson else ()))
     runs = [r for r in (row.fixed, row.broken, row.weak) if r is not None]
-    cells = "".join(_cell(r) for r in runs)
-    timelines = [(r, timeline.build(r.observations) if r.observations is not None else None) for r in runs]
+    first, others = ("".join(_cell(r) for r in runs[:1]), "".join(_cell(r) for r in runs[1:]))
+    cells = f'<div class="cells">{first}' + (f'<div class="others">{others}</div>' if others else "") + "</div>"
+    timelines = [(r, _timeline(r)) for r in runs]
     span = max((tl.span for _, tl in timelines if tl is not None), default=0.0)  # one time scale for the FM's runs
-    figures = "".join(_figure(r, tl, span) for r, tl in timelines)
-    return (f'<section class="fm" id="{escape(fm)}">{head}{module}<div class="lessons">{lessons}</div>'
-            f'{_change(fm)}<div class="cells">{cells}</div><div class="timelines">{figures}</div></section>')
+    like = timelines[0][1]  # the fixed run (fm0's bug run): the others say what differs from it
+    drawn = [_figure(r, tl, span, like if i else None, runs[0].kind) for i, (r, tl) in enumerate(timelines)]
+    marks: frozenset[str] = frozenset[str]().union(*(m for _, m, _ in drawn))
+    names = max((n for _, _, n in drawn), default=0)  # one name column for the FM's figures: their plots line up
+    legend = (f'<div class="fm-legend"><span class="legend-head">Marks in these timelines</span>'
+              f"{swimlanes.legend(marks, short=True)}</div>" if marks else "")
+    return (f'<section class="fm" id="{escape(fm)}">{head}' + (f'<div class="lessons">{lessons}</div>' if lessons else "")
+            + f'{_change(fm)}{cells}<div class="timelines" style="--names:{names + 1}ch">{legend}'
+            f'{"".join(html for html, _, _ in drawn)}</div></section>')
+
+
+def _timeline(r: RunReport) -> timeline.Timeline | None:
+    return None if r.observations is None else timeline.build(r.observations, timeline.body_name(r.fm, r.code))
+
+
+def _scenario_title(fm: str, home: str | None) -> str:
+    """The heading of a cell with no lesson of its own (a case study's later scenario)."""
+    if "/" not in fm:
+        return ""
+    case, scenario = fm.split("/", 1)
+    where = f' (the case study\'s lesson is under <a href="#{escape(home)}">{escape(home)}</a>)' if home else ""
+    return f"{escape(case)}, scenario <code>{escape(scenario)}</code>{where}"
 
 
 def _change(fm: str) -> str:
@@ -143,7 +216,8 @@ def _change(fm: str) -> str:
     step = diff.step(fm) if fm[2:].isdigit() else None
     if step is None:
         return ""
-    rows = "".join(f'<span class="{_diff_class(line)}">{escape(line)}</span>\n' for line in step.lines)
+    rows = "".join(f'<span class="{_diff_class(line)}">{escape(line)}</span>\n' for line in step.lines
+                   if not line.startswith(("+++", "---")))  # the line above names both files
     return (f'<div class="change" data-fm="{escape(fm)}"><h3>The change</h3><p class="module">'
             f"<code>{escape(step.before)}.py</code> → <code>{escape(step.after)}.py</code>, docstrings left out: "
             f"{len(step.added)} lines added, {len(step.removed)} removed</p><pre class=\"diff\">{rows}</pre></div>")
@@ -156,27 +230,48 @@ def _diff_class(line: str) -> str:
 
 
 def _cell(r: RunReport) -> str:
-    checks = "".join(f'<li class="check {"ok" if c.ok else "bad"}" data-label="{escape(c.label)}"><b>{escape(c.label)}</b> '
-                     f"{'holds' if c.ok else 'FAILS'}<ul class=\"seen\">{_seen(c.detail)}</ul></li>" for c in r.checks)
+    symptom = r.kind != "fixed"  # broken, weak, bug: the check is a symptom shown, not a guarantee kept
+    checks = "".join(_check(c, symptom) for c in r.checks)
     error = f'<p class="error">{escape(r.error)}</p>' if r.error else ""
     return (f'<div class="cell" data-kind="{escape(r.kind)}"><h3>{escape(r.kind)}: scenario {r.scenario} on '
-            f"<code>{escape(r.code)}</code>'s code</h3><p>{_verdict(r)} <span class=\"secs\">{r.seconds:.1f}s</span></p>"
-            f"<ul>{checks}</ul>{error}</div>")
+            f"<code>{escape(r.code)}</code>'s code {_verdict(r)} <span class=\"secs\">{r.seconds:.1f}s</span></h3>"
+            f'<ul class="checks">{checks}</ul>{error}</div>')
+
+
+def _check(c: Check, symptom: bool) -> str:
+    """``G3 (poison dead-lettered at the bound, DLQ empty): holds`` and what the check saw."""
+    state = ("shown" if symptom else "ok") if c.ok else "bad"
+    said = ("reproduced" if c.ok else "NOT REPRODUCED") if symptom else ("holds" if c.ok else "FAILS")
+    meaning = words(c.label)
+    named = f' <span class="words">({escape(meaning)})</span>' if meaning else ""
+    return (f'<li class="check {state}" data-label="{escape(c.label)}"><b>{escape(c.label)}</b>{named}: {said}'
+            f'<span class="seen">{_seen(c.detail)}</span></li>')
 
 
 def _seen(detail: str) -> str:
-    """A check's observations, one short line each (the checks join them with '; ')."""
-    return "".join(f"<li>{escape(part)}</li>" for part in detail.split("; ") if part)
+    """A check's observations, short parts joined as the checks join them ('; ')."""
+    return "; ".join(escape(part) for part in detail.split("; ") if part)
 
 
-def _figure(r: RunReport, tl: timeline.Timeline | None, span: float) -> str:
-    caption = f"{r.kind} run: what happened to each document"
+def _figure(r: RunReport, tl: timeline.Timeline | None, span: float, like: timeline.Timeline | None = None,
+            like_name: str = "fixed") -> tuple[str, frozenset[str], int]:
+    caption = f"{r.kind} run"
+    marks: frozenset[str] = frozenset()
+    names = 0
     if tl is None:
         body = f'<p class="error">no observations: {escape(r.error or "the run did not get that far")}</p>'
+    elif not tl.has_chord:
+        body = (f'<span class="stop">run {escape(tl.run_id)}; stopped: {escape(tl.stopped_by)} at {tl.span:.2f}s</span>'
+                f'<p class="note">{escape(timeline_text.NO_CHORD)}.</p>')
     else:
-        body = (f'<p class="stop">run {escape(tl.run_id)}; stopped: {escape(tl.stopped_by)} at {tl.span:.2f}s; '
-                f"chord: {escape(tl.chord)}</p>{swimlanes.render(tl, span)}")
-    return f'<figure class="timeline" data-kind="{escape(r.kind)}"><figcaption>{escape(caption)}</figcaption>{body}</figure>'
+        fig = swimlanes.render(tl, span, like, like_name)
+        marks, names = fig.marks, fig.names
+        emails = f"; emails sent: {len(tl.emails)}" if tl.counts_emails else ""
+        named = (f"; documents named without their common prefix <code>{escape(fig.prefix)}</code>" if fig.prefix else "")
+        body = (f'<span class="stop">run {escape(tl.run_id)}; stopped: {escape(tl.stopped_by)} at {tl.span:.2f}s; '
+                f"chord: {escape(tl.chord)}{emails}{named}</span>{fig.html}")
+    return (f'<figure class="timeline" data-kind="{escape(r.kind)}"><figcaption>{escape(caption)}</figcaption>{body}</figure>',
+            marks, names)
 
 
 def _prose(text: str) -> str:
@@ -209,35 +304,57 @@ _HEAD = """<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>reliable-celery-lab: workshop report</title>
 <style>
-body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;color:#222;background:#fafafa}
-header,nav,aside,main{max-width:1400px;margin:0 auto;padding:0 24px}
-header h1{margin:20px 0 0;font-size:24px} .meta{color:#666;margin:2px 0 8px}
-h2{font-size:19px;margin:18px 0 8px} h3{font-size:15px;margin:8px 0 4px}
-code{font:13px ui-monospace,"DejaVu Sans Mono",monospace;background:#eef;padding:0 3px;border-radius:3px}
-table.matrix{border-collapse:collapse;background:#fff} .matrix td,.matrix th{border:1px solid #ddd;padding:4px 10px;text-align:left}
-.verdict{font-weight:700;padding:1px 6px;border-radius:4px;color:#fff} .verdict.ok{background:#2e7d32} .verdict.bad{background:#c62828}
-.verdict.none{background:#9e9e9e}
-svg.legend{max-width:100%;height:auto} svg.legend text{fill:#222;stroke:none;font:13px system-ui,"DejaVu Sans",sans-serif}
-section.fm{background:#fff;border:1px solid #ddd;border-radius:8px;margin:22px 0;padding:4px 20px 16px}
-.lessons{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:4px 22px;font-size:14px}
-.lesson p,.lesson ul{margin:4px 0} .module{margin:0;color:#555}
-.cells{display:flex;flex-wrap:wrap;gap:12px;margin-top:8px} .cell{flex:1 1 420px;border:1px solid #e3e3e3;border-radius:6px;padding:2px 12px}
-.cell{font-size:14px} .cell ul{padding-left:18px;margin:4px 0} ul.seen{margin:0 0 2px;padding-left:16px;font-size:13px;color:#444} .check.bad{color:#c62828} .secs{color:#777} .error{color:#c62828;white-space:pre-wrap}
-.timelines{display:flex;flex-wrap:wrap;gap:12px;margin-top:10px} figure.timeline{margin:0;flex:1 1 500px;min-width:0;max-width:620px}
-figcaption{font-weight:600} .stop{margin:2px 0 4px;color:#555;font-size:13px;min-height:2.9em}
-svg.swimlanes{background:#fff;max-width:100%;height:auto;font:12px system-ui,"DejaVu Sans",sans-serif}
-svg .axis line{stroke:#e6e6e6} svg .axis text{fill:#888;font-size:10px}
-svg .lane-bg{fill:#fff} svg .lane:nth-of-type(even) .lane-bg{fill:#f6f7f9} svg text.doc{font-weight:600;fill:#333}
-svg text.final{font-size:11px;font-weight:600} svg text.delay{font-size:9.5px;fill:#1565c0}
-svg .attempt-killed{fill-opacity:.15;stroke:#212121;stroke-dasharray:3 2} svg .attempt-running{fill-opacity:.35}
-svg line.backoff{stroke-dasharray:2 3;stroke-width:1.6}
-.change pre.diff{font:12.5px/1.4 ui-monospace,"DejaVu Sans Mono",monospace;background:#fbfbfb;border:1px solid #e3e3e3;
-border-radius:6px;padding:6px 0;overflow-x:auto;margin:4px 0} .diff span{display:inline-block;min-width:100%;box-sizing:border-box;padding:0 10px}
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;color:#222;background:#fafafa}
+header,nav,aside,main{max-width:1400px;margin:0 auto;padding:0 20px}
+header h1{margin:16px 0 0;font-size:22px} .meta{color:#666;margin:2px 0 6px}
+h2{font-size:18px;margin:12px 0 4px} h2 code.module{font-size:12.5px;font-weight:400;margin-left:6px;vertical-align:2px} h3{font-size:14px;margin:6px 0 2px}
+code{font:12.5px ui-monospace,"DejaVu Sans Mono",monospace;background:#eef;padding:0 3px;border-radius:3px}
+table.matrix{border-collapse:collapse;background:#fff} .matrix td,.matrix th{border:1px solid #ddd;padding:3px 9px;text-align:left}
+.verdict{font-weight:700;padding:0 6px;border-radius:4px;color:#fff;font-size:12.5px;white-space:nowrap}
+.verdict.ok{background:#2e7d32} .verdict.bad{background:#c62828} .verdict.shown{background:#546e7a} .verdict.none{background:#9e9e9e}
+.note{color:#555;margin:2px 0}
+ul.glossary{columns:3 22em;column-gap:24px;list-style:none;padding:0;margin:4px 0;font-size:13px}
+ul.glossary li{break-inside:avoid;padding-left:5.2em;text-indent:-5.2em} ul.glossary b{display:inline-block;min-width:5em;text-indent:0}
+ul.legend{display:flex;flex-wrap:wrap;gap:2px 18px;list-style:none;padding:0;margin:4px 0;font-size:12.5px}
+ul.legend li{display:flex;align-items:center;gap:5px} ul.legend svg{flex:none}
+section.fm{background:#fff;border:1px solid #ddd;border-radius:8px;margin:18px 0;padding:2px 18px 12px}
+h2 .tag{font:600 13px ui-monospace,"DejaVu Sans Mono",monospace;color:#fff;background:#37474f;padding:1px 6px;border-radius:4px;
+vertical-align:2px}
+.lessons{columns:3 22em;column-gap:22px;font-size:13px;line-height:1.38} .lesson h3{break-after:avoid}
+.lesson p,.lesson ul{margin:2px 0 4px} .lesson ul{padding-left:18px} .module{margin:0;color:#555}
+.change h3{display:inline;margin-right:8px} .change .module{display:inline}
+.change pre.diff{font:11.5px/1.25 ui-monospace,"DejaVu Sans Mono",monospace;background:#fbfbfb;border:1px solid #e3e3e3;
+border-radius:6px;padding:4px 0;overflow-x:auto;margin:4px 0} .diff span{display:inline-block;min-width:100%;box-sizing:border-box;padding:0 10px}
 .diff .d-add{background:#e6ffec;color:#1a5e2a} .diff .d-del{background:#ffebe9;color:#8a1c1c} .diff .d-hunk{color:#6f42c1;background:#f3f0ff}
 .diff .d-file{color:#555;font-weight:600}
-@media print{body{background:#fff;font-size:12px} header,nav,aside,main{max-width:none;padding:0}
-section.fm{break-before:page;border:none;padding:0} .diff span{white-space:pre-wrap} figure.timeline,.cell,.change{break-inside:avoid}
-.timelines{display:block} figure.timeline{max-width:none;margin-bottom:10px} .verdict{border:1px solid #000}
-a{color:inherit;text-decoration:none}}
+.cells{display:grid;grid-template-columns:minmax(0,2.4fr) minmax(18em,1fr);gap:10px;margin-top:8px} .cells>.cell:only-child{grid-column:1/-1}
+.others{display:flex;flex-direction:column;gap:10px}
+.cell{border:1px solid #e3e3e3;border-radius:6px;padding:2px 10px 4px;font-size:13px} .cell h3{font-size:13.5px}
+ul.checks{padding-left:16px;margin:2px 0} ul.checks li{margin:1px 0} .check.bad{color:#c62828}
+.check .words{color:#333} .check .seen{font-size:12px;color:#555} .check .seen:not(:empty)::before{content:" — "} .secs{color:#777;font-weight:400}
+.error{color:#c62828;white-space:pre-wrap}
+.timelines{margin-top:6px} .fm-legend{display:flex;flex-wrap:wrap;align-items:center;gap:0 14px;margin:2px 0}
+.legend-head{font-weight:600;font-size:13px}
+figure.timeline{margin:6px 0 0} figcaption{font-weight:600;display:inline;margin-right:8px} .stop{color:#555;font-size:12.5px}
+figure.timeline .lanes{margin-top:2px}
+.lanes{display:grid;grid-template-columns:calc(var(--names,8ch) * 1.05 + 16px) minmax(0,1fr) minmax(20em,40%);font-size:12px}
+.lanes>div{display:contents} .lanes .name,.lanes .what,.lanes .track{box-sizing:border-box;min-height:21px} .lanes .track{display:block}
+.lanes .name{font-weight:600;color:#333;padding:2px 10px 0 6px;white-space:nowrap;font-variant-numeric:tabular-nums}
+.lanes .what{padding:2px 6px 1px 10px;color:#444;line-height:1.3} .lanes .same .what{grid-column:2/-1;font-style:italic}
+.lanes svg.plot{display:block;width:100%;overflow:visible}
+.lanes .lane:nth-child(even)>*{background:#f4f5f7}
+.lanes .axis>*{min-height:16px;padding-top:0;color:#888;font-weight:400;font-size:11px}
+.lanes .axis.zoom>*{border-top:1px dashed #b0bec5;background:#f7fafc}
+svg.plot text{fill:#888;font-size:10px;font-family:system-ui,"DejaVu Sans",sans-serif} svg.plot line.grid{stroke:#e4e4e4}
+svg.plot text.delay{font-size:9.5px;fill:#1565c0} svg.plot line.gate{stroke:#37474f;stroke-width:1.5;stroke-dasharray:2 2}
+svg .attempt-killed,svg .notify-killed{fill-opacity:.15;stroke:#212121;stroke-dasharray:3 2} svg .attempt-running{fill-opacity:.35}
+svg line.backoff{stroke-dasharray:2 3;stroke-width:1.6}
+b.final{font-weight:700}
+@media print{@page{margin:12mm} body{background:#fff;font-size:11.5px} header,nav,aside,main{max-width:none;padding:0}
+*{-webkit-print-color-adjust:exact;print-color-adjust:exact}
+section.fm{break-before:page;border:none;padding:0;margin:0} .diff span{white-space:pre-wrap}
+figure.timeline,.cell,.change{break-inside:avoid} .lanes .lane{break-inside:avoid}
+.lanes{grid-template-columns:calc(var(--names,8ch) * 1.05 + 16px) minmax(0,1fr) minmax(14em,42%)} .lanes .what{font-size:11px}
+.verdict{border:1px solid #000} a{color:inherit;text-decoration:none}}
 </style></head>
 """

@@ -1,44 +1,81 @@
-"""A ``Timeline`` drawn as inline SVG swimlanes, for the HTML report.
+"""A ``Timeline`` drawn as swimlanes for the HTML report: one row per lane, as wide as the page.
 
-One lane per document (``<g class="lane" data-doc="doc4">``) and one for
-``notify`` and the emails (``data-doc="notify"``: the chord's ``notify`` on the
-upper half, a duplicate on the lower). An attempt is a bar from its start to its
-end; its ending is a mark in the colour and shape of ``timeline.MARKS``: one per
-envelope reason (``error``, ``dead_lettered``, ``retries_exhausted``,
-``soft_timeout``, ``hard_timeout``, ``time_limit``) and for ``ok``, ``killed`` (a dashed bar up to
-whatever came next, since no end was recorded), ``retried`` (a dotted line over
-the backoff to the next attempt) and ``running`` (a bar to the right edge). Every
-shape has a ``<title>`` (a tooltip); every text is escaped. ``legend()`` draws
-the marks once, with their labels.
+A figure is a CSS grid of rows (``<div class="lanes">``), each row a lane
+(``<div class="lane" data-doc="doc4">``) of three cells: its name, its plot (an inline
+SVG whose width is the column's, every position in per cent of it, so the plot
+stretches with the page and in print while marks and text keep their size) and, in
+words, what happened in it (``<span class="what">``): the details are on the page,
+not only in tooltips, so they print. A name sits in its own column: it never covers a mark.
+
+Lanes, top to bottom: one per document; three or more consecutive documents whose
+story is the same (a burst, a run of healthy chunks) share one lane
+(``data-docs`` lists them); then one lane per delivery of the chord's body
+(``notify``, a case study's ``reconcile``): FM-4's story (the chord's notify killed
+before sending, its redelivery sending and killed, the one that completes; the duplicate's
+busy-retries, then its skip) reads lane by lane. Consecutive busy-retries of one
+role share a lane; when the deliveries crowd into a small part of the run, their lanes
+get a time axis of their own, zoomed in. In a later run of the FM (broken, hard variant)
+the documents whose story is the one they had in the fixed run get one line that says
+so ("as above", ``data-docs``): what stays in lanes is what the symptom changed.
+Documents named with a common batch prefix are named without it (the caption gives it).
+
+An attempt is a bar from its start to its end; its ending is a mark in the colour and
+shape of ``timeline.MARKS``: one per envelope reason (``error``, ``dead_lettered``,
+``retries_exhausted``, ``soft_timeout``, ``hard_timeout``, ``time_limit``) and for ``ok``,
+``killed`` (a dashed bar up to whatever came next, since no end was recorded),
+``retried`` (a dotted line over the backoff to the next attempt), ``running`` (a bar to
+the right edge), ``kept`` (a dead letter the drain kept), ``email`` and ``deduplicated``.
+``legend(keys)`` lists marks with their labels: the report puts every mark at the top and,
+per FM, the marks its figures use. Every text is escaped.
 """
 
 from __future__ import annotations
 
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from html import escape
 
 from lab.show.timeline import MARKS, Attempt, DocTimeline, NotifyRun, Timeline
+from lab.show.timeline_text import short
 
-WIDTH, LEFT, PLOT_RIGHT = 560, 50, 418  # the plot spans LEFT..PLOT_RIGHT; final states to its right
-LANE, TOP, R = 25, 24, 5.5  # lane height, axis height, mark radius
+LANE = 21  # px: the height of a lane's plot
+AXIS = 16  # px: the height of the time axis
+MID = 13  # px: a lane's centre line (room above it for a delay's label)
+R = 5.5  # mark radius
+LO, HI = 1.0, 98.0  # per cent of the plot where time 0 and the end of the span sit
+GROUP_AT = 3  # consecutive documents with one story share a lane from this many on
+DELAY_LABEL_AT = 9.0  # per cent of the plot a backoff must span to carry its delay's label
 
 
-def render(tl: Timeline, span: float | None = None) -> str:
-    """The run as SVG lanes; ``span`` (seconds) sets a time scale shared with other runs."""
-    scale = _Scale(max(span or 0.0, tl.span))
-    lanes = [_doc_lane(d, i, scale, tl.span) for i, d in enumerate(tl.docs)]
-    lanes.append(_notify_lane(tl, len(tl.docs), scale))
-    height = TOP + LANE * (len(tl.docs) + 1) + 8
-    return (f'<svg class="swimlanes" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
-            f'width="{WIDTH}" height="{height}" role="img" aria-label="{escape(f"timeline of run {tl.run_id}")}">'
-            f"{_axis(scale, height)}{''.join(lanes)}</svg>")
+@dataclass(frozen=True)
+class Figure:
+    """A run's swimlanes (HTML) and the marks they draw (for the FM's legend)."""
+
+    html: str
+    marks: frozenset[str]
+    prefix: str = ""  # what every document's name starts with, left out of the lane names
+    names: int = 0  # the longest lane name, in characters: the page gives an FM's figures one name column (``--names``)
+
+
+@dataclass
+class _Row:
+    name: str
+    attrs: dict[str, str]
+    what: str  # HTML
+    parts: list[str] = field(default_factory=lambda: [])
+    same: bool = False  # a line for the documents whose story is the fixed run's (no plot)
 
 
 class _Scale:
-    def __init__(self, span: float) -> None:
-        self.span = max(span, 0.05)
+    """Seconds to per cent of a plot: ``t0`` at ``LO``, ``t0 + span`` at ``HI``."""
+
+    def __init__(self, span: float, t0: float = 0.0) -> None:
+        self.span, self.t0 = max(span, 0.05), t0
 
     def x(self, t: float) -> float:
-        return round(LEFT + (PLOT_RIGHT - LEFT) * min(max(t, 0.0), self.span) / self.span, 1)
+        return round(LO + (HI - LO) * min(max(t - self.t0, 0.0), self.span) / self.span, 2)
 
     def step(self) -> float:
         for step in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0):
@@ -46,53 +83,225 @@ class _Scale:
                 return step
         return 120.0
 
+    def ticks(self) -> list[float]:
+        step = self.step()
+        k = math.ceil(self.t0 / step - 1e-9)
+        out: list[float] = []
+        while k * step <= self.t0 + self.span + 1e-9:
+            out.append(round(k * step, 6))
+            k += 1
+        return out
 
-def _axis(scale: _Scale, height: int) -> str:
-    step, parts = scale.step(), ['<g class="axis"><text x="6" y="14">t (s)</text>']
-    k = 0
-    while k * step <= scale.span + 1e-9:
-        x = scale.x(k * step)
-        parts.append(f'<line x1="{x}" y1="{TOP - 6}" x2="{x}" y2="{height - 6}"/>'
-                     f'<text x="{x}" y="14" text-anchor="middle">{k * step:g}</text>')
-        k += 1
-    return "".join(parts) + "</g>"
+    def grid(self) -> str:
+        return "".join(f'<line class="grid" x1="{self.x(t)}%" y1="0" x2="{self.x(t)}%" y2="{LANE}"/>' for t in self.ticks())
+
+    def axis(self, name: str, what: str, zoom: bool = False) -> str:
+        ticks = "".join(f'<text x="{self.x(t)}%" y="12" text-anchor="middle">{t:g}</text>' for t in self.ticks())
+        return (f'<div class="axis{" zoom" if zoom else ""}"><span class="name">{escape(name)}</span><svg class="plot" '
+                f'xmlns="http://www.w3.org/2000/svg" height="{AXIS}" aria-hidden="true">{ticks}</svg>'
+                f'<span class="what">{escape(what)}</span></div>')
 
 
-def _doc_lane(d: DocTimeline, row: int, scale: _Scale, span: float) -> str:
-    y = TOP + row * LANE + LANE / 2
-    what = (d.reason or "error") if d.final == "failed" else d.final  # a reason is a failure: its colour says so
-    parts = [f'<g class="lane" data-doc="{escape(d.doc)}" data-final="{escape(d.final)}" data-reason="{escape(d.reason or "")}">',
-             f'<rect class="lane-bg" x="0" y="{y - LANE / 2}" width="{WIDTH}" height="{LANE}"/>',
-             f'<text class="doc" x="6" y="{y + 4}">{escape(d.doc)}</text>',
-             f'<text class="final" x="{PLOT_RIGHT + 12}" y="{y + 4}" fill="{MARKS[d.mark].colour}">{escape(what)}'
-             f"<title>{escape(d.error or what)}</title></text>"]
-    for i, a in enumerate(d.attempts):
-        after = d.attempts[i + 1].start if i + 1 < len(d.attempts) else d.dead_lettered_at
-        last_reason = d.reason if i == len(d.attempts) - 1 and d.final == "failed" else None
-        parts.append(_attempt(d.doc, a, y, scale, span if after is None else after, last_reason))
+ZOOM_BELOW = 0.4
+"""The body's lanes get a time axis of their own (zoomed in) when its deliveries span less than this share of the run."""
+
+
+def _body_scale(tl: Timeline, scale: _Scale) -> _Scale | None:
+    """A zoomed scale for the body's deliveries when they crowd into a corner of the run's (FM-4's story)."""
+    if len(tl.notifies) < 2:
+        return None
+    t0 = min(n.start for n in tl.notifies)
+    t1 = max([*(n.end if n.end is not None else tl.span for n in tl.notifies), *(e.t for e in tl.emails)])
+    if t1 - t0 >= ZOOM_BELOW * scale.span:
+        return None
+    pad = 0.04 * (t1 - t0) + 0.005
+    return _Scale(t1 - t0 + 2 * pad, max(t0 - pad, 0.0))
+
+
+def render(tl: Timeline, span: float | None = None, like: Timeline | None = None, like_name: str = "fixed") -> Figure:
+    """The run as lanes; ``span`` (seconds) sets a time scale shared with the FM's other runs.
+
+    ``like``: the FM's first run (its fixed run), drawn above this one: the documents whose
+    story is the same there (same endings, same final state) get one line that says so
+    instead of a lane each, so a broken run shows what its symptom changed. The body's
+    lanes come under an axis of their own, zoomed in, when its deliveries crowd into a
+    small part of the run (``ZOOM_BELOW``)."""
+    scale = _Scale(max(span or 0.0, tl.span))
+    used: set[str] = set()
+    prefix = _prefix([d.doc for d in tl.docs])
+    before = {d.doc: _shape(d) for d in like.docs} if like is not None else {}
+    same = [d for d in tl.docs if before.get(d.doc) == _shape(d)]
+    rows = [_same_row(same, tl.docs, prefix, like_name)] if same else []
+    rows += [_doc_row(group, scale, tl.span, prefix, used) for group in _groups([d for d in tl.docs if d not in same])]
+    zoom = _body_scale(tl, scale)
+    body_rows = _body_rows(tl, zoom or scale, used)
+    parts = [scale.axis("t (s)", "what happened"), *(_row_html(row, scale) for row in rows)]
+    if zoom is not None:
+        t1 = zoom.t0 + zoom.span
+        parts.append(zoom.axis("t (s), zoom", f"{tl.body}'s deliveries, zoomed in: {zoom.t0:.2f}–{t1:.2f}s", zoom=True))
+    parts += [_row_html(row, zoom or scale) for row in body_rows]
+    label = f"timeline of run {tl.run_id}"
+    return Figure(f'<div class="lanes" role="group" aria-label={_q(label)}>{"".join(parts)}</div>', frozenset(used), prefix,
+                  max(len(row.name) for row in [*rows, *body_rows]))
+
+
+def _row_html(row: _Row, scale: _Scale) -> str:
+    if row.same:
+        return (f'<div class="same" data-docs={_q(row.attrs["data-docs"])}><span class="name">{escape(row.name)}</span>'
+                f'<span class="what">{row.what}</span></div>')
+    attrs = "".join(f" {k}={_q(v)}" for k, v in row.attrs.items())
+    return (f'<div class="lane"{attrs}><span class="name">{escape(row.name)}</span>'
+            f'<span class="track"><svg class="plot" xmlns="http://www.w3.org/2000/svg" height="{LANE}" role="img" '
+            f'aria-label={_q(row.name)}>{scale.grid()}{"".join(row.parts)}</svg></span><span class="what">{row.what}</span></div>')
+
+
+def _q(value: str) -> str:
+    return f'"{escape(value)}"'
+
+
+# ---- documents ------------------------------------------------------------------
+
+
+def _prefix(docs: Sequence[str]) -> str:
+    """A batch id every name starts with (``B212845-0ce453-``), cut after its last ``-``; else nothing."""
+    if len(docs) < 2:
+        return ""
+    common = os.path.commonprefix(list(docs))
+    cut = common[: common.rfind("-") + 1]
+    return cut if len(cut) >= 4 else ""
+
+
+def _shape(d: DocTimeline) -> tuple[object, ...]:
+    """What a document's lane tells, without its times: equal shapes can share a lane."""
+    return (tuple((a.stage, a.how, a.reason) for a in d.attempts), d.final, d.reason,
+            d.dead_lettered_at is None, d.kept_at is None)
+
+
+def _groups(docs: Sequence[DocTimeline]) -> list[list[DocTimeline]]:
+    out: list[list[DocTimeline]] = []
+    for d in docs:
+        if out and _shape(out[-1][0]) == _shape(d):
+            out[-1].append(d)
+        else:
+            out.append([d])
+    split: list[list[DocTimeline]] = []
+    for g in out:
+        split.extend([g] if len(g) >= GROUP_AT else [[d] for d in g])
+    return split
+
+
+def _ranges(docs: Sequence[DocTimeline], among: Sequence[DocTimeline], prefix: str) -> str:
+    """``doc1–doc10, doc12–doc27``: ``docs`` as runs of neighbours in ``among``'s order."""
+    at = {d.doc: i for i, d in enumerate(among)}
+    runs: list[list[DocTimeline]] = []
+    for d in docs:
+        if runs and at[d.doc] == at[runs[-1][-1].doc] + 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return ", ".join(r[0].doc.removeprefix(prefix) + (f"–{r[-1].doc.removeprefix(prefix)}" if len(r) > 2 else
+                                                      f", {r[-1].doc.removeprefix(prefix)}" if len(r) == 2 else "")
+                     for r in runs)
+
+
+def _same_row(same: list[DocTimeline], among: Sequence[DocTimeline], prefix: str, like_name: str) -> _Row:
+    names = _ranges(same, among, prefix)
+    what = escape(f"{names}: the same story as in the {like_name} run above (same attempts and endings, same final state)")
+    return _Row(f"{len(same)} as above", {"data-docs": " ".join(d.doc for d in same)}, what, same=True)
+
+
+def _doc_row(group: list[DocTimeline], scale: _Scale, span: float, prefix: str, used: set[str]) -> _Row:
+    first = group[0]
+    name = first.doc.removeprefix(prefix)
+    attrs = {"data-doc": first.doc, "data-final": first.final, "data-reason": first.reason or ""}
+    if len(group) > 1:
+        name = f"{name}–{group[-1].doc.removeprefix(prefix)} ×{len(group)}"
+        attrs["data-docs"] = " ".join(d.doc for d in group)
+    colour = MARKS[first.mark].colour
+    used.add(first.mark)
+    story = _story(first, exact=len(group) == 1)
+    story = story or {"ok": "its first attempt returned", "not started": "no attempt began"}.get(first.final, "")
+    what = (f'<b class="final" style="color:{colour}">{escape(_final_word(first))}</b>'
+            + (f" · {len(group)} documents, each: " if len(group) > 1 else " · " if story else "") + escape(story))
+    row = _Row(name, attrs, what)
+    for d in group:
+        tip_doc = d.doc
+        for i, a in enumerate(d.attempts):
+            after = d.attempts[i + 1].start if i + 1 < len(d.attempts) else (d.dead_lettered_at or d.kept_at)
+            last_reason = d.reason if i == len(d.attempts) - 1 and d.final == "failed" else None
+            row.parts.append(_attempt(tip_doc, a, scale, span if after is None else after, last_reason, used,
+                                      labels=len(group) == 1))
+        if d.dead_lettered_at is not None:
+            row.parts.append(_mark("dead_lettered", scale.x(d.dead_lettered_at), MID,
+                                   f"{d.doc}: dead-lettered, finalised by the DLQ drain at {d.dead_lettered_at:.3f}s", used))
+        if d.kept_at is not None:
+            row.parts.append(_mark("kept", scale.x(d.kept_at), MID,
+                                   f"{d.doc}: dead-lettered, the drain kept it in the DLQ at {d.kept_at:.3f}s", used))
+    return row
+
+
+FINAL = {"ok": "ok", "kept": "kept in the DLQ", "killed": "lost", "running": "still running",
+         "retrying": "retry pending", "not started": "not started"}
+
+
+def _final_word(d: DocTimeline) -> str:
+    return (d.reason or "error") if d.final == "failed" else FINAL[d.final]
+
+
+def _story(d: DocTimeline, exact: bool = True) -> str:
+    """What happened to a document, in order, in words (``exact``: with its delays, times and errors)."""
+    steps: list[str] = []
+    runs: list[list[Attempt]] = []
+    for a in d.attempts:
+        if runs and (runs[-1][0].stage, runs[-1][0].how, runs[-1][0].reason) == (a.stage, a.how, a.reason):
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    for k, run in enumerate(runs):
+        a, n = run[0], len(run)
+        times = f" ×{n}" if n > 1 else ""
+        stage = "fetch " if a.stage == "fetch" else ""
+        if a.how == "ok":
+            if k:  # a first attempt that returned says nothing the final state does not
+                steps.append(f"{stage}ok on attempt {a.n}")
+        elif a.how == "killed" and k == len(runs) - 1 and d.final == "failed" and d.reason == "time_limit":
+            steps.append(f"{stage}killed at Celery's time_limit{times}, the backstop recorded it")
+        elif a.how == "killed":
+            steps.append(f"{stage}killed{times}")
+        elif a.how == "running":
+            steps.append(f"{stage}running when the run stopped")
+        elif a.how == "retried":
+            delays = ", ".join(f"{1000 * (x.retry_in or 0.0):.0f}" for x in run)
+            kind = (a.error.split(":", 1)[0] if a.error else "") or a.reason or "error"
+            steps.append(f"{kind}{times}, retried" + (f" after {delays} ms" if exact else ""))
+        else:
+            steps.append(short(a.error, 40 if steps else 52) if a.error and exact else f"raised {a.reason}")
     if d.dead_lettered_at is not None:
-        x = scale.x(d.dead_lettered_at)
-        parts.append(_mark("dead_lettered", x, y, f"{d.doc}: dead-lettered, finalised by the DLQ drain at {d.dead_lettered_at:.3f}s"))
-    return "".join(parts) + "</g>"
+        steps.append("the DLQ drain finalised it" + (f" at {d.dead_lettered_at:.2f}s" if exact else ""))
+    if d.kept_at is not None:
+        steps.append("dead-lettered, and the drain kept it in the DLQ" + (f" ({d.kept_why})" if d.kept_why else ""))
+    return ", then ".join(steps)
 
 
-def _attempt(doc: str, a: Attempt, y: float, scale: _Scale, next_t: float, final_reason: str | None) -> str:
+def _attempt(doc: str, a: Attempt, scale: _Scale, next_t: float, final_reason: str | None, used: set[str],
+             labels: bool = True) -> str:
     x0 = scale.x(a.start)
     end = a.end if a.end is not None else next_t
-    x1 = max(scale.x(end), x0 + 3)
+    x1 = max(scale.x(end), x0 + 0.3)
     # A process killed at its time_limit has no end of its own; the backstop's envelope names it.
     ended_by = a.how == "raised" or (a.how == "killed" and final_reason == "time_limit")
     mark = final_reason if ended_by and final_reason else a.mark
     tip = f"{doc} {'fetch' if a.stage == 'fetch' else 'attempt'} {a.n}: {a.start:.3f}s → " + _tip(a, next_t)
-    bar = (f'<rect class="attempt attempt-{a.how}" data-attempt="{a.n}" x="{x0}" y="{y - 6}" width="{round(x1 - x0, 1)}" '
-           f'height="12" rx="2" fill="{MARKS[mark].colour}"><title>{escape(tip)}</title></rect>')
+    bar = (f'<rect class="attempt attempt-{a.how}" data-attempt="{a.n}" x="{x0}%" y="{MID - 5}" width="{round(x1 - x0, 2)}%" '
+           f'height="10" rx="2" fill="{MARKS[mark].colour}"><title>{escape(tip)}</title></rect>')
     extra = ""
     if a.how == "retried" and a.end is not None and a.retry_in is not None:
-        due = scale.x(a.end + a.retry_in)
-        extra = f'<line class="backoff" x1="{x1}" y1="{y}" x2="{max(due, x1)}" y2="{y}" stroke="{MARKS["retried"].colour}"/>'
-        if due - x1 >= 40:  # room for the delay's label over the backoff (the tooltip has it anyway)
-            extra += f'<text class="delay" x="{round((x1 + due) / 2, 1)}" y="{y - 7}" text-anchor="middle">+{1000 * a.retry_in:.0f} ms</text>'
-    return bar + extra + _mark(mark, x1, y, tip)
+        due = max(scale.x(a.end + a.retry_in), x1)
+        extra = f'<line class="backoff" x1="{x1}%" y1="{MID}" x2="{due}%" y2="{MID}" stroke="{MARKS["retried"].colour}"/>'
+        if labels and due - x1 >= DELAY_LABEL_AT:  # a shared lane's labels would pile up
+            extra += (f'<text class="delay" x="{round((x1 + due) / 2, 2)}%" y="{MID - 6}" text-anchor="middle">'
+                      f"+{1000 * a.retry_in:.0f} ms</text>")
+    return bar + extra + _mark(mark, x1, MID, tip, used)
 
 
 def _tip(a: Attempt, next_t: float) -> str:
@@ -108,43 +317,133 @@ def _tip(a: Attempt, next_t: float) -> str:
     return head + f"raised {a.reason}: {a.error}"
 
 
-def _notify_lane(tl: Timeline, row: int, scale: _Scale) -> str:
-    y = TOP + row * LANE + LANE / 2
-    parts = [f'<g class="lane notify" data-doc="notify">',
-             f'<rect class="lane-bg" x="0" y="{y - LANE / 2}" width="{WIDTH}" height="{LANE}"/>',
-             f'<text class="doc" x="6" y="{y + 4}">notify</text>']
+# ---- the chord's body: one lane per delivery -------------------------------------------
+
+
+def _body_lanes(tl: Timeline) -> list[list[NotifyRun]]:
+    """The body's deliveries, by role (the chord's first), consecutive busy-retries of a role together."""
+    roles = list(dict.fromkeys(["chord", *(n.role for n in tl.notifies)]))
+    lanes: list[list[NotifyRun]] = []
+    for role in roles:
+        runs = [n for n in tl.notifies if n.role == role]
+        for n in runs:
+            if lanes and lanes[-1][0].role == role and n.how == "retried" and lanes[-1][-1].how == "retried":
+                lanes[-1].append(n)
+            else:
+                lanes.append([n])
+    return lanes
+
+
+def _body_rows(tl: Timeline, scale: _Scale, used: set[str]) -> list[_Row]:
     if not tl.notifies:
-        parts.append(f'<text class="final" x="{PLOT_RIGHT + 12}" y="{y + 4}" fill="{MARKS["running"].colour}">never ran</text>')
-    for n in tl.notifies:
-        parts.append(_notify_bar(n, y + (-5 if n.role == "chord" else 6), scale, tl.span))
-    for e in tl.emails:
-        parts.append(_mark("email", scale.x(e.t), y + (-5 if e.role == "chord" else 6), f"email sent by the {e.role} notify at {e.t:.3f}s"))
-    if tl.notifies:
-        sent = len(tl.emails)
-        colour = MARKS["ok" if sent == 1 else "error"].colour
-        parts.append(f'<text class="final" x="{PLOT_RIGHT + 12}" y="{y + 4}" fill="{colour}">{sent} email{"s" if sent != 1 else ""}</text>')
-    return "".join(parts) + "</g>"
+        used.add("running")
+        return [_Row(tl.body, {"data-doc": tl.body, "data-role": "chord"},
+                     f'<b class="final" style="color:{MARKS["running"].colour}">never ran</b>')]
+    rows: list[_Row] = []
+    lanes = _body_lanes(tl)
+    for lane in lanes:
+        role = lane[0].role
+        of_role = [n for n in tl.notifies if n.role == role]
+        first, last = of_role.index(lane[0]) + 1, of_role.index(lane[-1]) + 1
+        name = tl.body if role == "chord" else role
+        if len(of_role) > 1:
+            name += f" #{first}" if first == last else f" #{first}–{last}"
+        delivery = str(first) if first == last else f"{first}-{last}"
+        key = _body_key(lane[-1], tl.counts_emails)
+        used.add(key)
+        words = _body_words(tl, lane, first)
+        what = f'<b class="final" style="color:{MARKS[key].colour}">{escape(words[0])}</b>' + (f" · {escape(words[1])}" if words[1] else "")
+        row = _Row(name, {"data-doc": name, "data-role": role, "data-delivery": delivery, "data-how": lane[-1].how}, what)
+        for n in lane:
+            row.parts.append(_body_bar(tl, n, scale, used))
+            if n.gate_wait is not None:
+                row.parts.append(f'<line class="gate" x1="{scale.x(n.gate_wait)}%" y1="{MID - 8}" x2="{scale.x(n.gate_wait)}%" '
+                                 f'y2="{MID + 8}"><title>held at the runner\'s gate from {n.gate_wait:.3f}s</title></line>')
+            if n.deduplicated_at is not None:
+                row.parts.append(_mark("deduplicated", scale.x(n.deduplicated_at), MID,
+                                       f"the mail API dropped this email at {n.deduplicated_at:.3f}s: same idempotency key", used))
+        if tl.counts_emails:
+            for t in _emails_in(tl, lane):
+                row.parts.append(_mark("email", scale.x(t), MID, f"email sent by the {role} {tl.body} at {t:.3f}s", used))
+        rows.append(row)
+    return rows
 
 
-def _notify_bar(n: NotifyRun, y: float, scale: _Scale, span: float) -> str:
-    key = {"sent": "email", "skipped": "ok", "ended": "ok" if n.outcome == "ok" else "error", "retried": "retried",
-           "killed": "killed", "running": "running"}[n.how]
+def _emails_in(tl: Timeline, lane: list[NotifyRun]) -> list[float]:
+    """The emails a lane's deliveries sent: same role, between a delivery's start and the role's next start."""
+    of_role = [n for n in tl.notifies if n.role == lane[0].role]
+    out: list[float] = []
+    for n in lane:
+        i = of_role.index(n)
+        until = of_role[i + 1].start if i + 1 < len(of_role) else float("inf")
+        out += [e.t for e in tl.emails if e.role == n.role and n.start <= e.t < until]
+    return out
+
+
+def _body_key(n: NotifyRun, emails: bool = True) -> str:
+    """The mark of how a delivery ended (a case study's body sends no email: its ``sent`` is just an end)."""
+    return {"sent": "email" if emails else "ok", "skipped": "ok", "ended": "ok" if n.outcome == "ok" else "error", "retried": "retried",
+            "killed": "killed", "running": "running"}[n.how]
+
+
+def _body_words(tl: Timeline, lane: list[NotifyRun], delivery: int) -> tuple[str, str]:
+    """(how the lane ended, what happened before) for a lane of the body's deliveries."""
+    n = lane[-1]
+    steps: list[str] = []
+    if n.role == "duplicate" and delivery == 1:
+        steps.append(f"scenario 4's second {tl.body}")
+    elif n.role == "chord" and delivery > 1:
+        steps.append("delivered again")
+    if n.gate_wait is not None:
+        steps.append(f"held at the runner's gate from {n.gate_wait:.3f}s")
+    if tl.counts_emails:
+        steps += [f"email sent at {t:.3f}s" for t in _emails_in(tl, lane)]
+    if n.deduplicated_at is not None:
+        steps.append("the mail API dropped its repeat (same key)")
+    if n.returned:
+        steps.append("its end known from the chord's stored result")
+    before = "; ".join(steps)
+    if n.how == "retried":
+        delay = f"{1000 * (n.retry_in or 0.0):.0f} ms"
+        head = f"claim busy ×{len(lane)}" if len(lane) > 1 else "claim busy"
+        return head, "; ".join([*steps, f"{'each ' if len(lane) > 1 else ''}retried after {delay}"])
+    if n.how == "killed":
+        what = {"before_send": "killed before sending", "after_send": "killed after sending"}.get(n.crash or "", "killed")
+        return what, before or ("no end recorded, the process died" if n.crash is None else "")
+    if n.how == "sent":
+        return ("sent=True" if tl.counts_emails else "ended ok"), before
+    if n.how == "skipped":
+        return "skipped", "; ".join([*steps, "the claim said sent: returned sent=False"])
+    if n.how == "ended":
+        return ("ended ok" if n.outcome == "ok" else f"ended: {n.outcome}"), before
+    return "still running", "; ".join([*steps, "no end when the run stopped"])
+
+
+def _body_bar(tl: Timeline, n: NotifyRun, scale: _Scale, used: set[str]) -> str:
+    key, body = _body_key(n, tl.counts_emails), tl.body
     x0 = scale.x(n.start)
-    x1 = max(scale.x(n.end if n.end is not None else span), x0 + 3)
+    x1 = max(scale.x(n.end if n.end is not None else tl.span), x0 + 0.3)
     retry = f" after {1000 * (n.retry_in or 0.0):.0f} ms (claim busy)" if n.how == "retried" else ""
     gate = f", waited at the gate from {n.gate_wait:.3f}s" if n.gate_wait is not None else ""
     crash = f" ({n.crash})" if n.crash else ""
-    tip = f"notify ({n.role}) {n.start:.3f}s → {n.how}{crash}{retry}{gate}"
-    return (f'<rect class="notify-run notify-{n.how}" data-role="{escape(n.role)}" x="{x0}" y="{y - 4}" '
-            f'width="{round(x1 - x0, 1)}" height="8" rx="2" fill="{MARKS[key].colour}"><title>{escape(tip)}</title></rect>')
+    tip = f"{body} ({n.role}) {n.start:.3f}s → {n.how}{crash}{retry}{gate}"
+    return (f'<rect class="notify-run notify-{n.how}" data-role="{escape(n.role)}" x="{x0}%" y="{MID - 5}" '
+            f'width="{round(x1 - x0, 2)}%" height="10" rx="2" fill="{MARKS[key].colour}"><title>{escape(tip)}</title></rect>'
+            f"{'' if key == 'email' else _mark(key, x1, MID, tip, used)}")  # a sent one has its email's mark
 
 
-def _mark(key: str, x: float, y: float, tip: str) -> str:
+# ---- marks ------------------------------------------------------------------------
+
+
+def _mark(key: str, x: float, y: float, tip: str, used: set[str]) -> str:
+    used.add(key)
     colour = MARKS[key].colour
-    return f'<g class="mark mark-{key}" fill="{colour}" stroke="{colour}">{_shape(key, x, y)}<title>{escape(tip)}</title></g>'
+    return (f'<svg x="{x}%" y="{y}" overflow="visible"><g class="mark mark-{key}" fill="{colour}" stroke="{colour}">'
+            f"{shape(key, 0, 0)}<title>{escape(tip)}</title></g></svg>")
 
 
-def _shape(key: str, x: float, y: float) -> str:
+def shape(key: str, x: float, y: float) -> str:
+    """The SVG of mark ``key`` centred on (x, y)."""
     r = R
     if key == "ok":
         return f'<circle cx="{x}" cy="{y}" r="{r - 1}"/>'
@@ -160,6 +459,9 @@ def _shape(key: str, x: float, y: float) -> str:
         return f'<polygon points="{x},{y - r - 2} {x + r + 1},{y} {x},{y + r + 2} {x - r - 1},{y}"/>'
     if key == "dead_lettered":
         return f'<rect x="{x - r}" y="{y - r}" width="{2 * r}" height="{2 * r}"/>'
+    if key == "kept":
+        return (f'<rect x="{x - r}" y="{y - r}" width="{2 * r}" height="{2 * r}" fill="#fff" stroke-width="2"/>'
+                f'<circle cx="{x}" cy="{y}" r="2"/>')
     if key == "time_limit":
         return f'<rect x="{x - r}" y="{y - r}" width="{2 * r}" height="{2 * r}" fill="#fff" stroke-width="2.5"/>'
     if key == "killed":
@@ -169,18 +471,20 @@ def _shape(key: str, x: float, y: float) -> str:
         return f'<circle cx="{x}" cy="{y}" r="{r - 1}" fill="#fff" stroke-width="2"/>'
     if key == "running":
         return f'<polygon points="{x},{y - r} {x + r + 2},{y} {x},{y + r}"/>'
+    if key == "deduplicated":
+        return (f'<circle cx="{x}" cy="{y}" r="{r}" fill="#fff" stroke-width="1.6"/>'
+                f'<path d="M{x - 3} {y - 1.5}H{x + 3}M{x - 3} {y + 1.5}H{x + 3}" fill="none" stroke-width="1.4"/>')
     return (f'<rect x="{x - 6}" y="{y - 4}" width="12" height="8" fill="#fff" stroke-width="1.4"/>'
             f'<path d="M{x - 6} {y - 4}L{x} {y + 1}L{x + 6} {y - 4}" fill="none" stroke-width="1.4"/>')
 
 
-def legend(columns: int = 2, column_width: int = 420) -> str:
-    """Every mark with its label, in one SVG of ``columns`` columns."""
-    rows = -(-len(MARKS) // columns)
-    items: list[str] = []
-    for i, (key, m) in enumerate(MARKS.items()):
-        x, y = 12 + column_width * (i // rows), 14 + 22 * (i % rows)
-        items.append(f'<g class="legend-item" data-mark="{key}" fill="{m.colour}" stroke="{m.colour}">{_shape(key, x, y)}'
-                     f'<text x="{x + 16}" y="{y + 4}">{escape(m.label)}</text></g>')
-    width, height = column_width * columns, 22 * rows + 6
-    return (f'<svg class="legend" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
-            f'height="{height}" role="img" aria-label="legend">{"".join(items)}</svg>')
+def legend(keys: Iterable[str] | None = None, short: bool = False) -> str:
+    """The marks ``keys`` (every mark: None) with their labels (``short``: the words before the label's colon),
+    as a list that wraps to the page's width."""
+    wanted = set(MARKS) if keys is None else set(keys)
+    items = "".join(
+        f'<li class="legend-item" data-mark="{key}"><svg xmlns="http://www.w3.org/2000/svg" width="18" height="18" '
+        f'viewBox="-9 -9 18 18" aria-hidden="true"><g fill="{m.colour}" stroke="{m.colour}">{shape(key, 0, 0)}</g></svg>'
+        f"{escape(m.label.split(':', 1)[0] if short else m.label)}</li>"
+        for key, m in MARKS.items() if key in wanted)
+    return f'<ul class="legend">{items}</ul>'

@@ -14,15 +14,25 @@ How an attempt ends (``Attempt.end``):
   (``error``, ``soft_timeout``, ``hard_timeout``, ``time_limit``) and ``error`` the exception;
 - ``retried``: it raised and ``@transient_retryable`` planned a retry in ``retry_in`` s;
 - ``killed``: no end was recorded, yet the run went on without it: a later attempt
-  of the same document, the DLQ drain finalising it, or the chord finishing. The
-  process died under it (a SIGKILL, an OOM kill, Celery's own ``time_limit``);
+  of the same document, the DLQ drain finalising it (or keeping its dead letter), or
+  the chord finishing. The process died under it (a SIGKILL, an OOM kill, Celery's
+  own ``time_limit``);
 - ``running``: no end was recorded and nothing followed: still running when the
   run stopped (a pinned slot, or a kill the run did not live to see).
 
 A document's final state (``DocTimeline.final``) comes from the chord's summary
 when ``notify`` ran (it holds the envelope reason, e.g. ``retries_exhausted``);
-otherwise from its events: ``killed`` (the process died and nothing redelivered
-the message), ``running``, ``retrying`` (a retry not yet served) or ``not started``.
+otherwise from its events: ``kept`` (dead-lettered, and the drain kept the letter in
+the DLQ instead of finalising it: FM-3's hard variant, a poison chain head), ``killed``
+(the process died and nothing redelivered the message), ``running``, ``retrying`` (a
+retry not yet served) or ``not started``.
+
+A chord's body (``Timeline.body``: ``notify`` in every FM, ``reconcile`` or
+``aggregate_batch`` in a case study, ``body_name``) runs once per delivery
+(``NotifyRun``); a delivery that started and was followed by another start of the same
+role, with no end between, was killed; the chord's last delivery, with no end seen,
+returned if the chord's result (its return value) is stored. Emails are the FMs' notion
+(``Timeline.counts_emails``): a case study's body sends none.
 """
 
 from __future__ import annotations
@@ -32,11 +42,12 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from shared.envelope import REASONS
+from lab import harness
 from lab.observe import Event
 from lab.runner import Observations
 
 End = Literal["ok", "raised", "retried", "killed", "running"]
-Final = Literal["ok", "failed", "killed", "running", "retrying", "not started"]
+Final = Literal["ok", "failed", "kept", "killed", "running", "retrying", "not started"]
 NotifyEnd = Literal["sent", "skipped", "ended", "retried", "killed", "running"]
 
 
@@ -59,10 +70,12 @@ MARKS: Mapping[str, Mark] = {
     "dead_lettered": Mark("⊘", "#6a1b9a", "dead_lettered: the broker gave up, the drain finalised it"),
     "expired": Mark("⌛", "#5d4037", "expired: the chain's head expired before it ran"),
     "revoked": Mark("⊖", "#455a64", "revoked: the chain's head was revoked before it ran"),
+    "kept": Mark("⊡", "#ab47bc", "kept: dead-lettered, the drain kept the letter in the DLQ (nothing finalised it)"),
     "killed": Mark("†", "#212121", "killed: the process died mid-attempt"),
     "retried": Mark("↻", "#1565c0", "retried: a retry was planned after a delay"),
     "running": Mark("…", "#757575", "running: no end when the run stopped"),
     "email": Mark("✉", "#00838f", "email sent"),
+    "deduplicated": Mark("⊜", "#4db6ac", "deduplicated: the mail API dropped a repeat (same idempotency key)"),
 }
 """Every mark, keyed by an envelope reason (``shared.envelope.REASONS``) or an ending."""
 
@@ -91,11 +104,15 @@ class DocTimeline:
     final: Final
     reason: str | None = None  # the envelope reason when ``final`` is failed
     error: str = ""
+    kept_at: float | None = None  # when the DLQ drain kept its dead letter instead of finalising it
+    kept_why: str = ""
 
     @property
     def mark(self) -> str:
         if self.final == "failed":
             return self.reason or "error"
+        if self.final == "kept":
+            return "kept"
         return {"retrying": "retried", "not started": "running"}.get(self.final, self.final)
 
 
@@ -107,8 +124,10 @@ class NotifyRun:
     how: NotifyEnd
     gate_wait: float | None = None  # when it began waiting at the runner's gate
     retry_in: float | None = None  # for ``retried``: the planned delay (FM-4's busy claim)
-    crash: str | None = None  # for ``killed``: before_send or after_send
+    crash: str | None = None  # for ``killed`` by the scenario: before_send or after_send (None: it just died)
     outcome: str = ""  # for ``ended``: ok, or the envelope's reason
+    deduplicated_at: float | None = None  # the mail API dropped this delivery's email (a repeat key)
+    returned: bool = False  # ended: known from the chord's stored result, its own end event not seen
 
 
 @dataclass(frozen=True)
@@ -128,18 +147,36 @@ class Timeline:
     span: float  # seconds from submission to the last thing seen
     stopped_by: str
     chord: str  # the chord result in a few words
+    body: str = "notify"  # the chord body's task name (a case study's ``reconcile``, ``aggregate_batch``)
+
+    @property
+    def has_chord(self) -> bool:
+        """Whether the run had documents in a chord to follow (case study 3's per-event tasks have none)."""
+        return bool(self.docs)
+
+    @property
+    def counts_emails(self) -> bool:
+        """Emails are the FMs' notion: their ``notify`` sends one; a case study's body sends none."""
+        return self.body == "notify"
 
 
-def build(obs: Observations) -> Timeline:
+def body_name(cell: str, code: str) -> str:
+    """The chord body's name for a run of ``code`` in ``cell``: ``notify`` for an FM, else the program's own."""
+    if not harness.is_case(cell):
+        return "notify"  # DESIGN.md §1: every FM's body is notify
+    return str(harness.load(code).notify.name).rsplit(".", 1)[-1]
+
+
+def build(obs: Observations, body: str = "notify") -> Timeline:
     events = sorted(obs.events, key=lambda e: e.t)
     at = obs.submitted_at
     chord_over = obs.chord.state in ("SUCCESS", "FAILURE")
     docs = tuple(_doc(obs, doc, [e for e in events if e.get("doc") == doc], at, chord_over) for doc in obs.docs)
-    notifies = _notifies(events, at)
+    notifies = _returned(_notifies(events, at), obs)
     emails = tuple(Email(e.t - at, e.get("role")) for e in events if e.kind == "email")
     last = max((e.t - at for e in events), default=0.0)
     return Timeline(obs.fm, obs.run_id, obs.scenario, docs, notifies, emails,
-                    max(obs.elapsed, last), obs.stopped_by, _chord_words(obs))
+                    max(obs.elapsed, last), obs.stopped_by, _chord_words(obs), body)
 
 
 def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over: bool) -> DocTimeline:
@@ -147,20 +184,24 @@ def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over
     ends = {e.get("attempt"): e for e in events if e.kind == "attempt_end"}
     retries = {e.get("retry"): e for e in events if e.kind == "retry"}
     dead = next((e.t - at for e in events if e.kind == "dead_lettered"), None)
+    kept = next((e for e in events if e.kind == "dead_letter_kept"), None)
+    settled = dead is not None or kept is not None or chord_over  # the run went on past its last attempt
     attempts: list[Attempt] = []
     for i, start in enumerate(starts):
         n = int(start.get("attempt") or i + 1)
         end = ends.get(str(n))
-        followed = i + 1 < len(starts) or dead is not None or chord_over
-        attempts.append(_attempt(n, start.t - at, end, retries.get(str(n)), at, followed))
+        attempts.append(_attempt(n, start.t - at, end, retries.get(str(n)), at, i + 1 < len(starts) or settled))
     if not starts:  # no parse ever began: show the fetches, the chain's head (they died, or are running)
         fetches = [e for e in events if e.kind == "fetch_start"]
         for i, f in enumerate(fetches):
-            followed = i + 1 < len(fetches) or dead is not None or chord_over
+            followed = i + 1 < len(fetches) or settled
             attempts.append(Attempt(i + 1, f.t - at, None, "killed" if followed else "running", stage="fetch"))
-        attempts = attempts if len(fetches) > 1 or dead is not None else []
+        attempts = attempts if len(fetches) > 1 or dead is not None or kept is not None else []
     final, reason, error = _final(obs, doc, attempts, dead)
-    return DocTimeline(doc, tuple(attempts), dead, final, reason, error)
+    if kept is not None and dead is None and final != "ok":
+        final, reason, error = "kept", None, ""
+    return DocTimeline(doc, tuple(attempts), dead, final, reason, error,
+                       None if kept is None else kept.t - at, kept.get("why") if kept is not None else "")
 
 
 def _attempt(n: int, start: float, end: Event | None, retry: Event | None, at: float, followed: bool) -> Attempt:
@@ -204,8 +245,8 @@ def _notifies(events: list[Event], at: float) -> tuple[NotifyRun, ...]:
         role = e.get("role")
         current = open_runs.get(role)
         if e.kind == "notify_start":
-            if current is not None:  # a new start before an end: the earlier one was lost
-                done.append(current)
+            if current is not None:  # a new start before an end: the earlier delivery died (no end recorded)
+                done.append(replace(current, how="killed"))
             open_runs[role] = NotifyRun(role, e.t - at, None, "running")
         elif current is None:
             continue
@@ -214,6 +255,8 @@ def _notifies(events: list[Event], at: float) -> tuple[NotifyRun, ...]:
             del open_runs[role]
         elif e.kind == "gate_wait":
             open_runs[role] = replace(current, gate_wait=e.t - at)
+        elif e.kind == "email_deduplicated":
+            open_runs[role] = replace(current, deduplicated_at=e.t - at)
         elif e.kind == "crash":  # the scenario killed it (FM-4's hard variant); the email may be out
             done.append(replace(current, end=e.t - at, how="killed", crash=e.get("when")))
             del open_runs[role]
@@ -224,6 +267,17 @@ def _notifies(events: list[Event], at: float) -> tuple[NotifyRun, ...]:
             del open_runs[role]
     done.extend(replace(r, end=None) for r in open_runs.values())
     return tuple(sorted(done, key=lambda r: r.start))
+
+
+def _returned(runs: tuple[NotifyRun, ...], obs: Observations) -> tuple[NotifyRun, ...]:
+    """The chord's last delivery of its body, with no end seen, returned when the chord's result is stored:
+    that result is the body's return value (its end event came after the run's last look)."""
+    chord = [i for i, n in enumerate(runs) if n.role == "chord"]
+    if not chord or obs.chord.state != "SUCCESS" or runs[chord[-1]].how != "running":
+        return runs
+    env = obs.chord.envelope
+    outcome = "ok" if env is None or env.ok else str(env.reason or "error")
+    return tuple(replace(n, how="ended", outcome=outcome, returned=True) if i == chord[-1] else n for i, n in enumerate(runs))
 
 
 def _chord_words(obs: Observations) -> str:

@@ -2,7 +2,9 @@
 
 ``lines(tl, title)`` gives one line per document's final state, one per attempt
 (start and end in seconds since submission, and how it ended), the DLQ drain's
-finalisation, then every ``notify`` and email. A line is a tuple of ``Piece``:
+finalisation, then every delivery of the chord's body (``notify``, or a case study's
+``reconcile``) and, in an FM, every email. Document names are padded to the longest
+(a case study's ``chunk000`` as much as ``doc1``). A line is a tuple of ``Piece``:
 text plus, where it shows an ending, the key of its mark in ``timeline.MARKS``,
 so a terminal can colour it and put the glyph in front, and a log can print the
 words alone (``plain``).
@@ -26,6 +28,7 @@ class Piece(NamedTuple):
 Line = tuple[Piece, ...]
 
 FINAL_WORDS = {
+    "kept": "kept: dead-lettered, the drain kept it in the DLQ (nothing finalised it)",
     "killed": "lost: killed and never delivered again",
     "running": "unfinished: no end when the run stopped",
     "retrying": "unfinished: a retry was still to come",
@@ -44,24 +47,34 @@ def short(text: str, width: int = ERROR_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+NO_CHORD = "no timeline: this program has no chord and its tasks carry no document the lab follows; its checks say what the run did"
+
+
 def lines(tl: Timeline, title: str) -> list[Line]:
+    if not tl.has_chord:
+        return [(Piece(title),), (Piece(f"stopped: {tl.stopped_by} at {tl.span:.2f}s"),), (Piece(f"  {NO_CHORD}"),)]
     out: list[Line] = [(Piece(title),),
                        (Piece(f"stopped: {tl.stopped_by} at {tl.span:.2f}s; chord: {short(tl.chord, 60)}"),)]
+    width = max([6, *(len(d.doc) + 1 for d in tl.docs)])
     for doc in tl.docs:
-        out.extend(_doc(doc, tl.span))
+        out.extend(_doc(doc, tl.span, width))
     out.extend(_notify(tl))
     return out
 
 
-def _doc(d: DocTimeline, stopped_at: float) -> list[Line]:
+def _doc(d: DocTimeline, stopped_at: float, width: int = 6) -> list[Line]:
     what = f"failed: {d.reason}" if d.final == "failed" else FINAL_WORDS.get(d.final, d.final)
-    out: list[Line] = [(Piece(f"  {d.doc:<6}"), Piece(what, d.mark))]
+    out: list[Line] = [(Piece(f"  {d.doc:<{width}}"), Piece(what, d.mark))]
     for a in d.attempts:
         stage = "fetch " if a.stage == "fetch" else ""
         out.append((Piece(f"    #{a.n} {span(a.start, a.end)} "), Piece(stage + _ending(a, stopped_at), a.mark)))
     if d.dead_lettered_at is not None:
         out.append((Piece(f"       {seconds(d.dead_lettered_at)}s".ljust(22)),
                     Piece("dead-lettered: finalised by the DLQ drain", "dead_lettered")))
+    if d.kept_at is not None:
+        why = f" ({d.kept_why})" if d.kept_why else ""
+        out.append((Piece(f"       {seconds(d.kept_at)}s".ljust(22)),
+                    Piece(f"dead-lettered: the drain kept it in the DLQ{why}", "kept")))
     return out
 
 
@@ -79,26 +92,31 @@ def _ending(a: Attempt, stopped_at: float) -> str:
 
 def _notify(tl: Timeline) -> list[Line]:
     if not tl.notifies:
-        return [(Piece("  notify  "), Piece("never ran", "running"))]
+        return [(Piece(f"  {tl.body}  "), Piece("never ran", "running"))]
     out: list[Line] = []
     for n in tl.notifies:
-        out.append((Piece(f"  notify {n.role:<9} {span(n.start, n.end)} "), Piece(*_notify_ending(n))))
-    for e in tl.emails:
-        out.append((Piece(f"  email  {e.role:<9} {seconds(e.t)}s".ljust(34)), Piece("email sent", "email")))
+        out.append((Piece(f"  {tl.body} {n.role:<9} {span(n.start, n.end)} "), Piece(*_notify_ending(n))))
+    if tl.counts_emails:
+        for e in tl.emails:
+            out.append((Piece(f"  email  {e.role:<9} {seconds(e.t)}s".ljust(34)), Piece("email sent", "email")))
     return out
 
 
 def _notify_ending(n: NotifyRun) -> tuple[str, str]:
     gate = f", waited at the gate from {n.gate_wait:.3f}s" if n.gate_wait is not None else ""
     if n.how == "sent":
-        return f"sent{gate}", "ok"
+        dedup = ", the mail API dropped the repeat (same idempotency key)" if n.deduplicated_at is not None else ""
+        return f"sent{gate}{dedup}", "ok"
     if n.how == "skipped":
         return "skipped, sent=False (already sent)", "ok"
     if n.how == "ended":
-        return ("ended: ok", "ok") if n.outcome == "ok" else (f"ended: {n.outcome}", "error")
+        seen = " (its end known from the chord's stored result)" if n.returned else ""
+        return (f"ended: ok{seen}", "ok") if n.outcome == "ok" else (f"ended: {n.outcome}{seen}", "error")
     if n.how == "retried":
         return f"retried after {1000 * (n.retry_in or 0.0):.0f} ms (claim busy)", "retried"
     if n.how == "killed":
+        if n.crash is None:
+            return f"killed: the process died (no end recorded), delivered again{gate}", "killed"
         return f"killed {'after the email was out' if n.crash == 'after_send' else 'before sending'}{gate}", "killed"
     return f"no end when the run stopped{gate}", "running"
 
