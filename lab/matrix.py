@@ -206,9 +206,8 @@ def run_version(v: Version, say: Callable[[str], None] = print) -> None:
     out.lab.parent.mkdir(parents=True, exist_ok=True)
     for stale in (out.lab, out.claims):
         stale.unlink(missing_ok=True)
-    namespace = os.environ.get("RCL_NAMESPACE", "rcl")
-    env = {**os.environ, "RCL_NAMESPACE": namespace, "RCL_TEST_NAMESPACE": namespace,
-           "RCL_CLAIMS_JSON": str(out.claims), "PYTHONDONTWRITEBYTECODE": "1"}
+    namespace = os.environ.get("RCL_NAMESPACE", "rcl")  # the claims' tests derive theirs from it (tests/namespaces.py)
+    env = {**os.environ, "RCL_NAMESPACE": namespace, "RCL_CLAIMS_JSON": str(out.claims), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTHONPATH", None)  # the venv's own packages, not the caller's
     steps = [("lab", [str(v.python), "run_all_fms.py", *LAB_ARGS, "--json", str(out.lab)], out.lab_log),
              ("claims", [str(v.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", CLAIMS_TESTS], out.claims_log)]

@@ -3,8 +3,9 @@ PostgreSQL, and the metrics read back exactly.
 
 The PostgreSQL URL comes from conftest.py's ``postgres_url`` (skipped, saying why, when
 PostgreSQL does not answer, unless ``RCL_REQUIRE_POSTGRES=1``). Ledger tables belong to a
-namespace of this test process (``rcltest-cte-<pid>``), so two test runs sharing one database
-never meet; each test drops them. The SQLite ledgers live in pytest's temporary folders.
+namespace derived from the session's (``<session namespace>-cte``, ``tests/namespaces.py``), so two
+test runs sharing one database never meet; each test drops them. The SQLite ledgers live in
+pytest's temporary folders.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ from case_studies.cte_ingestion.events import (CLOCK_SKEW, EXPECTED_ERROR, INVAL
 from case_studies.cte_ingestion.ledger import Ledger, LedgerCounts, Outcome, TransientLedgerError
 from case_studies.cte_ingestion.metrics import CteMetrics, MetricOutcome, exporter_registry, outcomes, read, reset_dir
 from lab import settings
+from tests.namespaces import derived
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
-NAMESPACE = f"rcltest-cte-{os.getpid()}"
+NAMESPACE = derived("cte")
 
 
 def clean_payload(**changes: Any) -> dict[str, Any]:
