@@ -25,7 +25,7 @@ import pytest
 from kombu import Connection
 
 import run_all_fms
-from lab import harness, services, workers
+from lab import down, harness, services, workers
 from lab.fm import ROOT
 from lab.observe import client, connect
 from lab.settings import NAMESPACE, broker_url
@@ -381,3 +381,42 @@ def test_the_same_fm_twice_in_a_row_waits_for_its_last_worker_to_be_gone() -> No
     first, second = harness.run_one("fm1", "fixed", quiet), harness.run_one("fm1", "fixed", quiet)
     assert (first.verdict, second.verdict) == ("PASS", "PASS"), (first.error, second.error)
 
+
+def test_down_leaves_a_live_runs_worker_alone_and_force_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run is the session's namespace's (``--down`` is asked about this namespace); ``--force`` is
+    asked in-process, with the lab's own services kept out of it (they may serve this very session)."""
+    run = Lab("--only", "fm6")
+    try:
+        run.wait_for(STARTED)
+        running = [r.pgid for r in workers.leftovers()]  # the run's worker groups (pool children come and go)
+        assert running, "the run's worker should be running"
+        refused = Lab("--down")
+        assert refused.finish(timeout=30) == 2, refused.text
+        assert refused.text == (f"a run (pid {run.proc.pid}) is live in namespace {NAMESPACE}: not stopped; "
+                                "--down --force stops it\n")
+        assert all(workers.group_alive(pgid) for pgid in running) and run.proc.poll() is None  # untouched
+        monkeypatch.setattr(services, "started_by_lab", list[str])
+        said: list[str] = []
+        assert down.down(force=True, say=said.append) == 0
+        assert said == [f"stopped the live run (pid {run.proc.pid}) in namespace {NAMESPACE}: SIGTERM, it stopped "
+                        "its workers"]
+        assert run.finish(timeout=30) == 128 + signal.SIGTERM, run.text
+        assert wait_until(lambda: not celery_processes(NAMESPACE), timeout=NOTICE_SECONDS), celery_processes(NAMESPACE)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.send_signal(signal.SIGTERM)
+            run.finish(timeout=30)
+
+
+def test_down_stops_a_worker_no_run_holds_and_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(services, "started_by_lab", list[str])
+    fm = harness.load("fm1")
+    harness.reset(fm)
+    left = workers.Worker(fm, "down-000000", workers.LOG_DIR / "left-for-down.log")
+    left.start()
+    pid = left.proc.pid if left.proc is not None else 0
+    left.proc = None  # forgotten, as by a harness killed before its cleanup
+    said: list[str] = []
+    assert down.down(say=said.append) == 0
+    assert said == [f"stopped 1 worker(s) left running in namespace {NAMESPACE}: fm1 (run down-000000, pid {pid})"]
+    assert not workers.group_alive(pid)
