@@ -117,7 +117,10 @@ def check_output(path: Path, option: str = "--report", example: str = "lab-repor
     (permission bits say nothing to root, nor about /proc or a read-only mount). A file made by
     this test is removed again; the run writes it at the end."""
     if path in (DEFAULT_REPORT, DEFAULT_JSON):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HarnessError(f"{option}: cannot make {path.parent} ({exc.strerror or exc}); give a PATH") from None
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise HarnessError(f"{option} {path} is a folder; give a file name, e.g. {path / example}")

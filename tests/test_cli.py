@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Generator
 from contextlib import contextmanager
@@ -200,3 +202,34 @@ def test_down_keeps_the_labs_services_while_another_namespace_runs(monkeypatch: 
         assert down.down(say=said.append) == 0
     assert said == [f"the lab's redis-server stay: a run (pid {os.getpid()}) is live in namespace {other} and uses "
                     "them; --down --force stops them too"]
+
+
+_STUBBORN = """
+import fcntl, os, signal, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.write(fd, str(os.getpid()).encode())
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a run that does not answer SIGTERM
+print("held", flush=True)
+sys.stdin.read()  # until the test closes its stdin
+"""
+
+
+@pytest.mark.usefixtures("no_lab_services")
+def test_down_force_on_a_run_that_ignores_sigterm_says_so_and_stops_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(down, "RUN_STOP_SECONDS", 1.0)
+    lock = workers.STATE_DIR / "lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    stubborn = subprocess.Popen([sys.executable, "-c", _STUBBORN, str(lock)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline() == "held\n"
+        said: list[str] = []
+        assert down.down(force=True, say=said.append) == 0
+        assert said == [f"the live run (pid {stubborn.pid}) in namespace {NAMESPACE} did not end within 1s of SIGTERM: "
+                        "its workers are stopped instead"]
+        assert stubborn.poll() is None  # SIGTERM was all it got
+    finally:
+        stubborn.kill()
+        stubborn.wait()
