@@ -5,10 +5,13 @@
     python run_all_fms.py --include-fm0        # also show fm0's bug (S1)
     python run_all_fms.py --case-studies       # also the case studies (--only severity_batch: that one)
     python run_all_fms.py --prove              # also run scenario N on FM N-1 (symptom SN)
-    python run_all_fms.py --prove --include-fm0 --report lab-report.html
-                                               # also write the workshop report (one HTML file)
-    python run_all_fms.py --json results.json  # also write the results as JSON (for make matrix)
-    python run_all_fms.py --down               # stop what the lab started
+    python run_all_fms.py --prove --include-fm0 --report
+                                               # also write the workshop report (one HTML file,
+                                               # .lab/<namespace>/report.html unless a PATH follows)
+    python run_all_fms.py --json               # also write the results as JSON (for make matrix;
+                                               # .lab/<namespace>/results.json unless a PATH follows)
+    python run_all_fms.py --down               # stop what the lab started (not a live run's workers:
+                                               # --down --force stops that run too)
     python run_all_fms.py --clean              # also delete the namespace's queues, exchanges and keys
     python run_all_fms.py --diff fm4           # the code change from fm3 to fm4 (FM-4's lesson)
     python run_all_fms.py --diff               # every step, fm0 -> fm1 -> ... -> fm6
@@ -17,9 +20,14 @@ While it works it shows the FM, the stage and the elapsed time (live on a
 terminal, one line per stage elsewhere); after each FM, what happened to each
 document of its runs (``lab.show.timeline``).
 
+Every output path (``--report``, ``--json``) is opened for writing before anything runs
+(a file made for that is removed again, and written at the end); with case studies selected,
+a ledger URL of the user's (``RCL_LEDGER_URL``) must answer before anything runs too.
+
 Exit status: 0 when every selected check holds; 1 when a check does not (a FAIL
 or NOT REPRODUCED); 2 for bad input, missing services, a namespace another run
-holds or a report path that cannot be written (said before anything runs); 3
+holds, an output path that cannot be written or a ledger that does not answer
+(said before anything runs), and for ``--down`` refusing a live run; 3
 when a run ended in ERROR (its worker died, a service stopped answering or its
 deadline passed: the lab could not tell); 128 + the signal's number when
 interrupted (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), after stopping its
@@ -41,13 +49,17 @@ from typing import TextIO
 from rich.console import Console
 from rich.syntax import Syntax
 
-from lab import harness, services, waiting, workers
+from lab import down, harness, services, waiting, workers
 from lab import metrics as lab_metrics
-from lab.fm import fm_modules
+from lab.fm import ROOT, fm_modules
 from lab.harness import HarnessError, RunReport
 from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
 from lab.show import diff, report, results
 from lab.show.progress import Board
+
+DEFAULT_REPORT = workers.STATE_DIR / "report.html"
+DEFAULT_JSON = workers.STATE_DIR / "results.json"
+"""Where ``--report`` and ``--json`` without a PATH write (under ``.lab/``, which git ignores)."""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -57,17 +69,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--case-studies", action="store_true", help="also run every case study (case_studies/), "
                    "with --prove its write-up's symptoms too")
     p.add_argument("--prove", action="store_true", help="also run scenario N on FM N-1's code and expect symptom SN")
-    p.add_argument("--report", type=Path, metavar="PATH", help="write the workshop report (one self-contained HTML file) to PATH")
+    p.add_argument("--report", type=Path, nargs="?", const=DEFAULT_REPORT, metavar="PATH",
+                   help="write the workshop report (one self-contained HTML file) to PATH "
+                   f"(no PATH: {DEFAULT_REPORT.relative_to(ROOT)})")
     p.add_argument("--metrics", action="store_true", help="after the summary, print the runs' Prometheus metrics "
                    "(failures by envelope reason, attempts, DLQ depth and drain age; a case study's own series)")
-    p.add_argument("--json", type=Path, metavar="PATH", help="write the results (the versions, each run's verdict and "
-                   "checks) as JSON to PATH")
-    p.add_argument("--down", action="store_true", help="stop workers and services the lab started, then exit")
+    p.add_argument("--json", type=Path, nargs="?", const=DEFAULT_JSON, metavar="PATH",
+                   help="write the results (the versions, each run's verdict and checks) as JSON to PATH "
+                   f"(no PATH: {DEFAULT_JSON.relative_to(ROOT)})")
+    p.add_argument("--down", action="store_true", help="stop workers and services the lab started, then exit; a run "
+                   "that is live in the namespace is not stopped (exit 2) unless --force is given too")
+    p.add_argument("--force", action="store_true", help="with --down: stop a live run too (SIGTERM: it stops its workers)")
     p.add_argument("--clean", action="store_true", help="stop this namespace's workers and delete its queues, "
                    "exchanges and Redis keys (nothing else), then exit")
     p.add_argument("--diff", nargs="*", metavar="FM", help="print the code change that makes each FM from the one before "
                    "(docstrings left out), then exit; no name: every step")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.force and not args.down:
+        p.error("--force goes with --down (it stops a live run)")
+    return args
 
 
 def selected(args: argparse.Namespace) -> list[str]:
@@ -92,23 +112,46 @@ def summary_table(reports: list[RunReport], prove: bool) -> str:
     return "\n".join(lines)
 
 
-def check_report_path(path: Path, option: str = "--report", example: str = "lab-report.html") -> None:
-    """Refuse, before the run, a report path that cannot be written."""
+def check_output(path: Path, option: str = "--report", example: str = "lab-report.html") -> None:
+    """Refuse, before the run, an output path that cannot be written, by opening it for writing
+    (permission bits say nothing to root, nor about /proc or a read-only mount). A file made by
+    this test is removed again; the run writes it at the end."""
+    if path in (DEFAULT_REPORT, DEFAULT_JSON):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HarnessError(f"{option}: cannot make {path.parent} ({exc.strerror or exc}); give a PATH") from None
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise HarnessError(f"{option} {path} is a folder; give a file name, e.g. {path / example}")
     if not folder.is_dir():
         raise HarnessError(f"{option} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise HarnessError(f"{option} {path}: cannot write there (permission denied)")
+    existed = path.exists()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)  # no O_TRUNC: a file there stays as it is until the end
+    except OSError as exc:
+        raise HarnessError(f"{option} {path}: cannot write there ({exc.strerror or exc}); give a file in a folder "
+                           f"you can write to, or {option} alone for {(workers.STATE_DIR / example).relative_to(ROOT)}"
+                           ) from None
+    os.close(fd)
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
+def check_ledger(fms: list[str]) -> None:
+    """With a case study selected, a ledger URL of the user's (``RCL_LEDGER_URL``) must answer now."""
+    if not any(harness.is_case(fm) for fm in fms):
+        return
+    from case_studies.ledger_base import ledger_problem  # SQLAlchemy only when a case study runs
+
+    if (problem := ledger_problem()) is not None:
+        raise HarnessError(problem)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.down:
-        workers.stop_leftovers(why="left running")
-        services.stop_started()
-        return 0
+        return down.down(force=args.force)
     if args.diff is not None:
         try:
             return print_diffs(harness.resolve(list(args.diff)) if args.diff else [])
@@ -130,9 +173,10 @@ def _run(args: argparse.Namespace) -> int:
     try:
         fms = selected(args)
         if args.report is not None:
-            check_report_path(args.report)
+            check_output(args.report, "--report", "report.html")
         if args.json is not None:
-            check_report_path(args.json, "--json", "results.json")
+            check_output(args.json, "--json", "results.json")
+        check_ledger(fms)
         services.ensure()
         with workers.NamespaceLock():
             try:

@@ -9,6 +9,9 @@
   but SQLite and PostgreSQL is refused, because the ledgers' upserts are those two dialects'
   ``INSERT ... ON CONFLICT``.
 - ``utc(moment)``: SQLite hands back naive datetimes; the ledgers write UTC, so say so.
+- ``ledger_problem()``: why ``RCL_LEDGER_URL`` cannot serve as a ledger now (a database that does
+  not answer within ``PROBE_SECONDS``, a URL SQLAlchemy cannot read, a dialect the ledgers do not
+  speak), with the URL masked and what to do; ``run_all_fms.py`` asks it before a case study runs.
 
 Limits: SQLite takes one writer at a time (WAL lets readers go on; a writer waits up to
 ``BUSY_TIMEOUT_MS`` for the lock, then fails with "database is locked").
@@ -30,6 +33,7 @@ from lab.settings import NAMESPACE, mask_url, namespace_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 BUSY_TIMEOUT_MS = 30_000
+PROBE_SECONDS = 3
 
 
 def ledger_url(filename: str) -> str:
@@ -39,6 +43,35 @@ def ledger_url(filename: str) -> str:
     folder = ROOT / ".lab" / NAMESPACE
     folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder / filename}"
+
+
+def ledger_problem(url: str | None = None) -> str | None:
+    """Why the ledger at ``url`` (default ``RCL_LEDGER_URL``) cannot be used now, or None when it answers
+    (or when no URL is set: the SQLite files under ``.lab/<namespace>/``)."""
+    url = url if url is not None else os.environ.get("RCL_LEDGER_URL")
+    if not url:
+        return None
+    named, unset = f"RCL_LEDGER_URL={mask_url(url)}", f"or unset RCL_LEDGER_URL for SQLite under .lab/{NAMESPACE}/"
+    try:
+        normal = normal_url(url)
+    except (SQLAlchemyError, ValueError) as exc:
+        return f"{named} is not a database URL ({exc}); give one such as postgresql://user:password@host/db, {unset}"
+    dialect = make_url(normal).get_backend_name()
+    if dialect not in ("sqlite", "postgresql"):
+        return f"{named}: the ledgers run on SQLite or PostgreSQL, not {dialect}; give a postgresql:// URL, {unset}"
+    try:
+        engine = create_engine(normal, connect_args={"connect_timeout": PROBE_SECONDS} if dialect == "postgresql" else {})
+    except (SQLAlchemyError, ImportError) as exc:  # a driver that is not installed (psycopg2, ...)
+        return f"{named}: its driver cannot be loaded ({exc}); give postgresql+psycopg:// (installed), {unset}"
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError as exc:
+        said = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["no answer"])[0]
+        return f"{named} does not answer: {said}; start that database or correct the URL, {unset}"
+    finally:
+        engine.dispose()
+    return None
 
 
 def normal_url(url: str) -> str:

@@ -587,6 +587,20 @@ def refuse_busy_queues(codes: list[str]) -> None:
 
 def clean(say: Callable[[str], None] = print) -> None:
     """Delete every queue, exchange and Redis key of the namespace, and nothing else."""
+    queues, exchanges = namespace_names()
+    delete_names(queues, exchanges)
+    deleted = delete_keys(f"{NAMESPACE}:*")
+    for module in CASE_STUDIES.values():  # their ledgers' rows in this namespace (the tables stay)
+        try:
+            importlib.import_module(module).clear_ledger()
+        except RunBroken as exc:  # a database that does not answer: said, and the rest is still cleaned
+            say(f"namespace {NAMESPACE}: {exc}; its rows there are left")
+    say(f"namespace {NAMESPACE}: deleted its queues and exchanges (of the {len(queues)} queue and {len(exchanges)} "
+        f"exchange names the lab may have made, those that existed) and {deleted} Redis key(s)")
+
+
+def namespace_names() -> tuple[list[str], list[str]]:
+    """Every queue and exchange name the lab may have made in the namespace (FMs, variants, case studies)."""
     shorts = list(fm_modules())
     fms = [load(s) for s in shorts] + [load(code) for codes in _case_codes() for code in codes]
     for path in sorted(VARIANTS_DIR.glob("fm*_*.py")) if VARIANTS_DIR.exists() else []:
@@ -599,15 +613,7 @@ def clean(say: Callable[[str], None] = print) -> None:
     for short in {fm.short for fm in fms}:  # names earlier layouts of the lab and Celery's remote control used
         queues.update(amqp_name(short, s) for s in ("dlq",))
         exchanges.update(amqp_name(short, s) for s in ("dlx", "control.pidbox", "events"))
-    delete_names(sorted(queues), sorted(exchanges))
-    deleted = delete_keys(f"{NAMESPACE}:*")
-    for module in CASE_STUDIES.values():  # their ledgers' rows in this namespace (the tables stay)
-        try:
-            importlib.import_module(module).clear_ledger()
-        except RunBroken as exc:  # a database that does not answer: said, and the rest is still cleaned
-            say(f"namespace {NAMESPACE}: {exc}; its rows there are left")
-    say(f"namespace {NAMESPACE}: deleted its queues and exchanges (of the {len(queues)} queue and {len(exchanges)} "
-        f"exchange names the lab may have made, those that existed) and {deleted} Redis key(s)")
+    return sorted(queues), sorted(exchanges)
 
 
 def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str, Kind]]:

@@ -18,8 +18,12 @@ version does instead), ``n/a`` (it cannot apply there) or ``FAIL`` (it should ha
 and did not), with a one-line reason under the table. The table is also written to
 ``.lab/matrix/table.txt``; worker logs and each step's output stay under ``.lab/``.
 
+A run that ended in ERROR on one version fails, there, the checks it would have made: an FM's by
+its number, a case study's cell those the same cell reported on the other versions; it does not
+touch the other versions' cells.
+
 Exit status: 0 when no cell is ``FAIL``; 1 when one is; 2 when an environment cannot be
-built or the services do not answer.
+built, the services do not answer, or ``--table-only`` finds no results yet (it says how to make them).
 
     python -m lab.matrix                  # every version (make matrix)
     python -m lab.matrix --only 5.5       # one version
@@ -207,9 +211,8 @@ def run_version(v: Version, say: Callable[[str], None] = print) -> None:
     out.lab.parent.mkdir(parents=True, exist_ok=True)
     for stale in (out.lab, out.claims):
         stale.unlink(missing_ok=True)
-    namespace = os.environ.get("RCL_NAMESPACE", "rcl")
-    env = {**os.environ, "RCL_NAMESPACE": namespace, "RCL_TEST_NAMESPACE": namespace,
-           "RCL_CLAIMS_JSON": str(out.claims), "PYTHONDONTWRITEBYTECODE": "1"}
+    namespace = os.environ.get("RCL_NAMESPACE", "rcl")  # the claims' tests derive theirs from it (tests/namespaces.py)
+    env = {**os.environ, "RCL_NAMESPACE": namespace, "RCL_CLAIMS_JSON": str(out.claims), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTHONPATH", None)  # the venv's own packages, not the caller's
     steps = [("lab", [str(v.python), "run_all_fms.py", *LAB_ARGS, "--json", str(out.lab)], out.lab_log),
              ("claims", [str(v.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", CLAIMS_TESTS], out.claims_log)]
@@ -225,24 +228,39 @@ def run_version(v: Version, say: Callable[[str], None] = print) -> None:
 # ---- from results to cells (pure) -------------------------------------------------------
 
 
-def expected_labels(run: Mapping[str, Any]) -> list[str]:
-    """The checks a run of the lab would have reported, for a run that ended in ERROR."""
+def expected_labels(run: Mapping[str, Any], known: Mapping[tuple[str, str], Sequence[str]] | None = None) -> list[str]:
+    """The checks a run of the lab would have reported, for a run that ended in ERROR: an FM's from its
+    number; any other's (a case study's cell) as the same cell reported them on another version
+    (``known``, ``reported_labels``), else the cell's own name."""
     fm, kind = str(run["fm"]), str(run["kind"])
     if not re.fullmatch(r"fm\d", fm):
-        return [f"{fm} ({kind})"]
+        return list((known or {}).get((fm, kind), [])) or [f"{fm} ({kind})"]
     n = int(fm[2:])
     return {"fixed": [f"G{i}" for i in range(1, n + 1)], "broken": [f"S{n}"], "weak": [f"S{n} hard"],
             "bug": ["S1"]}.get(kind, [f"{fm} ({kind})"])
 
 
-def lab_cells(data: Mapping[str, Any]) -> dict[str, Cell]:
+def reported_labels(datas: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[str]]:
+    """Each cell's (fm, kind) check labels, as the runs that did not end in ERROR reported them, on any version."""
+    known: dict[tuple[str, str], list[str]] = {}
+    for data in datas:
+        for run in cast(list[dict[str, Any]], data.get("runs", [])):
+            if not run.get("error"):
+                labels = known.setdefault((str(run["fm"]), str(run["kind"])), [])
+                labels.extend(str(c["label"]) for c in cast(list[dict[str, Any]], run.get("checks", []))
+                              if str(c["label"]) not in labels)
+    return known
+
+
+def lab_cells(data: Mapping[str, Any], known: Mapping[tuple[str, str], Sequence[str]] | None = None) -> dict[str, Cell]:
     """``run_all_fms.py --json`` output -> one cell per check label, over every run that checks it
-    (G1 is checked by fm1..fm6: it passes only where all six hold)."""
+    (G1 is checked by fm1..fm6: it passes only where all six hold). A run that ended in ERROR fails
+    the checks it would have made (``expected_labels``, with ``known`` from the other versions)."""
     seen: dict[str, list[tuple[str, bool, str]]] = {}
     for run in cast(list[dict[str, Any]], data.get("runs", [])):
         where = f"{run['fm']} {run['kind']}"
         if run.get("error"):
-            for label in expected_labels(run):
+            for label in expected_labels(run, known):
                 seen.setdefault(label, []).append((where, False, f"ERROR: {str(run['error']).splitlines()[0]}"))
             continue
         for check in cast(list[dict[str, Any]], run.get("checks", [])):
@@ -325,27 +343,40 @@ def render(table: Sequence[Row], headers: Mapping[str, str]) -> str:
     return "\n".join(lines)
 
 
+def shown(path: Path) -> str:
+    """``path`` as printed: from the repository's root when it is under it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def has_results(v: Version) -> bool:
+    """Has ``v`` been run (its lab or claims results are there)?"""
+    out = outputs(v)
+    return out.lab.exists() or out.claims.exists()
+
+
 def collect(vs: Sequence[Version]) -> tuple[list[Row], dict[str, str]]:
     """The table of the last runs of ``vs`` (their JSON under ``.lab/matrix/results``)."""
     columns: dict[str, dict[str, Cell]] = {}
     titles: dict[str, str] = {}
     headers: dict[str, str] = {}
+    labs = {v.name: json.loads(outputs(v).lab.read_text()) for v in vs if outputs(v).lab.exists()}
+    known = reported_labels(labs.values())
     for v in vs:
         out = outputs(v)
         cells: dict[str, Cell] = {}
         release = v.celery
-        if out.lab.exists():
-            data = json.loads(out.lab.read_text())
+        if v.name in labs:
+            data = labs[v.name]
             release = str(data.get("versions", {}).get("celery", release))
-            cells.update(lab_cells(data))
+            cells.update(lab_cells(data, known))
         else:
-            cells["lab"] = Cell("FAIL", f"no results: see {out.lab_log.relative_to(ROOT)}")
+            cells["lab"] = Cell("FAIL", f"no results: see {shown(out.lab_log)}")
         if out.claims.exists():
             found, named = claim_cells(json.loads(out.claims.read_text()))
             cells.update(found)
             titles.update(named)
         else:
-            cells["claims"] = Cell("FAIL", f"no results: see {out.claims_log.relative_to(ROOT)}")
+            cells["claims"] = Cell("FAIL", f"no results: see {shown(out.claims_log)}")
         columns[v.name] = cells
         headers[v.name] = f"celery {release}"
     return rows(columns, titles), headers
@@ -354,10 +385,19 @@ def collect(vs: Sequence[Version]) -> tuple[list[Row], dict[str, str]]:
 # ---- the command ----------------------------------------------------------------------
 
 
+EPILOG = """exit status:
+  0  no cell is FAIL
+  1  a cell is FAIL
+  2  an environment cannot be built, the services do not answer, a version is unknown,
+     or --table-only finds no results yet (it says how to make them: make matrix)"""
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m lab.matrix", description="the lab on every Celery version it supports")
+    p = argparse.ArgumentParser(prog="python -m lab.matrix", description="the lab on every Celery version it supports",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", nargs="+", metavar="X.Y", help="these versions only (e.g. 5.5)")
-    p.add_argument("--table-only", action="store_true", help="print the table of the last runs, run nothing")
+    p.add_argument("--table-only", action="store_true", help="print the table of the last runs, run nothing "
+                   "(versions not run yet are left out and named; none run yet: exit 2)")
     return p.parse_args(argv)
 
 
@@ -384,6 +424,16 @@ def main(argv: list[str] | None = None) -> int:
         except (services.ServiceError, EnvFailed) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+    if args.table_only:
+        missing = [v for v in vs if not has_results(v)]
+        if len(missing) == len(vs):
+            print(f"no matrix results yet (none under {shown(ENVS_DIR / 'results')}): "
+                  f"make matrix, or python -m lab.matrix{' --only ' + ' '.join(args.only) if args.only else ''}, "
+                  "runs the lab on each version and makes them; --table-only prints them again", file=sys.stderr)
+            return 2
+        for v in missing:
+            print(f"celery {v.name}: no results yet (python -m lab.matrix --only {v.name} makes them): left out")
+        vs = [v for v in vs if v not in missing]
     table, headers = collect(vs)
     text = render(table, headers)
     TABLE_FILE.parent.mkdir(parents=True, exist_ok=True)

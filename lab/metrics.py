@@ -7,14 +7,19 @@ registry (``LabMetrics``), in Prometheus' text exposition format:
 - ``rcl_documents_failed_total{fm, reason}`` (Counter): documents that failed for good, by the
   envelope's reason (``error``, ``dead_lettered``, ``retries_exhausted``, ``soft_timeout``,
   ``hard_timeout``: the split a dashboard needs, DESIGN.md §2);
-- ``rcl_attempts{fm}`` (Histogram): attempts per document (a redelivery counts: the observer
-  counts starts in Redis);
+- ``rcl_attempts{fm}`` (Histogram): attempts per document, every document of the run counted once
+  (a redelivery counts: the observer counts starts in Redis): its ``parse_document`` attempts, or,
+  for a document that never reached the parse (doc9's poison fetch, dead-lettered at the chain's
+  head), its ``fetch_document`` attempts; a document never started counts 0;
 - ``rcl_dlq_depth{fm}`` (Gauge): messages left in the FM's dead-letter queue after its run;
 - ``rcl_dlq_drain_last_run_age_seconds{fm}`` (Gauge): seconds since the DLQ drain last ran
   (``observe.drain_ran`` keeps its time per FM), when the FM has a drain: an alert on it says
   the beat stopped;
 - a case study that exports metrics of its own (case study 3's ``cte_*``) adds its run's
   exposition (``RunReport.exposition``); it is printed after these, as scraped.
+
+Only families that hold a sample are printed (``render``): a run of fm1 has no DLQ, and an empty
+``# HELP``/``# TYPE`` pair would read like a broken exporter.
 
 Labels are bounded: an FM's short name or a case-study cell, a reason from the fixed list.
 One registry per ``LabMetrics``: two never collide. Limits: these are per run of the lab,
@@ -26,7 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric, generate_latest
 
 from lab.harness import RunReport
 
@@ -51,8 +56,7 @@ class LabMetrics:
         label = report.code
         if obs is not None and report.exposition is None:  # a case study with its own metrics says it better
             for doc in obs.docs:
-                if (n := obs.attempts.get(doc, 0)) > 0:
-                    self.attempts.labels(fm=label).observe(n)
+                self.attempts.labels(fm=label).observe(obs.attempts.get(doc, 0) or obs.fetch_attempts.get(doc, 0))
                 failed = obs.failed(doc)
                 if failed is not None:
                     self.failed.labels(fm=label, reason=str(failed.get("reason") or "error")).inc()
@@ -62,7 +66,17 @@ class LabMetrics:
             self.drain_age.labels(fm=label).set(max(0.0, (now or time.time()) - report.drain_last_run))
 
     def render(self) -> str:
-        return generate_latest(self.registry).decode()
+        return generate_latest(_WithSamples(self.registry)).decode()
+
+
+class _WithSamples:
+    """A registry's families that hold at least one sample (what ``generate_latest`` is given)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        return [family for family in self.registry.collect() if family.samples]
 
 
 def exposition(reports: Iterable[RunReport]) -> str:

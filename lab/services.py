@@ -185,6 +185,12 @@ def _start_rabbitmq(say: Callable[[str], None]) -> bool:
 _LOCAL_STARTERS: dict[str, Callable[[Callable[[str], None]], bool]] = {"redis": _start_redis, "rabbitmq": _start_rabbitmq}
 
 
+def started_by_lab() -> list[str]:
+    """The servers step 3 started that ``stop_started`` would stop (by their pid files)."""
+    return [name for name, pidfile in (("redis-server", STATE / "redis" / "redis.pid"),
+                                       ("rabbitmq-server", STATE / "rabbitmq" / "rabbitmq.pid")) if pidfile.exists()]
+
+
 def stop_started(say: Callable[[str], None] = print) -> None:
     """Stop the servers step 3 started (nothing else)."""
     pidfile = STATE / "redis" / "redis.pid"

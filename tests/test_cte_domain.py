@@ -3,8 +3,9 @@ PostgreSQL, and the metrics read back exactly.
 
 The PostgreSQL URL comes from conftest.py's ``postgres_url`` (skipped, saying why, when
 PostgreSQL does not answer, unless ``RCL_REQUIRE_POSTGRES=1``). Ledger tables belong to a
-namespace of this test process (``rcltest-cte-<pid>``), so two test runs sharing one database
-never meet; each test drops them. The SQLite ledgers live in pytest's temporary folders.
+namespace derived from the session's (``<session namespace>-cte``, ``tests/namespaces.py``), so two
+test runs sharing one database never meet; each test drops them. The SQLite ledgers live in
+pytest's temporary folders.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import multiprocessing
 import os
 import re
+import struct
 import subprocess
 import sys
 import time
@@ -25,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy import select
 from stdnum import gs1_128
 from stdnum.exceptions import InvalidChecksum
@@ -37,10 +40,11 @@ from case_studies.cte_ingestion.events import (CLOCK_SKEW, EXPECTED_ERROR, INVAL
 from case_studies.cte_ingestion.ledger import Ledger, LedgerCounts, Outcome, TransientLedgerError
 from case_studies.cte_ingestion.metrics import CteMetrics, MetricOutcome, exporter_registry, outcomes, read, reset_dir
 from lab import settings
+from tests.namespaces import derived
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
-NAMESPACE = f"rcltest-cte-{os.getpid()}"
+NAMESPACE = derived("cte")
 
 
 def clean_payload(**changes: Any) -> dict[str, Any]:
@@ -642,6 +646,24 @@ def test_multiprocess_mode_adds_up_the_workers(tmp_path: Path, monkeypatch: pyte
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     with pytest.raises(ValueError, match="PROMETHEUS_MULTIPROC_DIR"):
         exporter_registry()
+
+
+def test_a_file_a_worker_has_created_and_not_yet_sized_does_not_break_the_read(tmp_path: Path) -> None:
+    """The race ``make matrix`` met once (Celery 5.5, 0.2 s into the burst): a prefork child makes its
+    metrics files when it first records, empty at first and sized next (``MmapedDict.__init__``);
+    prometheus-client's own collector, reading in between, fails the whole read. The empty file here
+    is that moment, held still; the lab's read leaves it out and counts the rest exactly."""
+    folder = tmp_path / "prom"
+    reset_dir(folder)
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(folder), "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", _WORKER, "7", "SUP-001", "3"], env=env, cwd=ROOT, check=True, timeout=60)
+    (folder / "counter_4194301.db").write_bytes(b"")  # a child between its open(..., 'a+b') and its truncate
+    upstream = CollectorRegistry()
+    MultiProcessCollector(upstream, path=str(folder))
+    with pytest.raises(struct.error, match="unpack_from requires a buffer of at least 4 bytes"):
+        read(upstream)
+    samples = read(exporter_registry(folder))
+    assert outcomes(samples) == {("committed", "SUP-001"): 7} and samples["cte_retries_total"] == 1
 
 
 def test_the_alerts_name_the_series_the_metrics_export() -> None:

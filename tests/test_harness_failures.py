@@ -25,11 +25,12 @@ import pytest
 from kombu import Connection
 
 import run_all_fms
-from lab import harness, services, workers
+from lab import down, harness, services, workers
 from lab.fm import ROOT
 from lab.observe import client, connect
 from lab.settings import NAMESPACE, broker_url
 from lab.waiting import wait_until
+from tests.namespaces import derived
 
 pytestmark = pytest.mark.usefixtures("real_services")
 
@@ -95,7 +96,7 @@ def celery_processes(namespace: str) -> list[int]:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
 def test_the_harness_killed_by_any_signal_leaves_no_worker(sig: signal.Signals) -> None:
-    ns = f"{NAMESPACE}-sig{int(sig)}"
+    ns = derived(f"sig{int(sig)}")
     lab = Lab("--only", "fm6", namespace=ns)
     lab.wait_for(STARTED)
     assert celery_processes(ns), "the run's worker should be running"
@@ -154,7 +155,7 @@ def _pings(url: str) -> bool:
 
 def test_redis_dying_mid_run_is_an_error_naming_it_with_a_terminal_attached(private_redis: tuple[str, subprocess.Popen[bytes]]) -> None:
     url, redis_proc = private_redis
-    ns = f"{NAMESPACE}-redis"
+    ns = derived("redis")
     master, slave = pty.openpty()
     env = {**os.environ, "RCL_NAMESPACE": ns, "CELERY_RESULT_BACKEND": url, "COLUMNS": "160", "TERM": "xterm"}
     proc = subprocess.Popen([sys.executable, "run_all_fms.py", "--only", "fm6"], cwd=ROOT, env=env,
@@ -227,7 +228,7 @@ def private_broker() -> Iterator[tuple[str, Path]]:
 
 def test_the_broker_dying_mid_run_is_an_error_naming_it(private_broker: tuple[str, Path]) -> None:
     url, pidfile = private_broker
-    ns = f"{NAMESPACE}-broker"
+    ns = derived("broker")
     lab = Lab("--only", "fm6", namespace=ns, env={"CELERY_BROKER_URL": url})
     lab.wait_for(STARTED)
     os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
@@ -242,15 +243,15 @@ def test_the_broker_dying_mid_run_is_an_error_naming_it(private_broker: tuple[st
 
 
 def test_two_namespaces_at_once_both_pass() -> None:
-    a, b = Lab("--only", "fm2", namespace=f"{NAMESPACE}-a"), Lab("--only", "fm2", namespace=f"{NAMESPACE}-b")
+    a, b = Lab("--only", "fm2", namespace=derived("a")), Lab("--only", "fm2", namespace=derived("b"))
     assert (a.finish(), b.finish()) == (0, 0), a.text + b.text
     assert "fm2   PASS G1 G2" in a.text and "fm2   PASS G1 G2" in b.text
-    for ns in (f"{NAMESPACE}-a", f"{NAMESPACE}-b"):
+    for ns in (derived("a"), derived("b")):
         assert Lab("--clean", namespace=ns).finish() == 0
 
 
 def test_the_same_namespace_twice_is_refused_at_once() -> None:
-    ns = f"{NAMESPACE}-twice"
+    ns = derived("twice")
     first = Lab("--only", "fm6", namespace=ns)
     first.wait_for(STARTED)
     started = time.monotonic()
@@ -324,7 +325,7 @@ def test_a_bad_or_empty_namespace_exits_2_stating_every_rule() -> None:
 
 
 def test_clean_deletes_the_namespace_and_nothing_else() -> None:
-    ns, other = f"{NAMESPACE}-clean", f"{NAMESPACE}-keep"
+    ns, other = derived("clean"), derived("keep")
     r = client()
     r.set(f"{ns}:fm1:x", "1")
     r.set(f"{other}:fm1:x", "1")
@@ -379,3 +380,43 @@ def test_the_same_fm_twice_in_a_row_waits_for_its_last_worker_to_be_gone() -> No
     second run of the same code must not start until it has (its probe would be purged)."""
     first, second = harness.run_one("fm1", "fixed", quiet), harness.run_one("fm1", "fixed", quiet)
     assert (first.verdict, second.verdict) == ("PASS", "PASS"), (first.error, second.error)
+
+
+def test_down_leaves_a_live_runs_worker_alone_and_force_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run is the session's namespace's (``--down`` is asked about this namespace); ``--force`` is
+    asked in-process, with the lab's own services kept out of it (they may serve this very session)."""
+    run = Lab("--only", "fm6")
+    try:
+        run.wait_for(STARTED)
+        running = [r.pgid for r in workers.leftovers()]  # the run's worker groups (pool children come and go)
+        assert running, "the run's worker should be running"
+        refused = Lab("--down")
+        assert refused.finish(timeout=30) == 2, refused.text
+        assert refused.text == (f"a run (pid {run.proc.pid}) is live in namespace {NAMESPACE}: not stopped; "
+                                "--down --force stops it\n")
+        assert all(workers.group_alive(pgid) for pgid in running) and run.proc.poll() is None  # untouched
+        monkeypatch.setattr(services, "started_by_lab", list[str])
+        said: list[str] = []
+        assert down.down(force=True, say=said.append) == 0
+        assert said == [f"stopped the live run (pid {run.proc.pid}) in namespace {NAMESPACE}: SIGTERM, it stopped "
+                        "its workers"]
+        assert run.finish(timeout=30) == 128 + signal.SIGTERM, run.text
+        assert wait_until(lambda: not celery_processes(NAMESPACE), timeout=NOTICE_SECONDS), celery_processes(NAMESPACE)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.send_signal(signal.SIGTERM)
+            run.finish(timeout=30)
+
+
+def test_down_stops_a_worker_no_run_holds_and_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(services, "started_by_lab", list[str])
+    fm = harness.load("fm1")
+    harness.reset(fm)
+    left = workers.Worker(fm, "down-000000", workers.LOG_DIR / "left-for-down.log")
+    left.start()
+    pid = left.proc.pid if left.proc is not None else 0
+    left.proc = None  # forgotten, as by a harness killed before its cleanup
+    said: list[str] = []
+    assert down.down(say=said.append) == 0
+    assert said == [f"stopped 1 worker(s) left running in namespace {NAMESPACE}: fm1 (run down-000000, pid {pid})"]
+    assert not workers.group_alive(pid)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from lab.harness import RunReport
 from lab.metrics import LabMetrics, exposition
 from tests.synthetic import fixed_run
@@ -26,3 +28,26 @@ def test_a_case_studys_own_series_come_after_the_labs_as_scraped() -> None:
     text = exposition([own])
     assert text.endswith('# cte_ingestion/burst (fixed, on ct)\ncte_events_total{outcome="committed",supplier="SUP-001"} 3.0\n')
     assert 'rcl_documents_failed_total{fm="ct"' not in text  # its own metrics say it: the lab's are not doubled
+
+
+def test_every_document_is_counted_a_poison_chain_head_by_its_fetch_attempts() -> None:
+    """doc9's poison is its fetch: it never reaches the parse, and used to be left out of the count."""
+    base = fixed_run()
+    obs = dataclasses.replace(base, docs=(*base.docs, "doc9", "doc99"), attempts={**base.attempts, "doc9": 0, "doc99": 0},
+                              fetch_attempts={**base.fetch_attempts, "doc9": 3})
+    lab = LabMetrics()
+    lab.add(RunReport("fm3", "fixed", "fm3", 3, observations=obs))
+    text = lab.render()
+    assert 'rcl_attempts_count{fm="fm3"} 11.0' in text and 'rcl_attempts_sum{fm="fm3"} 20.0' in text  # 9 + doc9 + doc99
+    assert 'rcl_attempts_bucket{fm="fm3",le="1.0"} 6.0' in text  # doc99, never started, counts 0
+
+
+def test_a_family_no_run_gave_a_value_is_not_printed() -> None:
+    """fm1 has no DLQ and no drain: no empty HELP/TYPE pairs for them."""
+    report = RunReport("fm1", "fixed", "fm1", 1, observations=dataclasses.replace(fixed_run(), dlq_depth=None))
+    text = exposition([report])
+    assert "rcl_dlq_depth" not in text and "rcl_dlq_drain_last_run_age_seconds" not in text
+    helped = [line.split()[2] for line in text.splitlines() if line.startswith("# HELP ")]
+    assert helped and all(any(line.startswith(name) and not line.startswith("#") for line in text.splitlines())
+                          for name in helped), text
+    assert exposition([]) == ""  # nothing ran: nothing to print

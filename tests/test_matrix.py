@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -117,3 +118,59 @@ def test_an_unknown_version_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert matrix.main(["--only", "4.4"]) == 2
     assert "no pins for 4.4" in capsys.readouterr().err
 
+
+
+def _write_results(envs: Path, version: str, runs: list[dict[str, Any]], celery: str) -> None:
+    results = envs / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"celery-{version}-lab.json").write_text(json.dumps({"versions": {"celery": celery}, "runs": runs}))
+    (results / f"celery-{version}-claims.json").write_text(json.dumps({"claims": []}))
+
+
+def test_an_error_in_one_version_fails_its_cells_there_and_leaves_the_other_versions_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As make matrix saw it: case study 3's burst ERROR on 5.5 marked 5.6's and 5.7's cells
+    'FAIL [1] not reported' although both had passed."""
+    monkeypatch.setattr(matrix, "ENVS_DIR", tmp_path / "envs")
+    burst_ok = [("CT1", True, ""), ("CT2", True, ""), ("CT4", True, "")]
+    passed = [_run("fm1", "fixed", [("G1", True, "")]), _run("cte_ingestion/burst", "fixed", burst_ok),
+              _run("cte_ingestion/dry_run", "fixed", [("CT5", True, "")])]
+    errored = [passed[0], _run("cte_ingestion/burst", "fixed", [], "unpack_from requires a buffer of at least 4 bytes\ntail"),
+               passed[2]]
+    _write_results(tmp_path / "envs", "5.5", errored, "5.5.3")
+    _write_results(tmp_path / "envs", "5.6", passed, "5.6.3")
+    _write_results(tmp_path / "envs", "5.7", passed, "5.7.0")
+    vs = [Version(n, tmp_path / f"celery-{n}.txt") for n in ("5.5", "5.6", "5.7")]
+    for v in vs:
+        v.pins.write_text(f"celery=={v.name}.0\n")
+    table, headers = matrix.collect(vs)
+    assert headers == {"5.5": "celery 5.5.3", "5.6": "celery 5.6.3", "5.7": "celery 5.7.0"}
+    cells = {r.label: r.cells for r in table}
+    assert list(cells) == ["G1", "CT1", "CT2", "CT4", "CT5"]  # no row for the cell's own name
+    error = Cell("FAIL", "cte_ingestion/burst fixed: ERROR: unpack_from requires a buffer of at least 4 bytes")
+    for label in ("CT1", "CT2", "CT4"):
+        assert cells[label] == {"5.5": error, "5.6": Cell("pass"), "5.7": Cell("pass")}
+    assert cells["G1"] == cells["CT5"] == {v: Cell("pass") for v in ("5.5", "5.6", "5.7")}
+
+
+def test_an_error_no_version_can_explain_keeps_the_cells_name() -> None:
+    cells = matrix.lab_cells({"runs": [_run("bl_ingestion/replay", "broken", [], "deadline")]}, known={})
+    assert cells == {"bl_ingestion/replay (broken)": Cell("FAIL", "bl_ingestion/replay broken: ERROR: deadline")}
+
+
+def test_table_only_before_any_run_says_there_are_no_results_and_how_to_make_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(matrix, "ENVS_DIR", tmp_path / "envs")
+    monkeypatch.setattr(matrix, "TABLE_FILE", tmp_path / "envs" / "table.txt")
+    assert matrix.main(["--table-only"]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.startswith("no matrix results yet (none under ")
+    assert "make matrix, or python -m lab.matrix, runs the lab on each version and makes them" in said.err
+    assert not (tmp_path / "envs" / "table.txt").exists()
+    _write_results(tmp_path / "envs", "5.6", [_run("fm1", "fixed", [("G1", True, "")])], "5.6.3")
+    assert matrix.main(["--table-only"]) == 0  # one version run: its table, the others named as not run
+    out = capsys.readouterr().out
+    assert out.startswith("celery 5.5: no results yet (python -m lab.matrix --only 5.5 makes them): left out\n"
+                          "celery 5.7: no results yet (python -m lab.matrix --only 5.7 makes them): left out\n")
+    grid = out.split("\n\n")[1].splitlines()  # after the two lines and the blank one
+    assert grid[0].split() == ["check", "celery", "5.6.3"] and grid[1].split()[0] == "G1" and grid[1].split()[-1] == "pass"

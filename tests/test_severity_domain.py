@@ -3,8 +3,9 @@ and the ledger on SQLite and on PostgreSQL.
 
 The PostgreSQL URL comes from conftest.py's ``postgres_url`` (skipped, saying why, when
 PostgreSQL does not answer, unless ``RCL_REQUIRE_POSTGRES=1``). The tables are
-those of the test namespace (``rcltest``, see conftest.py), emptied before and after
-each test; the SQLite ledgers live in pytest's temporary folders.
+those of the test namespace (see conftest.py; a second one, beside it, from
+``namespaces.derived``), emptied before and after each test and dropped at the session's end;
+the SQLite ledgers live in pytest's temporary folders.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from case_studies.severity_batch import claims, ledger
 from case_studies.severity_batch.claims import COLUMNS, MODEL_VERSION, POISON_KINDS, PoisonClaim, generate, parse, score
 from case_studies.severity_batch.ledger import Ledger, LedgerCounts
 from lab import settings
+from tests.namespaces import derived
 
 
 
@@ -214,7 +216,7 @@ def test_scores_come_back_as_the_exact_decimal(book: Ledger) -> None:
 
 
 def test_clear_leaves_other_namespaces_alone(book: Ledger) -> None:
-    other = Ledger(book.url, namespace="rcltest-other")  # a '-' in the name: quoted by SQLAlchemy
+    other = Ledger(book.url, namespace=derived("other"))  # a '-' in the name: quoted by SQLAlchemy
     other.create()
     try:
         other.clear()

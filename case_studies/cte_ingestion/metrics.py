@@ -31,6 +31,15 @@ counters, and a scrape of one child sees only that child. Two ways to gather the
    summed; these gauges keep the most recent value set by any process). Limits: one folder per host
    and per run (stale files from an earlier run are counted again: empty it first, ``reset_dir``);
    only one ``CteMetrics`` per process (two would overwrite each other's values in the same file).
+   A process makes its files when it first records after it started (a prefork child: after its
+   fork, so mid-run, whenever the pool replaces a child), in two steps: it creates the file empty,
+   then sizes it (``prometheus_client.mmap_dict.MmapedDict.__init__``: ``open(..., 'a+b')``, then
+   ``truncate``). prometheus-client's own ``MultiProcessCollector.collect`` reads every ``*.db``, and
+   one caught between the two steps fails the whole read ("unpack_from requires a buffer of at least
+   4 bytes ... actual buffer size is 0": seen once in ``make matrix``, 0.2 s into a burst, as the
+   first task reached a child). ``exporter_registry`` reads only files already sized; an empty one
+   holds no value yet (values are written after the sizing), so nothing is lost, and the next read
+   counts it.
 2. The workers record into shared storage (the ledger's rows, Redis counters) and one process
    exports from there. Exact and crash-proof for what the ledger holds, but latency and retries
    would cost a network write each.
@@ -45,11 +54,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, cast, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric, generate_latest
 from prometheus_client.context_managers import Timer
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -151,9 +160,30 @@ def exporter_registry(path: Path | None = None) -> CollectorRegistry:
     folder = path or multiprocess_dir()
     if folder is None:
         raise ValueError("PROMETHEUS_MULTIPROC_DIR is not set: there is nothing to gather")
+    if not folder.is_dir():
+        raise ValueError(f"PROMETHEUS_MULTIPROC_DIR={folder} is not a folder: there is nothing to gather")
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(folder))
+    registry.register(SizedFiles(folder))
     return registry
+
+
+class SizedFiles:
+    """``MultiProcessCollector`` over the files of ``folder`` that their process has sized: a file
+    it has created and not yet sized (empty) is left out, for this read (see the module's docstring)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def collect(self) -> Iterable[Metric]:
+        files: list[str] = []
+        for path in sorted(self.folder.glob("*.db")):
+            try:
+                if path.stat().st_size > 0:
+                    files.append(str(path))
+            except FileNotFoundError:  # removed since the glob (a reset between runs)
+                continue
+        merge = cast(Callable[..., Iterable[Metric]], cast(Any, MultiProcessCollector).merge)  # untyped upstream
+        return merge(files, accumulate=True)
 
 
 def reset_dir(path: Path) -> None:
