@@ -6,12 +6,20 @@ registry (``LabMetrics``), in Prometheus' text exposition format:
 
 - ``rcl_documents_failed_total{fm, reason}`` (Counter): documents that failed for good, by the
   envelope's reason (``error``, ``dead_lettered``, ``retries_exhausted``, ``soft_timeout``,
-  ``hard_timeout``: the split a dashboard needs, DESIGN.md §2);
+  ``hard_timeout``, ``time_limit``, ``expired``, ``revoked``: the split a dashboard needs, DESIGN.md
+  §2), the side chords' documents included;
 - ``rcl_attempts{fm}`` (Histogram): attempts per document, every document of the run counted once
   (a redelivery counts: the observer counts starts in Redis): its ``parse_document`` attempts, or,
   for a document that never reached the parse (doc9's poison fetch, dead-lettered at the chain's
   head), its ``fetch_document`` attempts; a document never started counts 0;
 - ``rcl_dlq_depth{fm}`` (Gauge): messages left in the FM's dead-letter queue after its run;
+- ``rcl_dlq_parked{fm}`` (Gauge) and ``rcl_dlq_parked_letters_total{fm, why}`` (Counter): letters
+  the drain parked apart because no drain can place them (``shared.dlq``), and why (for the lab's
+  own letters, which say their run); an alert on the gauge asks an operator to look;
+- ``rcl_dlq_kept_letters_total{fm}`` (Counter): letters the drain put back in the DLQ (the
+  backend did not answer; with the drain as first built, anything it could not place);
+- ``rcl_chord_bodies_dead_lettered_total{fm}`` (Counter): chord bodies (``notify``) the drain
+  finalised as dead-lettered: a chord that completed without its body's work;
 - ``rcl_dlq_drain_last_run_age_seconds{fm}`` (Gauge): seconds since the DLQ drain last ran
   (``observe.drain_ran`` keeps its time per FM), when the FM has a drain: an alert on it says
   the beat stopped;
@@ -49,6 +57,14 @@ class LabMetrics:
                                registry=self.registry)
         self.drain_age = Gauge("rcl_dlq_drain_last_run_age_seconds", "Seconds since the DLQ drain last ran.", ["fm"],
                                registry=self.registry)
+        self.parked = Gauge("rcl_dlq_parked", "Letters in the DLQ's parking queue: no drain can place them.", ["fm"],
+                            registry=self.registry)
+        self.parked_why = Counter("rcl_dlq_parked_letters", "Letters the drain parked during the run, by why.",
+                                  ["fm", "why"], registry=self.registry)
+        self.kept = Counter("rcl_dlq_kept_letters", "Letters the drain put back in the DLQ (announced once each).",
+                            ["fm"], registry=self.registry)
+        self.bodies = Counter("rcl_chord_bodies_dead_lettered", "Chord bodies the drain finalised as dead-lettered.",
+                              ["fm"], registry=self.registry)
 
     def add(self, report: RunReport, now: float | None = None) -> None:
         """One run's numbers, labelled with the FM whose code ran (``fm3``, ``fm3w``, ``ct``)."""
@@ -60,8 +76,23 @@ class LabMetrics:
                 failed = obs.failed(doc)
                 if failed is not None:
                     self.failed.labels(fm=label, reason=str(failed.get("reason") or "error")).inc()
+            for side in obs.sides.values():  # the hard variants' own chords: their documents count too
+                for doc in side.docs:
+                    self.attempts.labels(fm=label).observe(side.attempts.get(doc, 0) or side.fetch_attempts.get(doc, 0))
+                    if (failed := side.failed(doc)) is not None:
+                        self.failed.labels(fm=label, reason=str(failed.get("reason") or "error")).inc()
+            events = [e for e in obs.events] + [e for side in obs.sides.values() for e in side.events]
+            for e in events:
+                if e.kind == "dead_letter_parked":
+                    self.parked_why.labels(fm=label, why=e.get("why") or "?").inc()
+                elif e.kind == "dead_letter_kept":
+                    self.kept.labels(fm=label).inc()
+                elif e.kind == "dead_lettered" and not e.get("doc"):  # no document: the chord body itself
+                    self.bodies.labels(fm=label).inc()
             if obs.dlq_depth is not None:
                 self.dlq_depth.labels(fm=label).set(obs.dlq_depth)
+            if obs.parked is not None:
+                self.parked.labels(fm=label).set(obs.parked)
         if report.drain_last_run is not None:
             self.drain_age.labels(fm=label).set(max(0.0, (now or time.time()) - report.drain_last_run))
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from lab.harness import RunReport
 from lab.metrics import LabMetrics, exposition
-from tests.synthetic import fixed_run
+from lab.runner import Outcome, SideRun
+from shared.envelope import Result
+from tests.synthetic import ev, fixed_run, summary_outcome
 
 
 def test_failures_by_envelope_reason_attempts_dlq_depth_and_drain_age() -> None:
@@ -51,3 +54,28 @@ def test_a_family_no_run_gave_a_value_is_not_printed() -> None:
     assert helped and all(any(line.startswith(name) and not line.startswith("#") for line in text.splitlines())
                           for name in helped), text
     assert exposition([]) == ""  # nothing ran: nothing to print
+
+
+def test_parked_and_kept_letters_and_a_dead_lettered_chord_body_are_named() -> None:
+    """Issue 20: what the drain cannot place is parked, counted and named; a poison chord body is counted;
+    the side chords' documents count as documents."""
+    envelope = Result[Any].failure("notify dead-lettered by the broker (delivery_limit) after 3 deliveries, 3 started",
+                                   "dead_lettered", 3, 3)
+    body = SideRun("body", "r-body", ("doc32",), True, Outcome("SUCCESS", envelope, None, None), {}, {},
+                   {"doc32": 1}, {"doc32": 1}, (ev(1.0, "dead_lettered", task="n1", death="delivery_limit"),), (), None)
+    expired = SideRun("expired", "r-expired", ("doc31",), True,
+                      summary_outcome([], [("doc31", "expired", "UpstreamFailed: fetch_document expired before it ran")]),
+                      {}, {}, {"doc31": 1}, {"doc31": 0}, (), (), None)
+    base = fixed_run()
+    parked = tuple(ev(0.5, "dead_letter_parked", task="", why="not JSON (text/plain)") for _ in range(3))
+    obs = dataclasses.replace(base, events=(*base.events, *parked, ev(0.6, "dead_letter_kept", task="x", why="gone")),
+                              sides={"body": body, "expired": expired}, parked=3)
+    lab = LabMetrics()
+    lab.add(RunReport("fm3", "fixed", "fm3", 3, observations=obs))
+    text = lab.render()
+    assert 'rcl_dlq_parked{fm="fm3"} 3.0' in text
+    assert 'rcl_dlq_parked_letters_total{fm="fm3",why="not JSON (text/plain)"} 3.0' in text
+    assert 'rcl_dlq_kept_letters_total{fm="fm3"} 1.0' in text
+    assert 'rcl_chord_bodies_dead_lettered_total{fm="fm3"} 1.0' in text
+    assert 'rcl_documents_failed_total{fm="fm3",reason="expired"} 1.0' in text
+    assert 'rcl_attempts_count{fm="fm3"} 11.0' in text  # the 9 documents of the chord, doc31 and doc32
