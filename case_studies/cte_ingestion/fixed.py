@@ -91,13 +91,13 @@ delivery would stop its shard for ever: a classic queue has no delivery limit
 (a quorum queue's ``x-delivery-limit`` and FM-3's drain would bound it; not
 built here).
 
-Run it alone (services up), one worker per shard, each in its own shell, e.g.:
+Run it alone (from the repository's folder after ``make lab``), one worker per shard, each in its own shell, e.g.:
 
-    celery -A case_studies.cte_ingestion.fixed worker --without-gossip --without-mingle --without-heartbeat -Q rcl.ct.shard.0
-    python -m case_studies.cte_ingestion.fixed
+    .venv/bin/celery -A case_studies.cte_ingestion.fixed worker --without-gossip --without-mingle --without-heartbeat -Q rcl.ct.shard.0
+    .venv/bin/python -m case_studies.cte_ingestion.fixed
 
 (one worker with ``-Q`` listing every shard keeps the order too, at one message
-at a time), or ``python run_all_fms.py --only cte_ingestion``.
+at a time), or ``.venv/bin/python run_all_fms.py --only cte_ingestion``.
 """
 
 from __future__ import annotations
