@@ -24,9 +24,11 @@ printed, never what Celery decides:
   dead letter the DLQ drain finalised, ``notify``'s busy-retry on a claim and how
   each ``notify`` ended.
 
-Limits: the filter finds the task of a dead pool process by the pid Celery noted
-when the process accepted it; a process killed before its acceptance reached the
-main process is reported as Celery wrote it. Stock Celery (``worker_hijack_root_logger``
+Limits: the filter finds the task of a dead pool process by the pid Celery noted when
+the process accepted it, or else by the process the job was written to; it reads the
+fault from the task's arguments, the run's record in Redis or, for a fetch, the
+document's text as it was when the message arrived (one Redis read per fetch in the
+main process). Where it cannot tell, the record stays as Celery wrote it. Stock Celery (``worker_hijack_root_logger``
 off, another logging set-up) may route these loggers elsewhere: the filters sit on
 the loggers, so they go along.
 """
