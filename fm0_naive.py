@@ -23,12 +23,24 @@ under the FM's namespace (``lab/app.py``); ``fetch_text`` and ``send_email``
 stand in for a document store and a mail API (``lab/pipeline.py``); the one lab
 line, ``lab_fault``, does to a document what the scenario wrote into it.
 
-Run it alone (two shells, services up):
+You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
 
-    celery -A fm0_naive worker --without-gossip --without-mingle --without-heartbeat
-    python fm0_naive.py
+- in the second shell: ``fm0 bug (scenario 1 on fm0, ...): BUG REPRODUCED``, an ``ok``
+  line for S1 (``notify ran 0x; chord result FAILURE ChordError``), then what happened to
+  each document: ``doc1`` failed ``error`` on attempt 1, ``doc2`` ok, ``notify never ran``;
+- in the worker's window, after Celery's banner (``app: rcl_fm0`` in the default namespace, ``<namespace>_fm0`` in yours):
+  ``expected: fm0_naive.parse_document[...] raised PermanentError: doc1 is malformed
+  (scenario fault FAIL) ...`` and ``expected: the chord failed: ChordError ... so notify
+  never runs``, each one line where Celery would print a traceback (``lab/worker_log.py``).
 
-or ``python run_all_fms.py --include-fm0 --only fm0`` (reported as BUG REPRODUCED).
+Run it alone (from the repository's folder after ``make lab``; two shells):
+
+    .venv/bin/celery -A fm0_naive worker --without-gossip --without-mingle --without-heartbeat
+    .venv/bin/python fm0_naive.py
+
+or ``.venv/bin/python run_all_fms.py --include-fm0 --only fm0`` (reported as BUG REPRODUCED). Ctrl-C in the second shell cancels the
+run (exit status 130); the next run first waits for what the worker had already taken.
+Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
 """
 
 from __future__ import annotations

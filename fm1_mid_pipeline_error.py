@@ -43,12 +43,24 @@ Tradeoffs: Celery's own state no longer says FAILURE for a failed document
 
 Still open: a worker that dies mid-task loses the message (FM-2).
 
-Run it alone (two shells, services up):
+You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
 
-    celery -A fm1_mid_pipeline_error worker --without-gossip --without-mingle --without-heartbeat
-    python fm1_mid_pipeline_error.py
+- in the second shell: ``fm1 fixed (scenario 1 on fm1, ...): PASS``, an ``ok`` line for
+  G1, then what happened to each document: ``doc1`` failed ``error``, ``doc2`` ok,
+  ``notify`` sent, one email;
+- in the worker's window, after Celery's banner (``app: rcl_fm1`` in the default namespace, ``<namespace>_fm1`` in yours):
+  ``lab: doc1 failed for good on attempt 1: error (PermanentError: doc1 is malformed), in a
+  SUCCESS-state envelope: the chord goes on`` and ``lab: notify (chord) ended ok; the email
+  is sent``; nothing else.
 
-or ``python run_all_fms.py --only fm1``.
+Run it alone (from the repository's folder after ``make lab``; two shells):
+
+    .venv/bin/celery -A fm1_mid_pipeline_error worker --without-gossip --without-mingle --without-heartbeat
+    .venv/bin/python fm1_mid_pipeline_error.py
+
+or ``.venv/bin/python run_all_fms.py --only fm1``. Ctrl-C in the second shell cancels the
+run (exit status 130); the next run first waits for what the worker had already taken.
+Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
 """
 
 from __future__ import annotations

@@ -43,12 +43,27 @@ Tradeoffs: at-least-once. A task can now run twice (its side effects too),
 so it must be idempotent (FM-4 deals with ``notify``). A message that kills
 its worker every time is redelivered for ever (FM-3).
 
-Run it alone (two shells, services up):
+You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
 
-    celery -A fm2_worker_crash worker --without-gossip --without-mingle --without-heartbeat
-    python fm2_worker_crash.py
+- in the second shell: ``fm2 fixed (scenario 2 on fm2, ...): PASS``, an ``ok`` line for
+  each of G1 and G2, then what happened to each document: as fm1 lists it, and ``doc3`` killed on
+  attempt 1 (``killed: the process died``), ok on attempt 2;
+- in the worker's window, after Celery's banner (``app: rcl_fm2`` in the default namespace, ``<namespace>_fm2`` in yours):
+  the two ``lab:`` lines fm1 lists, and for the lab's one kill, where stock Celery prints an
+  ``ERROR`` with a ``WorkerLostError`` traceback, two lines (``lab/worker_log.py``):
+  ``expected: the lab killed pool process ForkPoolWorker-N (pid ...): scenario fault
+  CRASH_ONCE on doc3, parse_document attempt 1`` and ``expected: doc3's parse_document lost
+  its process (WorkerLostError): Celery requeues it (acks_late + reject_on_worker_lost):
+  the broker delivers it again``; then ``lab: doc3 ok on attempt 2``.
 
-or ``python run_all_fms.py --only fm2``.
+Run it alone (from the repository's folder after ``make lab``; two shells):
+
+    .venv/bin/celery -A fm2_worker_crash worker --without-gossip --without-mingle --without-heartbeat
+    .venv/bin/python fm2_worker_crash.py
+
+or ``.venv/bin/python run_all_fms.py --only fm2``. Ctrl-C in the second shell cancels the
+run (exit status 130); the next run first waits for what the worker had already taken.
+Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
 """
 
 from __future__ import annotations

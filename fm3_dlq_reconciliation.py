@@ -78,12 +78,28 @@ so that nothing outside the FM's namespace is declared.
 
 Still open: a duplicated ``notify`` sends two emails (FM-4).
 
-Run it alone (two shells, services up):
+You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
 
-    celery -A fm3_dlq_reconciliation worker --without-gossip --without-mingle --without-heartbeat -B
-    python fm3_dlq_reconciliation.py
+- in the second shell: ``fm3 fixed (scenario 3 on fm3, ...): PASS``, an ``ok`` line for
+  each of G1..G3, then what happened to each document: as fm2 lists it, and ``doc4`` killed on attempts
+  1 to 3, then ``dead-lettered: finalised by the DLQ drain``, and ``doc9``'s fetch killed
+  3 times, then dead-lettered the same way;
+- in the worker's window, after Celery's banner (``app: rcl_fm3`` in the default namespace, ``<namespace>_fm3`` in yours):
+  seven kills, each said in two ``expected:`` lines as fm2 says doc3's (doc3 once, doc4
+  and doc9's fetch three times each); the second line counts the deliveries (``delivery 2
+  of at most 3 comes next``, and at the third ``that was delivery 3 of 3 (x-delivery-limit
+  + 1): the broker dead-letters it``); then ``lab: doc4 dead-lettered (delivery_limit); the
+  DLQ drain recorded it as failed (dead_lettered): the chord can complete``, the same for
+  ``doc9``, and the ``lab:`` lines fm2 lists. No traceback, no ``ERROR``: one would not be the lab's.
 
-or ``python run_all_fms.py --only fm3``.
+Run it alone (from the repository's folder after ``make lab``; two shells):
+
+    .venv/bin/celery -A fm3_dlq_reconciliation worker --without-gossip --without-mingle --without-heartbeat -B
+    .venv/bin/python fm3_dlq_reconciliation.py
+
+or ``.venv/bin/python run_all_fms.py --only fm3``. Ctrl-C in the second shell cancels the
+run (exit status 130); the next run first waits for what the worker had already taken.
+Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
 """
 
 from __future__ import annotations

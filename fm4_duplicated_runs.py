@@ -65,12 +65,30 @@ queue per slice.
 
 Still open: a transient error fails a document for good (FM-5).
 
-Run it alone (two shells, services up):
+You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
 
-    celery -A fm4_duplicated_runs worker --without-gossip --without-mingle --without-heartbeat -B
-    python fm4_duplicated_runs.py
+- in the second shell: ``fm4 fixed (scenario 4 on fm4, ...): PASS``, an ``ok`` line for
+  each of G1..G4, then the documents as fm3 lists them, and the ``notify`` lanes: the chord's ``notify``
+  ``killed before sending``, then ``killed after the email was out``, then ``sent``; the
+  duplicate ``retried after 50 ms (claim busy)`` a few times, then ``skipped, sent=False
+  (already sent)``; one email;
+- in the worker's window, after Celery's banner (``app: rcl_fm4`` in the default namespace, ``<namespace>_fm4`` in yours):
+  the lines fm3 lists, and the two kills of the crash plan, each in two ``expected:`` lines
+  (``expected: the lab killed pool process ...: scenario 4's crash plan kills notify after
+  claiming, before it sends``, then ``... once the email is out, before it marks the claim
+  sent``, each followed by ``expected: the chord's notify lost its process ...: Celery
+  requeues it``); ``lab: notify (duplicate) found the claim held by another notify: it
+  busy-retries ...``; ``lab: notify (chord) ended ok; the email is sent`` and ``lab: notify
+  (duplicate) ended ok; sent=False: the claim says the email is out already``.
 
-or ``python run_all_fms.py --only fm4``.
+Run it alone (from the repository's folder after ``make lab``; two shells):
+
+    .venv/bin/celery -A fm4_duplicated_runs worker --without-gossip --without-mingle --without-heartbeat -B
+    .venv/bin/python fm4_duplicated_runs.py
+
+or ``.venv/bin/python run_all_fms.py --only fm4``. Ctrl-C in the second shell cancels the
+run (exit status 130); the next run first waits for what the worker had already taken.
+Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
 """
 
 from __future__ import annotations

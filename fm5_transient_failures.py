@@ -41,12 +41,27 @@ never early. Only errors you declare transient are retried.
 
 Still open: a hung call pins a worker slot for ever (FM-6).
 
-Run it alone (two shells, services up):
+You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
 
-    celery -A fm5_transient_failures worker --without-gossip --without-mingle --without-heartbeat -B
-    python fm5_transient_failures.py
+- in the second shell: ``fm5 fixed (scenario 5 on fm5, ...): PASS``, an ``ok`` line for
+  each of G1..G5, then the lanes fm4 lists, and: ``doc5`` ``raised error, retried after`` about 150
+  and 250 ms, ok on attempt 3; ``doc6`` retried 3 times, then ``raised retries_exhausted``;
+  ``doc12`` to ``doc27`` (the burst) each retried once after 1500 ms, then ok;
+- in the worker's window, after Celery's banner (``app: rcl_fm5`` in the default namespace, ``<namespace>_fm5`` in yours):
+  the lines fm4 lists, and one ``lab:`` line per retry (``lab: doc5 attempt 1 raised TransientError:
+  503 from the parser service (attempt 1); retry 1 in 0.15s``; the burst's say ``429 ...
+  Retry-After 1.5s; retry 1 in 1.50s``), one per recovery (``lab: doc5 ok on attempt 3``,
+  ``lab: doc12 ok on attempt 2`` ...) and ``lab: doc6 failed for good on attempt 4:
+  retries_exhausted (...)``.
 
-or ``python run_all_fms.py --only fm5``.
+Run it alone (from the repository's folder after ``make lab``; two shells):
+
+    .venv/bin/celery -A fm5_transient_failures worker --without-gossip --without-mingle --without-heartbeat -B
+    .venv/bin/python fm5_transient_failures.py
+
+or ``.venv/bin/python run_all_fms.py --only fm5``. Ctrl-C in the second shell cancels the
+run (exit status 130); the next run first waits for what the worker had already taken.
+Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
 """
 
 from __future__ import annotations

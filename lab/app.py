@@ -23,9 +23,14 @@ What it sets, so that an FM file shows only the settings its fixes add:
 - ``redis_socket_timeout`` and ``redis_socket_connect_timeout`` of 5 s, and a
   backend ``retry_policy`` of 3 retries within 1.5 s: a Redis that stops answering
   is an error within seconds, not a hang;
-- a ``probe`` task the harness sends to learn that a worker is ready;
+- the app's name ``<namespace>_<fm>`` (``rcl_fm3``; the worker's banner shows it as ``app:``);
+- a ``probe`` task the harness sends to learn that a worker is ready, and ``idle``, the
+  barrier a by-hand run sends, one per pool slot, to learn that the worker has finished
+  what an interrupted run left it (``lab.by_hand``);
 - the lab's observer on Celery's signals (``lab.observe``), which records what the
   tasks do without a line of it in their bodies;
+- in a worker, what its window prints (``lab.worker_log``): the lab's own kills and
+  hangs as one ``expected:`` line each, and every recovery, at any ``--loglevel``;
 - in a worker the harness started (``RCL_HARNESS_PID`` set), a watch on the
   harness: when it dies, however, the worker kills its own process group
   (``lab.workers`` says why a watch). A worker you start by hand has no watch.
@@ -48,8 +53,9 @@ from celery.signals import worker_init
 from celery.worker.consumer import Consumer
 from kombu import Exchange, Queue
 
-from lab import observe
-from lab.settings import amqp_name, backend_url, broker_url, redis_prefix
+from lab import observe, worker_log
+from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, redis_prefix
+from lab.waiting import wait_until
 
 
 class NamespacedConsumer(Consumer):
@@ -73,6 +79,19 @@ def short_name(module: str) -> str:
     return module.split(".")[-1].split("_", 1)[0]
 
 
+def app_name(short: str) -> str:
+    """The Celery app's name (``app.main``, the worker banner's ``app:``): ``<namespace>_<short>``, ``rcl_fm3``."""
+    return f"{NAMESPACE}_{short}"
+
+
+def short_of_app(main: str | None) -> str | None:
+    """``fm3`` for an app named ``app_name("fm3")`` in this namespace; None for any other name."""
+    prefix = app_name("")
+    if not main or not main.startswith(prefix):
+        return None
+    return main[len(prefix):] or None
+
+
 def lab_app(module: str, short: str | None = None, broker: Literal["amqp", "redis"] = "amqp") -> Celery:
     """The app of ``module``; ``short`` names its namespace when the module name does not (a case study).
 
@@ -82,7 +101,7 @@ def lab_app(module: str, short: str | None = None, broker: Literal["amqp", "redi
     ``broker_transport_options``."""
     fm = short or short_name(module)
     queue = amqp_name(fm, "tasks")
-    app = Celery(f"rcl_{fm}", broker=broker_url() if broker == "amqp" else backend_url(), backend=backend_url())
+    app = Celery(app_name(fm), broker=broker_url() if broker == "amqp" else backend_url(), backend=backend_url())
     app.loader.override_backends = {"redis": "lab.backend:LabRedisBackend"}  # Celery's, with one fault hook (lab.backend)
     if broker == "redis":
         app.conf.broker_transport_options = {"global_keyprefix": f"{redis_prefix(fm)}broker:"}
@@ -112,9 +131,21 @@ def lab_app(module: str, short: str | None = None, broker: Literal["amqp", "redi
     def probe() -> str:
         return "pong"
 
+    @app.task(name=f"{fm}.idle", shared=False, ignore_result=False)
+    def idle(barrier: str, slots: int, timeout: float) -> bool:
+        """True once ``slots`` of these run at the same time: that many pool slots were free of other work."""
+        r = observe.client()
+        r.incr(barrier)
+        r.expire(barrier, IDLE_KEY_SECONDS)
+        return wait_until(lambda: int(cast(str, r.get(barrier) or 0)) >= slots, timeout, interruptible=False)
+
     observe.install()
+    worker_log.install()  # after the observer: its sink and signals come second
     return app
 
+
+IDLE_KEY_SECONDS = 120
+"""How long the ``idle`` barrier's counter lives in Redis."""
 
 PARENT_WATCH_SECONDS = 0.5
 """How often a harness-started worker looks whether the harness is still its parent."""

@@ -29,7 +29,7 @@ from celery import Celery, Task
 from celery.result import AsyncResult
 from kombu import Queue
 
-from lab.app import short_name
+from lab.app import short_name, short_of_app
 from shared.dlq import DeadLetteringQueue, bound_of, parked_queue
 from shared.retry import DelayQueues, RetryPolicy
 
@@ -115,7 +115,12 @@ class Fm:
         return [*WORKER_FLAGS, *(["-B"] if self.beat else [])]
 
     def worker_command(self) -> str:
-        return f"celery -A {self.module} worker {' '.join(self.worker_args())}"
+        """The worker command of the FM docstring's "Run it alone", as typed from the repository's folder."""
+        return f".venv/bin/celery -A {self.module} worker {' '.join(self.worker_args())}"
+
+    def submit_command(self) -> str:
+        """The by-hand submitter's command, the second of "Run it alone" (``lab.by_hand``)."""
+        return f".venv/bin/python {self.module}.py"
 
     @property
     def delivery_bound(self) -> int | None:
@@ -151,7 +156,7 @@ def from_module(module: ModuleType, member: str = "parse_document", body: str = 
     if not isinstance(found, Celery) or not callable(submit):
         raise NotAnFm(f"{module.__name__} has no Celery `app` and `submit`")
     app = cast(Celery, found)
-    short = str(app.main or "").removeprefix("rcl_") or short_name(module.__name__)
+    short = short_of_app(app.main) or short_name(module.__name__)
     try:
         tasks = {name: app.tasks[f"{module.__name__}.{name}"] for name in (member, body)}
         probe = app.tasks[f"{short}.probe"]

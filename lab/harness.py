@@ -22,7 +22,6 @@ connect timeout, not at the run's deadline.
 from __future__ import annotations
 
 import importlib
-import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -37,9 +36,9 @@ from kombu.exceptions import OperationalError
 
 from lab import checks, services, weak
 from lab.checks import Check
-from lab.fm import Fm, NotAnFm, fm_modules, load_module
+from lab.fm import Fm, fm_modules, load_module
 from lab.observe import client, drain_last_run
-from lab.runner import Observations, StopCondition, new_run_id, probe_seconds, run_scenario
+from lab.runner import Observations, StopCondition, new_run_id, run_scenario
 from lab.scenarios import scenario
 from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, mask_url, redis_prefix
 from lab.variants import VARIANTS_DIR
@@ -636,21 +635,12 @@ def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str,
 
 
 def run_by_hand(path: str) -> int:
-    """``python fmN_*.py``: run scenario N against a worker the user started."""
-    try:
-        services.ensure()
-        fm = checked(load_module(Path(path).stem))
-    except (services.ServiceError, HarnessError, NotAnFm) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if probe_seconds(fm, timeout=10.0) is None:
-        print(f"no worker answers on {', '.join(str(q.name) for q in fm.task_queues)}; start one in another shell:\n"
-              f"  {fm.worker_command()}", file=sys.stderr)
-        return 2
-    kind: Kind = "fixed" if fm.number else "bug"
-    started = time.monotonic()
-    obs = run_scenario(fm, scenario(fm.scenario), new_run_id(), RUN_TIMEOUT, sides=True)
-    report = RunReport(fm.short, kind, fm.short, fm.scenario, _checks(kind, fm.number, obs, fm), obs,
-                       seconds=time.monotonic() - started)
-    print(describe(report))
-    return 0 if report.ok else 1
+    """``python fmN_*.py``: run scenario N against a worker the user started (``lab.by_hand``)."""
+    from lab import by_hand  # it shows the run with lab.show.progress, which imports this module
+
+    return by_hand.run(path)
+
+
+def checks_of(kind: Kind, n: int, obs: Observations, fixed: Fm) -> list[Check]:
+    """The checks of a run of ``kind`` on scenario ``n`` (``_checks``), for a run the harness did not start."""
+    return _checks(kind, n, obs, fixed)

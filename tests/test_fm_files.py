@@ -75,7 +75,7 @@ def test_each_docstring_gives_the_worker_command_the_harness_runs(short: str, mo
     fm = harness.load(short)
     doc = docstring(module)
     assert f"    {fm.worker_command()}\n" in doc
-    assert f"python {module}.py" in doc
+    assert f"    {fm.submit_command()}\n" in doc
 
 
 @pytest.mark.parametrize(("short", "module"), FMS)

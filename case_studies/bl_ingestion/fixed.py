@@ -85,12 +85,12 @@ Redis still has no delivery limit: a unit that kills its process on every
 delivery is requeued for ever (``count_starts`` would give the bound FM-3's
 quorum queue gives; not built here).
 
-Run it alone (two shells, services up):
+Run it alone (from the repository's folder after ``make lab``; two shells):
 
-    celery -A case_studies.bl_ingestion.fixed worker --without-gossip --without-mingle --without-heartbeat
-    python -m case_studies.bl_ingestion.fixed
+    .venv/bin/celery -A case_studies.bl_ingestion.fixed worker --without-gossip --without-mingle --without-heartbeat
+    .venv/bin/python -m case_studies.bl_ingestion.fixed
 
-or ``python run_all_fms.py --only bl_ingestion``.
+or ``.venv/bin/python run_all_fms.py --only bl_ingestion``.
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ benchmark keeps the default 3,600 s), and in its ``slow_parse`` scenario kombu's
 restore sweep every 0.25 s (``study.sweep``; a worker sweeps about every 100 s). What its design does not consider, each shown by ``--prove``: see
 ``fixed.py``.
 
-Run it alone (two shells, services up; the scale its scenarios need):
+Run it alone (from the repository's folder after ``make lab``; two shells; the scale its scenarios need):
 
-    BL_VISIBILITY_TIMEOUT=1 celery -A case_studies.bl_ingestion.writeup worker --without-gossip --without-mingle --without-heartbeat
-    python -m case_studies.bl_ingestion.writeup
+    BL_VISIBILITY_TIMEOUT=1 .venv/bin/celery -A case_studies.bl_ingestion.writeup worker --without-gossip --without-mingle --without-heartbeat
+    .venv/bin/python -m case_studies.bl_ingestion.writeup
 """
 
 from __future__ import annotations

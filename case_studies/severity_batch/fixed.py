@@ -70,12 +70,12 @@ batch). A chunk's rows are
 all written or all redone: a chunk killed after its writes writes them again
 (an upsert, so no doubles).
 
-Run it alone (two shells, services up):
+Run it alone (from the repository's folder after ``make lab``; two shells):
 
-    celery -A case_studies.severity_batch.fixed worker --without-gossip --without-mingle --without-heartbeat -B
-    python -m case_studies.severity_batch.fixed
+    .venv/bin/celery -A case_studies.severity_batch.fixed worker --without-gossip --without-mingle --without-heartbeat -B
+    .venv/bin/python -m case_studies.severity_batch.fixed
 
-or ``python run_all_fms.py --only severity_batch``.
+or ``.venv/bin/python run_all_fms.py --only severity_batch``.
 """
 
 from __future__ import annotations
