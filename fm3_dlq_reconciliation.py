@@ -90,7 +90,12 @@ You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
   of at most 3 comes next``, and at the third ``that was delivery 3 of 3 (x-delivery-limit
   + 1): the broker dead-letters it``); then ``lab: doc4 dead-lettered (delivery_limit); the
   DLQ drain recorded it as failed (dead_lettered): the chord can complete``, the same for
-  ``doc9``, and the ``lab:`` lines fm2 lists. No traceback, no ``ERROR``: one would not be the lab's.
+  ``doc9``, and the ``lab:`` lines fm2 lists. The hard variants' chords of their own add
+  three kills of the poison ``notify`` (``FM-3's poison chord body``), then ``lab: the chord's
+  notify dead-lettered``, three of ``doc33``'s, and the drain's ``WARNING`` lines ``parked 100
+  dead letters in ...dlq.parked, which no drain can place: 100 not JSON (text/plain)`` for the
+  201 foreign letters (the only warnings, and meant: an operator should look at a parked letter).
+  No traceback, no ``ERROR``: one would not be the lab's.
 
 Run it alone (from the repository's folder after ``make lab``; two shells):
 

@@ -126,6 +126,8 @@ def request_cause(request: Any) -> Cause | None:
 
 def _what(c: Cause) -> str:
     if c.task == "notify":
+        if c.fault == "poison_mail":
+            return "FM-3's poison chord body: the mail stand-in kills every notify of this side chord (body)"
         when = "after claiming, before it sends" if c.fault == "before_send" else "once the email is out, before it marks the claim sent"
         return f"scenario 4's crash plan kills notify {when}"
     attempt = f" attempt {c.attempt}" if c.attempt else ""
@@ -299,11 +301,15 @@ def recovery(h: Happening) -> None:
         delay = float(f["delay"]) if f.get("delay") else None
         LOGGER.info("lab: %s attempt %s raised %s; retry %s in %s", h.doc, f.get("retry"), error or "an error",
                     f.get("retry"), f"{delay:.2f}s" if delay is not None else "a moment")
+    elif h.kind == "dead_lettered" and not h.doc:  # the chord body itself
+        LOGGER.info("lab: the chord's notify dead-lettered (%s); the DLQ drain stored that as the chord's result "
+                    "(dead_lettered): the chord ends, visibly, without its email", f.get("death"))
     elif h.kind == "dead_lettered":
         LOGGER.info("lab: %s dead-lettered (%s); the DLQ drain recorded it as failed (dead_lettered): the chord "
                     "can complete", h.doc, f.get("death"))
     elif h.kind == "dead_letter_kept":
-        LOGGER.info("lab: a dead letter of %s stays in the DLQ for an operator: %s", h.doc, f.get("why"))
+        LOGGER.info("lab: a dead letter of %s stays in the DLQ for an operator: %s", h.doc or "the chord's notify",
+                    f.get("why"))
     elif h.kind == "notify_retry" and h.task_id not in _busy_told:
         _busy_told.add(h.task_id)
         LOGGER.info("lab: notify %s found the claim held by another notify: it busy-retries (every %ss) until the "
