@@ -226,6 +226,7 @@ def test_ctrl_c_ends_a_by_hand_run_in_one_line_and_the_next_run_does_not_wait_fo
         hand_worker: Callable[[Fm, str], Shell]) -> None:
     ns = f"{NAMESPACE}-ctrlc"
     fm = harness.load("fm4")
+    first: Shell | None = None
     try:
         hand_worker(fm, ns)
         first = Shell(fm.submit_command(), ns)
@@ -254,7 +255,7 @@ def test_ctrl_c_ends_a_by_hand_run_in_one_line_and_the_next_run_does_not_wait_fo
         assert re.search(r"^fm4 fixed \(scenario 4 on fm4, [\d.]+s\): PASS$", second.text, re.M), second.text
         assert took < 20, f"the run after Ctrl-C took {took:.1f}s"
     finally:
-        if first.proc.poll() is None:  # a failed assertion above: no stopped submitter may hold the namespace
+        if first is not None and first.proc.poll() is None:  # a failed assertion: no stopped submitter may hold the namespace
             first.proc.kill()
             first.proc.wait(timeout=10)
         clean(ns)
