@@ -208,6 +208,7 @@ class Recorded:
     fm: str
     run: str
     name: str
+    harness: int = 0  # the pid that started it
 
 
 def _recorded() -> list[tuple[Path, Recorded | None]]:
@@ -215,7 +216,8 @@ def _recorded() -> list[tuple[Path, Recorded | None]]:
     for entry in sorted(WORKERS_DIR.glob("*")) if WORKERS_DIR.exists() else []:
         try:
             data = json.loads(entry.read_text())
-            out.append((entry, Recorded(int(entry.name), str(data["fm"]), str(data["run"]), str(data.get("name", "")))))
+            out.append((entry, Recorded(int(entry.name), str(data["fm"]), str(data["run"]), str(data.get("name", "")),
+                                        int(data.get("harness") or 0))))
         except (OSError, ValueError, KeyError, TypeError):
             out.append((entry, None))
     return out
@@ -225,9 +227,14 @@ def _is_that_worker(r: Recorded) -> bool:
     """Is process ``r.pgid`` still the worker recorded (and not a reused pid)?"""
     try:
         cmdline = Path(f"/proc/{r.pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        stat = Path(f"/proc/{r.pgid}/stat").read_text()
     except OSError:
         return group_alive(r.pgid) and sys.platform != "linux"
-    return "celery" in cmdline and r.run in cmdline
+    if "celery" in cmdline and r.run in cmdline:
+        return True
+    # Just started and not yet exec'd: still its starter's fork, leading the new group it was given.
+    ppid, pgrp = (int(field) for field in stat.rsplit(")", 1)[1].split()[1:3])
+    return ppid == r.harness and pgrp == r.pgid
 
 
 def leftovers() -> list[Recorded]:
