@@ -60,10 +60,11 @@ Hard variants (``--prove``'s third column runs the drain as it first stood,
 ``lab/weak.py``): ``doc9`` above; a poison chord body (side chord ``body``: the
 mail API kills every ``notify`` of that pipeline), which a drain that finalises
 chord members only keeps in the DLQ while its chord stays PENDING, in silence;
-and a poison member (side ``behind``, ``doc33``) dead-lettered behind 101 letters
-no drain can place, one more than a pass reads (100): a drain that puts them back
-reads the same 100 on every pass and never reaches ``doc33``. G3: the body's chord
-result is its ``dead_lettered`` envelope, ``doc33`` is finalised, 101 letters parked.
+and a poison member (side ``behind``, ``doc33``) dead-lettered behind 201 letters
+no drain can place, one more than the two drains the pool may run at once read in a
+pass (100 each): a drain that puts them back reads the same ones on every pass and
+never reaches ``doc33``. G3: the body's chord result is its ``dead_lettered``
+envelope, ``doc33`` is finalised, 201 letters parked.
 
 Delta from fm2: the ``DLQ``, ``task_queues`` with a ``DeadLetteringQueue`` whose
 ``queue_arguments`` say ``quorum``, ``x-delivery-limit`` and ``x-dead-letter-exchange``,
