@@ -79,7 +79,9 @@ You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
   sent``, each followed by ``expected: the chord's notify lost its process ...: Celery
   requeues it``); ``lab: notify (duplicate) found the claim held by another notify: it
   busy-retries ...``; ``lab: notify (chord) ended ok; the email is sent`` and ``lab: notify
-  (duplicate) ended ok; sent=False: the claim says the email is out already``.
+  (duplicate) ended ok; sent=False: the claim says the email is out already``. No
+  ``Direct exchanges are not supported with native delayed delivery`` warning: the busy
+  waits go through the broker, not a countdown (fm4w, ``--prove``, prints it).
 
 Run it alone (from the repository's folder after ``make lab``; two shells):
 

@@ -70,20 +70,18 @@ You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
 - in the second shell: ``fm6 fixed (scenario 6 on fm6, ...): PASS``, an ``ok`` line for
   each of G1..G6, then the lanes fm5 lists, and: ``doc7`` ``raised soft_timeout`` after 1 s;
   ``doc8`` and ``doc10`` ``raised hard_timeout`` after 1.5 s; ``doc11`` ``killed: the
-  process died``, its final state ``failed: time_limit``;
-- in the worker's window, after Celery's banner (``app: rcl_fm6`` in the default namespace, ``<namespace>_fm6`` in yours):
-  the lines fm5 lists; for each of doc7, doc8, doc10 and doc11 ``expected: docN's parse_document
-  passed its soft_time_limit of 1s (scenario fault ...): Celery raises
-  SoftTimeLimitExceeded in it``, and what happens next (doc7 cooperates, doc8 and doc10
-  swallow it and ``@hard_timeout`` ends them, doc11 cannot see it); ``lab: doc7 failed for
-  good on attempt 1: soft_timeout ...`` and the same with ``hard_timeout`` for doc8 and
-  doc10; for doc11 ``expected: doc11's parse_document ran past its time_limit (...):
-  Celery kills its process; BackstopRequest records the envelope reason time_limit ...``
-  and ``expected: Celery's time_limit killed pool process ...``. Also, once per busy-retry
-  of the duplicate ``notify``, Celery's three-line ``WARNING`` ``Direct exchanges are not
-  supported with native delayed delivery``: Celery 5.5 and later print it for a countdown
-  on a quorum queue bound to a direct exchange, whose message the worker then holds until
-  it is due (here 50 ms).
+  process died``, its final state ``failed: time_limit``; ``doc28`` ok; ``doc29``
+  ``failed: hard_timeout`` (its fetch); ``doc30`` ``failed: time_limit``;
+- in the worker's window, after Celery's banner (``app: rcl_fm6`` in the default namespace,
+  ``<namespace>_fm6`` in yours): the lines fm5 lists; ``lab: doc7 failed for good on attempt
+  1: soft_timeout (SoftTimeLimitExceeded: ... ran past its soft deadline of 1s)`` and the
+  same with ``hard_timeout`` for doc8 and doc10 (no ``Soft time limit exceeded`` line of
+  Celery's: no Celery soft limit is set); ``lab: doc29's fetch failed for good: hard_timeout``;
+  ``lab: doc28's body returned; its result store stalls 1.0s``, and nothing after it: no
+  limit fires outside the body; for doc11 ``expected: doc11's parse_document ran past its
+  time_limit (...): Celery kills its process; BackstopRequest records the envelope reason
+  time_limit ...`` and ``expected: Celery's time_limit killed pool process ...``, and the
+  same two for doc30, whose store stalled past ``time_limit`` after its body returned.
 
 Run it alone (from the repository's folder after ``make lab``; two shells):
 

@@ -13,6 +13,7 @@ Every other store goes straight to Celery's code.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any, cast
@@ -23,6 +24,9 @@ from celery.backends.redis import RedisBackend
 from lab.faults import STORE_STALLS, fault_in
 from lab.observe import RunRecorder, doc_in
 from shared.envelope import is_envelope
+
+
+LOGGER = logging.getLogger("lab.worker")  # the lab's lines in the worker window (lab.worker_log)
 
 
 class LabRedisBackend(RedisBackend):
@@ -45,4 +49,7 @@ def _stall_once(task_id: str, result: object) -> None:
     seconds = STORE_STALLS.get(fault.kind) if fault is not None else None
     if seconds is not None and run.claim_once(f"store-stalled:{found[1]}", task_id):
         run.event("store_stall", task=task_id, doc=found[1], seconds=seconds)
+        LOGGER.info("lab: %s's body returned; its result store stalls %.1fs (scenario fault %s), as a slow Redis would: "
+                    "no in-body deadline is left to fire, Celery's time_limit (3 s from the start) still may", found[1],
+                    seconds, fault.kind if fault is not None else "?")
         time.sleep(seconds)  # the fault: a store that takes this long (a Celery limit may end it sooner)

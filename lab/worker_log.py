@@ -241,6 +241,9 @@ class ExpectedFaults(logging.Filter):
         elif cause.fault == "C_HANG":
             head = (f"Celery's time_limit killed pool process {process} (pid {pid}): {_what(cause)}, stuck in one C call "
                     "that no signal handler interrupts")
+        elif cause.fault == "STALL_PAST_LIMIT":
+            head = (f"Celery's time_limit killed pool process {process} (pid {pid}): {_what(cause)}, its body long "
+                    "returned, inside its stalled result store")
         else:
             return None
         job = _job_of(request)
@@ -264,12 +267,13 @@ class ExpectedFaults(logging.Filter):
     def _time_limit(self, task_id: str) -> str | None:
         request = _requests.get(task_id)
         cause = request_cause(request) if request is not None else None
-        if cause is None or cause.fault != "C_HANG":
+        if cause is None or cause.fault not in ("C_HANG", "STALL_PAST_LIMIT"):
             return None
         pid = getattr(request, "worker_pid", None)
         if isinstance(pid, int):
             _time_limited[pid] = cause
-        return (f"expected: {cause.doc}'s {cause.task} ran past its time_limit ({_what(cause)}): Celery kills its "
+        where = " after its body returned, its result not stored yet" if cause.fault == "STALL_PAST_LIMIT" else ""
+        return (f"expected: {cause.doc}'s {cause.task} ran past its time_limit{where} ({_what(cause)}): Celery kills its "
                 "process; BackstopRequest records the envelope reason time_limit, and the chord goes on")
 
 
@@ -301,6 +305,9 @@ def recovery(h: Happening) -> None:
         delay = float(f["delay"]) if f.get("delay") else None
         LOGGER.info("lab: %s attempt %s raised %s; retry %s in %s", h.doc, f.get("retry"), error or "an error",
                     f.get("retry"), f"{delay:.2f}s" if delay is not None else "a moment")
+    elif h.kind == "fetch_end":
+        LOGGER.info("lab: %s's fetch failed for good: %s (%s), in a SUCCESS-state envelope: its parse records it and "
+                    "the chord goes on", h.doc, f.get("outcome"), f.get("error"))
     elif h.kind == "dead_lettered" and not h.doc:  # the chord body itself
         LOGGER.info("lab: the chord's notify dead-lettered (%s); the DLQ drain stored that as the chord's result "
                     "(dead_lettered): the chord ends, visibly, without its email", f.get("death"))
