@@ -3,8 +3,14 @@
 ``fixed_run()`` holds every ending a timeline draws: ok, raised error, killed and
 redelivered, dead-lettered, retried then ok, retries exhausted, soft and hard
 timeouts, a process killed at its time limit, a chord ``notify`` that sends and a duplicate that busy-retries then
-skips. ``broken_run()`` is a run stopped on its symptom: a pinned slot, a kill
-the run did not outlive, a retry still to come, no ``notify``.
+skips; ``sided_run()`` adds its side chords (``fixed_sides``): heads that expired or
+were revoked before they ran, a poison ``notify`` the drain dead-lettered, a poison
+member behind foreign letters the drain parked. ``broken_run()`` is a run stopped on its symptom: a
+pinned slot, a kill the run did not outlive, a retry still to come, no ``notify``.
+``weak_sides_run()`` is FM-3's hard variant before its fix, side chords included (an
+expired head that hangs its chord, a poison body kept in silence, a member the drain
+never reached); ``member_failure_run()`` FM-6's: chord members Celery stored as FAILURE
+outside the body, one after its result store stalled.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import Any
 
 from shared.envelope import Result
 from lab.observe import Event
-from lab.runner import Observations, Outcome
+from lab.runner import Observations, Outcome, SideRun
 
 T0 = 1_000_000.0  # submission time (wall clock)
 DOCS = (*(f"doc{i}" for i in range(1, 9)), "doc11")
@@ -47,6 +53,53 @@ def summary_outcome(ok: list[str], failed: list[tuple[str, str, str]]) -> Outcom
     return Outcome("SUCCESS", Result[Any].success(payload, 1), None, None)
 
 
+EXPIRED_ERROR = "UpstreamFailed: fetch_document expired before it ran"
+POISON_BODY = "notify dead-lettered by the broker (delivery_limit) after 3 deliveries, 3 started"
+FOREIGN = 5  # letters no drain can place, put in the DLQ before the side chord "behind"
+
+
+def side(tag: str, docs: tuple[str, ...], events: list[Event], chord: Outcome, *, submitted: bool = True,
+         heads: dict[str, str] | None = None, claim: str | None = None, members: dict[str, Outcome] | None = None) -> SideRun:
+    attempts = {d: sum(1 for e in events if e.kind == "attempt_start" and e.get("doc") == d) for d in docs}
+    fetches = {d: sum(1 for e in events if e.kind == "fetch_start" and e.get("doc") == d) for d in docs}
+    emails = tuple(f"chord|pipeline 120000-abc123-{tag}" for e in events if e.kind == "email")
+    return SideRun(tag, f"120000-abc123-{tag}", docs, submitted, chord, members or {}, heads or {d: "SUCCESS" for d in docs}, attempts,
+                   fetches, tuple(events), emails, claim)
+
+
+def poison_deliveries(t: float) -> list[Event]:
+    """Three deliveries of a ``notify`` the mail API kills, 0.2 s apart."""
+    return [x for k in range(3) for x in (ev(t + 0.2 * k, "notify_start", role="chord"),
+                                          ev(t + 0.2 * k + 0.001, "crash", role="chord", when="poison_mail"))]
+
+
+def fixed_sides() -> dict[str, SideRun]:
+    sent = [ev(0.05, "notify_start", role="chord"), ev(0.052, "email", role="chord"),
+            ev(0.053, "notify_end", role="chord", outcome="ok", sent=True)]
+    expired = side("expired", ("doc31", "doc34"),
+                   [ev(-0.004, "revoked", doc="doc31", expired=True), ev(0.002, "revoked", doc="doc34", expired=False), *sent],
+                   summary_outcome([], [("doc31", "expired", EXPIRED_ERROR),
+                                        ("doc34", "revoked", "UpstreamFailed: fetch_document was revoked before it ran")]),
+                   heads={"doc31": "REVOKED", "doc34": "REVOKED"})
+    body = side("body", ("doc32",), [ev(0.01, "fetch_start", doc="doc32", attempt=1), start(0.02, "doc32", 1),
+                                     end(0.021, "doc32", 1), *poison_deliveries(0.1),
+                                     ev(0.8, "dead_lettered", role="chord", death="delivery_limit")],
+                Outcome("SUCCESS", Result[Any].failure(POISON_BODY, "dead_lettered", 1, 3), None, None))
+    behind = side("behind", ("doc33",), [start(1.1, "doc33", 1), start(1.2, "doc33", 2), start(1.3, "doc33", 3),
+                                         ev(1.45, "dead_lettered", doc="doc33", death="delivery_limit"),
+                                         ev(1.5, "notify_start", role="chord"), ev(1.51, "email", role="chord"),
+                                         ev(1.52, "notify_end", role="chord", outcome="ok", sent=True)],
+                  summary_outcome([], [("doc33", "dead_lettered", "parse_document dead-lettered by the broker")]),
+                  claim="sent:x")
+    return {s.tag: s for s in (expired, body, behind)}
+
+
+def foreign_letters(parked: bool) -> list[Event]:
+    """The runner's foreign letters (event ``foreign_letters``), and the drain parking each (``dead_letter_parked``)."""
+    parks = [ev(1.01 + 0.001 * i, "dead_letter_parked", role="chord", why="not JSON (text/plain)") for i in range(FOREIGN)]
+    return [ev(1.0, "foreign_letters", count=FOREIGN), *(parks if parked else [])]
+
+
 def fixed_run(doc1_error: str = "PermanentError: doc1 is malformed") -> Observations:
     events = [
         start(0.02, "doc1", 1), end(0.021, "doc1", 1, "error", doc1_error),
@@ -74,6 +127,12 @@ def fixed_run(doc1_error: str = "PermanentError: doc1 is malformed") -> Observat
         ("doc7", "soft_timeout", "SoftTimeLimitExceeded"), ("doc8", "hard_timeout", "HardTimeout: past 1.2s"),
         ("doc11", "time_limit", "TimeLimitExceeded: past 3s")])
     return observations(events, chord, elapsed=1.7, emails=("chord|pipeline: 3 ok, 6 failed",))
+
+
+def sided_run(doc1_error: str = "PermanentError: doc1 is malformed") -> Observations:
+    """``fixed_run`` with its side chords, and the foreign letters the drain parked ahead of the side ``behind``."""
+    obs = fixed_run(doc1_error)
+    return replace(obs, events=(*obs.events, *foreign_letters(parked=True)), sides=fixed_sides(), parked=FOREIGN)
 
 
 def broken_run() -> Observations:
@@ -127,3 +186,30 @@ def kept_letter_run() -> Observations:
     obs = observations(events, Outcome("PENDING", None, None, None), fm="fm3w", stopped_by="doc9's dead letter was kept",
                        elapsed=1.0)
     return replace(obs, docs=("doc2", "doc9"), fetch_attempts={"doc9": 3})
+
+
+def weak_sides_run() -> Observations:
+    """FM-3's hard variant before its fix (fm3w), with its side chords: doc9's and the poison body's letters kept,
+    doc33 never reached behind the foreign letters (none parked), and an expired head that hangs its chord."""
+    pending = Outcome("PENDING", None, None, None)
+    expired = side("expired", ("doc31",), [ev(0.003, "revoked", doc="doc31", expired=True)], pending, heads={"doc31": "REVOKED"})
+    body = side("body", ("doc32",), [start(0.02, "doc32", 1), end(0.021, "doc32", 1), *poison_deliveries(0.1),
+                                     ev(0.75, "dead_letter_kept", role="chord", why="not a chord member"),
+                                     ev(0.95, "dead_letter_kept", role="chord", why="not a chord member")], pending)
+    behind = side("behind", ("doc33",), [start(1.1, "doc33", 1), start(1.2, "doc33", 2), start(1.3, "doc33", 3)], pending)
+    obs = kept_letter_run()
+    return replace(obs, events=(*obs.events, *foreign_letters(parked=False)), dlq_depth=FOREIGN + 3, parked=0,
+                   sides={s.tag: s for s in (expired, body, behind)})
+
+
+def member_failure_run() -> Observations:
+    """FM-6's hard variant before its fix (fm6w): Celery stored FAILURE for doc11's member (killed at its time_limit, in
+    C code) and for doc28's (its body returned at 0.7 s, its result store stalled, the soft limit fired in the store);
+    the chord waits."""
+    events = [start(0.02, "doc2", 1), end(0.03, "doc2", 1), start(0.05, "doc11", 1),
+              start(0.1, "doc28", 1), ev(0.8, "store_stall", doc="doc28", seconds="1.0"), end(1.1, "doc28", 1)]
+    members = {"doc2": summary_outcome([], []), "doc11": Outcome("FAILURE", None, "TimeLimitExceeded", "TimeLimitExceeded(3,)"),
+               "doc28": Outcome("FAILURE", None, "SoftTimeLimitExceeded", "SoftTimeLimitExceeded()")}
+    obs = observations(events, Outcome("PENDING", None, None, None), fm="fm6w", stopped_by="doc11 and doc28 failed outside",
+                       elapsed=2.0)
+    return replace(obs, docs=("doc2", "doc11", "doc28"), members=members)

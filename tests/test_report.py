@@ -40,7 +40,8 @@ from shared.envelope import REASONS
 from lab.fm import ROOT, fm_modules
 from lab.harness import RunReport
 from lab.checks import Check
-from tests.synthetic import broken_run, end, ev, fixed_run, notify_story_run, observations, start, summary_outcome
+from tests.synthetic import (FOREIGN, broken_run, end, ev, fixed_sides, member_failure_run, notify_story_run, observations,
+                             sided_run, start, summary_outcome, weak_sides_run)
 
 CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
 PDFTOTEXT = Path(shutil.which("pdftotext") or "/usr/bin/pdftotext")
@@ -65,6 +66,8 @@ class Outline(HTMLParser):
         self.sections: list[str] = []
         self.lanes: dict[tuple[str, str], list[str]] = {}  # (section id, figure kind) -> lanes' data-doc
         self.same: dict[tuple[str, str], list[str]] = {}  # (section id, figure kind) -> documents told "as above"
+        self.sides: dict[tuple[str, str], list[str]] = {}  # (section id, figure kind) -> side chords drawn, lane or line
+        self.side_lines: dict[tuple[str, str], list[str]] = {}  # the side chords told in a line of words (no plot)
         self.marks: dict[str, set[str]] = {}  # section id -> mark kinds drawn
         self.checks: dict[str, list[str]] = {}  # section id -> check labels
         self.lessons: dict[str, list[str]] = {}  # section id -> docstring parts shown
@@ -87,6 +90,11 @@ class Outline(HTMLParser):
             self._figure = a["data-kind"]
         elif tag == "div" and "lane" in classes:
             self.lanes.setdefault((self._section, self._figure), []).append(a["data-doc"])
+            if "data-side" in a:
+                self.sides.setdefault((self._section, self._figure), []).append(a["data-side"])
+        elif tag == "div" and "side" in classes:
+            self.sides.setdefault((self._section, self._figure), []).append(a["data-side"])
+            self.side_lines.setdefault((self._section, self._figure), []).append(a["data-side"])
         elif tag == "div" and "same" in classes:
             self.same.setdefault((self._section, self._figure), []).extend(a["data-docs"].split())
         elif tag == "g" and "mark" in classes:
@@ -109,8 +117,8 @@ class Outline(HTMLParser):
 def _reports() -> list[RunReport]:
     fixed = [Check(f"G{i}", True, f"guarantee {i} held") for i in range(1, 7)]
     return [
-        RunReport("fm5", "fixed", "fm5", 5, [Check("G5", False, EVIL)], fixed_run(), None, None, 3.1),
-        RunReport("fm6", "fixed", "fm6", 6, fixed, fixed_run(doc1_error=EVIL), None, None, 3.5),
+        RunReport("fm5", "fixed", "fm5", 5, [Check("G5", False, EVIL)], sided_run(), None, None, 3.1),
+        RunReport("fm6", "fixed", "fm6", 6, fixed, sided_run(doc1_error=EVIL), None, None, 3.5),
         RunReport("fm6", "broken", "fm5", 6, [Check("S6", True, "doc8 still running after 2.2s")], broken_run(), None, None, 3.6),
     ]
 
@@ -133,15 +141,18 @@ def test_a_section_per_fm_with_a_lane_per_document_in_each_runs_timeline(page: s
     assert outline.sections == ["fm5", "fm6"]
     assert outline.lanes == {("fm5", "fixed"): LANES, ("fm6", "fixed"): LANES, ("fm6", "broken"): BROKEN_LANES}
     assert outline.same == {("fm6", "broken"): ["doc1", "doc2"]}
+    # the fixed runs' side chords completed: a line of words each, no lane
+    sides = ["expired", "body", "behind"]
+    assert outline.sides == outline.side_lines == {("fm5", "fixed"): sides, ("fm6", "fixed"): sides}
     assert outline.checks == {"fm5": ["G5"], "fm6": ["G1", "G2", "G3", "G4", "G5", "G6", "S6"]}
     assert '<section class="fm" id="fm6">' in page and '<div class="lane" data-doc="doc4"' in page
 
 
 def test_every_envelope_reason_kill_retry_and_dead_letter_has_its_mark_and_a_legend_entry(page: str) -> None:
     outline = Outline(page)
-    # expired and revoked end the side chord "expired" (a head that never ran), drawn with the side chords
-    assert outline.marks["fm6"] >= {*REASONS, "ok", "killed", "retried", "running", "email"} - {"expired", "revoked"}
-    for key in (*REASONS, "killed", "retried", "running", "kept", "deduplicated"):
+    # expired and revoked: the heads of the side chord "expired", marked in its line of words
+    assert outline.marks["fm6"] >= {*REASONS, "ok", "killed", "retried", "running", "email"}
+    for key in (*REASONS, "killed", "retried", "running", "kept", "deduplicated", "member_failure", "store_stall"):
         assert f'class="legend-item" data-mark="{key}"' in page.split("</aside>")[0]  # the legend at the top
 
 
@@ -468,6 +479,72 @@ def test_fm4s_notify_story_reads_one_lane_per_delivery() -> None:
     assert html.count('class="axis zoom"') == 1  # the deliveries crowd into 0.4 s of 1.4: their lanes zoom in
 
 
+def _words(html: str) -> str:
+    return " ".join(html_text.unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
+def _side_html(html: str, kind: str, tag: str) -> str:
+    fig = html.split(f'<figure class="timeline" data-kind="{kind}">')[1].split("</figure>")[0]
+    found = re.search(rf'<div class="(?:side|lane)"[^>]* data-side="{tag}".*?</span></div>', fig)
+    assert found, (kind, tag)
+    return found.group(0)
+
+
+def test_a_completed_side_chord_is_one_line_of_words_with_its_marks(page: str) -> None:
+    fm6 = page.split('<section class="fm" id="fm6">')[1]
+    body = _side_html(fm6, "fixed", "body")
+    assert body.startswith('<div class="side" data-doc="side body" data-side="body" data-state="SUCCESS" '
+                           'data-body="dead_lettered"><span class="name">side body</span>')
+    assert 'class="plot"' not in body and "mark-dead_lettered" in body
+    assert _words(body) == ("side body chord SUCCESS (envelope FAILURE dead_lettered) · a poison notify: "
+                            "body dead-lettered after 3 deliveries, finalised by the drain; claim released")
+    expired = _side_html(fm6, "fixed", "expired")
+    assert "mark-expired" in expired and "mark-revoked" in expired and "mark-email" in expired
+    assert _words(expired) == ("side expired chord SUCCESS · a chain head sent already expired; doc31 failed: expired "
+                               "(head REVOKED); doc34 failed: revoked (head REVOKED); email sent")
+    assert _words(_side_html(fm6, "fixed", "behind")) == (
+        f"side behind chord SUCCESS · a poison member behind {FOREIGN} letters no drain can place; all {FOREIGN} foreign "
+        "letters parked; doc33 failed: dead_lettered; email sent")
+
+
+def test_a_side_chord_that_did_not_complete_gets_a_lane_and_one_as_before_joins_the_as_above_line() -> None:
+    weak = weak_sides_run()
+    weak = dataclasses.replace(weak, sides={**weak.sides, "expired": fixed_sides()["expired"]})  # as in the fixed run
+    fixed = dataclasses.replace(sided_run(), fm="fm3")
+    html = report.render([RunReport("fm3", "fixed", "fm3", 3, [Check("G3", True, "held")], fixed),
+                          RunReport("fm3", "weak", "fm3w", 3, [Check("S3 hard", True, "kept")], weak)], {})
+    outline = Outline(html)
+    assert outline.sides[("fm3", "weak")] == ["body", "behind"] and ("fm3", "weak") not in outline.side_lines
+    assert outline.lanes[("fm3", "weak")][-2:] == ["side body", "side behind"]
+    same = re.search(r'<div class="same" data-docs="doc2" data-sides="expired">.*?</div>', html)
+    assert same and "doc2 and side expired: the same story as in the fixed run above" in _words(same.group(0))
+    body = _side_html(html, "weak", "body")
+    assert body.count("mark-killed") == 3 and body.count("mark-kept") == 2  # three deliveries killed; the letter kept
+    assert _words(body).endswith("chord PENDING · a poison notify: body dead-lettered after 3 deliveries, kept in the DLQ in "
+                                 "silence (not a chord member, 2 passes)")
+    behind = _side_html(html, "weak", "behind")
+    assert behind.count('class="attempt attempt-') == 3 and "mark-dead_lettered" not in behind
+    assert _words(behind).endswith(f"chord PENDING · a poison member behind {FOREIGN} letters no drain can place; none of "
+                                   f"{FOREIGN} foreign letters parked (DLQ: {FOREIGN + 3} ready at the end); doc33 never finalised by the drain")
+    assert 'class="axis sides"' not in html  # no zoomed lanes above them: the run's own axis holds
+
+
+def test_a_member_stored_as_failure_and_a_stalled_store_are_drawn_and_told() -> None:
+    html = report.render([RunReport("fm6", "weak", "fm6w", 6, [Check("S6 hard", True, "FAILURE")], member_failure_run())], {})
+    lanes = dict(re.findall(r'<div class="lane" data-doc="(doc\d+)"(.*?)</span></div>', html))
+    assert 'data-final="member failure"' in lanes["doc11"] and 'data-final="member failure"' in lanes["doc28"]
+    assert "mark-member_failure" in lanes["doc11"] and "mark-member_failure" in lanes["doc28"]
+    assert "mark-running" not in lanes["doc11"]  # not still running: Celery recorded its end
+    assert _words(lanes["doc11"]).endswith("member FAILURE · killed, then Celery stored FAILURE (TimeLimitExceeded) outside the body")
+    assert 'class="stall"' in lanes["doc28"] and "mark-store_stall" in lanes["doc28"]
+    assert _words(lanes["doc28"]).endswith("member FAILURE · result store stalled, cut at 1.10s (of 1.0 s), then Celery "
+                                           "stored FAILURE (SoftTimeLimitExceeded) outside the body")
+    ok = report.render([RunReport("fm6", "fixed", "fm6", 6, [], dataclasses.replace(observations(
+        [start(0.1, "doc28", 1), ev(0.8, "store_stall", doc="doc28", seconds="1.0"), end(1.81, "doc28", 1)],
+        summary_outcome(["doc28"], [])), docs=("doc28",)))], {})
+    assert "ok · result store stalled 1.0 s" in _words(ok)
+
+
 
 
 # ---- the handout: its size, its lanes and its print, measured in the browser -------------------------------
@@ -570,6 +647,7 @@ def test_the_report_prints_with_its_details_and_an_fm_per_page(handout_file: Pat
                            check=True).stdout.split("\f")
     text = " ".join(" ".join(pages).split())
     for words in ("G3 (poison dead-lettered at the bound; body; letters parked): holds", "S4 (duplicated notify: several emails): reproduced",
+                  "body dead-lettered after 3 deliveries",
                   "killed before sending", "claim busy ×5", "the claim said sent: returned sent=False",
                   "chunk004–chunk007 ×4", "ended ok", "dead_lettered", "what happened", "Marks in these timelines"):
         assert words in text, f"{words!r} is not in the printed report"

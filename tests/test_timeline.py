@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from typing import Any
 
 from lab.show import timeline, timeline_text
-from shared.envelope import REASONS
+from shared.envelope import REASONS, Result
 from lab.harness import RunReport
 from lab.show.progress import Board
 from lab.runner import Outcome
 from lab.show.timeline import MARKS, DocTimeline, Timeline
-from tests.synthetic import (broken_run, end, ev, fixed_run, kept_letter_run, lost_run, notify_story_run, observations, start,
-                             summary_outcome)
+from tests.synthetic import (EXPIRED_ERROR, FOREIGN, broken_run, end, ev, fixed_run, kept_letter_run, lost_run, member_failure_run,
+                             notify_story_run, observations, sided_run, start, summary_outcome, weak_sides_run)
 
 
 def doc(tl: Timeline, name: str) -> DocTimeline:
@@ -45,14 +46,16 @@ def test_each_attempt_is_placed_relative_to_submission_and_ends_as_observed() ->
 
 
 def test_a_documents_final_state_carries_the_envelope_reason_from_the_summary() -> None:
-    tl = timeline.build(fixed_run())
+    tl = timeline.build(sided_run())
     finals = {d.doc: (d.final, d.reason) for d in tl.docs}
     assert finals == {
         "doc1": ("failed", "error"), "doc2": ("ok", None), "doc3": ("ok", None), "doc4": ("failed", "dead_lettered"),
         "doc5": ("ok", None), "doc6": ("failed", "retries_exhausted"), "doc7": ("failed", "soft_timeout"),
         "doc8": ("failed", "hard_timeout"), "doc11": ("failed", "time_limit")}
-    # expired and revoked are the reasons of a head that never ran: side chord "expired", not this chord
+    # expired and revoked are the reasons of a head that never ran: they end the side chord "expired"
+    side_docs = [d for side in tl.sides for d in side.timeline.docs]
     assert {d.mark for d in tl.docs if d.final == "failed"} == set(REASONS) - {"expired", "revoked"}
+    assert {d.mark for d in (*tl.docs, *side_docs) if d.final == "failed"} == set(REASONS)
 
 
 def test_notify_runs_pair_starts_with_ends_and_a_busy_claim_is_a_retry() -> None:
@@ -101,7 +104,7 @@ def test_text_lines_say_how_each_attempt_ended() -> None:
 
 
 def _reports() -> list[RunReport]:
-    return [RunReport("fm6", "fixed", "fm6", 6, observations=fixed_run()),
+    return [RunReport("fm6", "fixed", "fm6", 6, observations=sided_run()),
             RunReport("fm6", "broken", "fm5", 6, observations=broken_run())]
 
 
@@ -201,3 +204,109 @@ def test_the_chords_last_delivery_returned_when_the_chord_holds_its_result() -> 
     assert any(line.endswith("ended: ok (its end known from the chord's stored result)") for line in text)
     pending = timeline.build(observations(events, Outcome("PENDING", None, None, None)))
     assert [(n.how, n.returned) for n in pending.notifies] == [("running", False)]  # nothing says it returned
+
+
+def plain_lines(tl: Timeline, title: str = "t") -> list[str]:
+    return [timeline_text.plain(line) for line in timeline_text.lines(tl, title)]
+
+
+def test_each_side_chord_is_built_on_the_runs_time_base_with_its_bodys_fate() -> None:
+    tl = timeline.build(sided_run())
+    sides = {s.tag: s for s in tl.sides}
+    assert list(sides) == ["expired", "body", "behind"]
+    expired, body, behind = sides["expired"], sides["body"], sides["behind"]
+    assert [(d.doc, d.final, d.reason, ms(d.revoked_at), d.expired) for d in expired.timeline.docs] == [
+        ("doc31", "failed", "expired", -4, True), ("doc34", "failed", "revoked", 2, False)]
+    assert (expired.state, expired.body, expired.mark) == ("SUCCESS", "sent", "ok")
+    # the poison body: three deliveries killed by the mail API, then the drain's finalising
+    assert [(n.how, n.crash) for n in body.timeline.notifies] == [("killed", "poison_mail")] * 3
+    assert (body.state, body.body, body.deliveries, ms(body.body_at), body.mark) == ("SUCCESS", "dead_lettered", 3, 800,
+                                                                                      "dead_lettered")
+    assert body.outcome == ("chord SUCCESS (envelope FAILURE dead_lettered): body dead-lettered after 3 deliveries, "
+                            "finalised by the drain; claim released")  # fm6 holds a claim: the drain released it
+    assert behind.purpose == f"a poison member behind {FOREIGN} letters no drain can place"
+    assert [(f.text, f.mark) for f in behind.facts] == [
+        (f"all {FOREIGN} foreign letters parked", None), ("doc33 failed: dead_lettered", "dead_lettered"), ("email sent", "email")]
+    assert ms(tl.span) == 1700  # the sides ended inside the run
+
+
+def test_the_text_timeline_heads_each_side_chord_and_indents_its_lines() -> None:
+    lines = plain_lines(timeline.build(sided_run()), "fm6 fixed")
+    at = lines.index("  side chord body (a poison notify): chord SUCCESS (envelope FAILURE dead_lettered):")
+    assert lines[at + 1:at + 8] == [
+        "    · body dead-lettered after 3 deliveries, finalised by the drain; claim released",
+        "    doc32 ok",
+        "      #1 0.020→0.021s   ok",
+        *["    notify chord     " + f"{t:.3f}→{t + 0.001:.3f}s".ljust(14) + " killed by the poison mail API" for t in (0.1, 0.3, 0.5)],
+        "    notify           0.800s         dead-lettered: finalised by the DLQ drain"]
+    expired = lines.index("  side chord expired (a chain head sent already expired): chord SUCCESS;")
+    assert lines[expired + 1:expired + 5] == [
+        "    · doc31 failed: expired (head REVOKED); doc34 failed: revoked (head REVOKED); email sent",
+        "    doc31 failed: expired", "         -0.004s        fetch expired before it ran (REVOKED)", "    doc34 failed: revoked"]
+    behind = lines.index(f"  side chord behind (a poison member behind {FOREIGN} letters no drain can place): chord SUCCESS;")
+    assert lines[behind + 1] == f"    · all {FOREIGN} foreign letters parked; doc33 failed: dead_lettered; email sent"
+    assert lines.index("  notify duplicate 1.680→1.682s   skipped, sent=False (already sent)") < expired  # the main chord first
+    assert max(len(line) for line in lines[expired:]) <= 100  # narrow enough to stand beside the broken run's timeline
+
+
+def test_a_side_chord_that_hangs_says_what_held_it() -> None:
+    tl = timeline.build(weak_sides_run())
+    sides = {s.tag: s for s in tl.sides}
+    doc31 = sides["expired"].timeline.docs[0]
+    assert (doc31.final, doc31.mark, doc31.attempts) == ("revoked", "expired", ())  # not "not started": its head expired
+    assert [(s.state, s.body, s.mark) for s in tl.sides] == [("PENDING", "never ran", "running"), ("PENDING", "kept", "kept"),
+                                                              ("PENDING", "never ran", "running")]
+    lines = plain_lines(tl, "fm3 weak")
+    head = lines.index("  side chord expired (a chain head sent already expired): chord PENDING;")
+    assert lines[head + 1:head + 3] == ["    · doc31's head REVOKED (expired), nothing ran after it",
+                                        "    doc31 head expired before it ran: nothing after it ran"]
+    head = lines.index("  side chord body (a poison notify): chord PENDING:")
+    assert lines[head + 1] == "    · body dead-lettered after 3 deliveries, kept in the DLQ in silence (not a chord member, 2 passes)"
+    assert "    notify           0.750s         dead-lettered: the drain kept its letter in the DLQ, nothing finalised it" in lines
+    head = lines.index(f"  side chord behind (a poison member behind {FOREIGN} letters no drain can place): chord PENDING;")
+    assert lines[head + 1:head + 3] == [f"    · none of {FOREIGN} foreign letters parked (DLQ: {FOREIGN + 3} ready at the end);",
+                                        "    · doc33 never finalised by the drain"]  # fm3w has no claim to speak of
+
+
+def test_a_member_whose_envelope_celery_holds_ended_though_its_chord_waits_for_the_body() -> None:
+    """fm6w: the expired head's failure went down the chain (its member holds the envelope); the body waits behind
+    pinned slots. The document failed ``expired``; what holds the chord is its body."""
+    obs = weak_sides_run()
+    stored = Outcome("SUCCESS", Result[Any].failure(EXPIRED_ERROR, "expired", 1), None, None)
+    expired = dataclasses.replace(obs.sides["expired"], members={"doc31": stored})
+    tl = timeline.build(dataclasses.replace(obs, sides={"expired": expired}))
+    doc31 = tl.sides[0].timeline.docs[0]
+    assert (doc31.final, doc31.reason, doc31.error) == ("failed", "expired", EXPIRED_ERROR)
+    assert [f.text for f in tl.sides[0].facts] == ["doc31 failed: expired (head REVOKED)", "notify never ran"]
+
+
+def test_a_side_chord_the_runner_never_sent_is_its_heading_alone() -> None:
+    obs = weak_sides_run()
+    behind = dataclasses.replace(obs.sides["behind"], submitted=False, events=(), chord=Outcome("NOT SENT", None, None, None))
+    tl = timeline.build(dataclasses.replace(obs, sides={"behind": behind}, events=obs.events[:-1]))  # no foreign letters either
+    assert plain_lines(tl)[-2:] == ["  side chord behind (a poison member behind letters no drain can place): not sent:",
+                                    "    · the run stopped before the runner sent it"]
+
+
+def test_a_member_celery_stored_as_failure_while_the_chord_waits_says_so() -> None:
+    tl = timeline.build(member_failure_run())
+    doc11, doc28 = doc(tl, "doc11"), doc(tl, "doc28")
+    assert (doc11.final, doc11.member_error, doc11.mark, endings(tl, "doc11")) == (
+        "member failure", "TimeLimitExceeded", "member_failure", ["killed"])  # not "running": Celery recorded its end
+    assert (doc28.final, doc28.member_error, endings(tl, "doc28")) == ("member failure", "SoftTimeLimitExceeded", ["ok"])
+    assert [(ms(st.start), st.seconds, ms(st.until), st.cut) for st in doc28.stalls] == [(800, 1.0, 1100, True)]
+    assert doc(tl, "doc2").final == "ok"
+    lines = plain_lines(tl)
+    assert "  doc11 member FAILURE: TimeLimitExceeded, stored by Celery outside the body" in lines
+    assert "  doc28 member FAILURE: SoftTimeLimitExceeded, stored by Celery outside the body" in lines
+    assert "       0.800s         result store stalled 1.0 s after the body returned, cut at 1.100s" in lines
+
+
+def test_a_stall_the_body_outlived_is_whole_and_a_finished_chord_keeps_its_own_words() -> None:
+    events = [start(0.1, "doc28", 1), ev(0.8, "store_stall", doc="doc28", seconds="1.0"), end(1.81, "doc28", 1)]
+    ok = timeline.build(dataclasses.replace(observations(events, summary_outcome(["doc28"], [])), docs=("doc28",)))
+    assert [(ms(st.until), st.cut) for st in doc(ok, "doc28").stalls] == [(1800, False)]
+    assert "       0.800s         result store stalled 1.0 s after the body returned" in plain_lines(ok)
+    # once the chord finished, the chord's own account stands: a FAILURE member does not rewrite it
+    lost = dataclasses.replace(lost_run(), members={"doc3": Outcome("FAILURE", None, "WorkerLostError", "x")})
+    assert doc(timeline.build(lost), "doc3").final == "killed"

@@ -8,7 +8,8 @@ Fix and Tradeoffs paragraphs), "The change" (the code diff from the previous FM'
 file, ``lab.show.diff``), its runs (the fixed run's verdict with its guarantees, the
 broken run's with its symptom, each check named in words with what it saw), the
 marks its timelines use, and per run the timeline as swimlanes as wide as the page
-(``lab.show.swimlanes``), each lane saying in words what happened in it.
+(``lab.show.swimlanes``), each lane saying in words what happened in it, the run's side
+chords last (a line each, a lane for one that did not complete).
 
 Badges: PASS is green, a symptom reproduced (REPRODUCED, BUG REPRODUCED) is a
 neutral slate: the bug was shown as intended, nothing to celebrate or fix; anything
@@ -333,8 +334,8 @@ border-radius:6px;padding:4px 0;overflow-x:auto;margin:4px 0} .diff span{display
 ul.checks{padding-left:16px;margin:2px 0} ul.checks li{margin:1px 0} .check.bad{color:#c62828}
 .check .words{color:#333} .check .seen{font-size:12px;color:#555} .check .seen:not(:empty)::before{content:" — "} .secs{color:#777;font-weight:400}
 .error{color:#c62828;white-space:pre-wrap}
-.timelines{margin-top:6px} .fm-legend{display:flex;flex-wrap:wrap;align-items:center;gap:0 14px;margin:2px 0}
-.legend-head{font-weight:600;font-size:13px}
+.timelines{margin-top:6px} .fm-legend{display:flex;align-items:baseline;gap:0 14px;margin:2px 0} .fm-legend ul.legend{flex:1 1 0;min-width:20em;margin:0}
+.legend-head{font-weight:600;font-size:13px;white-space:nowrap}
 figure.timeline{margin:6px 0 0} figcaption{font-weight:600;display:inline;margin-right:8px} .stop{color:#555;font-size:12.5px}
 figure.timeline .lanes{margin-top:2px}
 .lanes{display:grid;grid-template-columns:calc(var(--names,8ch) * 1.05 + 16px) minmax(0,1fr) minmax(20em,40%);font-size:12px}
@@ -345,6 +346,8 @@ figure.timeline .lanes{margin-top:2px}
 .lanes .lane:nth-child(even)>*{background:#f4f5f7}
 .lanes .axis>*{min-height:16px;padding-top:0;color:#888;font-weight:400;font-size:11px}
 .lanes .axis.zoom>*{border-top:1px dashed #b0bec5;background:#f7fafc}
+.lanes .axis.sides>*{border-top:1px dashed #b0bec5;background:#f7fafc}
+.lanes .side .what{grid-column:2/-1} .lanes .what svg.icon{vertical-align:-2px;margin-right:2px}
 svg.plot text{fill:#888;font-size:10px;font-family:system-ui,"DejaVu Sans",sans-serif} svg.plot line.grid{stroke:#e4e4e4}
 svg.plot text.delay{font-size:9.5px;fill:#1565c0} svg.plot line.gate{stroke:#37474f;stroke-width:1.5;stroke-dasharray:2 2}
 svg .attempt-killed,svg .notify-killed{fill-opacity:.15;stroke:#212121;stroke-dasharray:3 2} svg .attempt-running{fill-opacity:.35}

@@ -19,12 +19,24 @@ the documents whose story is the one they had in the fixed run get one line that
 so ("as above", ``data-docs``): what stays in lanes is what the symptom changed.
 Documents named with a common batch prefix are named without it (the caption gives it).
 
+Side chords (``Timeline.sides``, a hard variant's own chord) come last, one row each
+(``data-side``), named ``side <tag>``: in words its chord's outcome, what it is for and
+what became of its body, its letters, its documents and its claim, each with its mark
+(``expired`` for a head that expired, ``dead_lettered`` or ``kept`` for the body's letter,
+``email``). A side chord that completed is that line alone (``<div class="side">``); one
+that did not gets a lane (``<div class="lane">``) whose track holds its documents'
+attempts and its body's deliveries: the plot is kept for what failed, so that a section
+stays about two screens. A side chord whose story is the fixed run's is named on the
+"as above" line instead.
+
 An attempt is a bar from its start to its end; its ending is a mark in the colour and
 shape of ``timeline.MARKS``: one per envelope reason (``error``, ``dead_lettered``,
 ``retries_exhausted``, ``soft_timeout``, ``hard_timeout``, ``time_limit``) and for ``ok``,
 ``killed`` (a dashed bar up to whatever came next, since no end was recorded),
 ``retried`` (a dotted line over the backoff to the next attempt), ``running`` (a bar to
-the right edge), ``kept`` (a dead letter the drain kept), ``email`` and ``deduplicated``.
+the right edge), ``kept`` (a dead letter the drain kept), ``email`` and ``deduplicated``;
+``member_failure`` ends a document whose chord member Celery stored as FAILURE outside the
+body, and ``store_stall`` starts a thin bar over the time its result store stalled.
 ``legend(keys)`` lists marks with their labels: the report puts every mark at the top and,
 per FM, the marks its figures use. Every text is escaped.
 """
@@ -37,7 +49,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-from lab.show.timeline import MARKS, Attempt, DocTimeline, NotifyRun, Timeline
+from lab.show.timeline import MARKS, Attempt, DocTimeline, NotifyRun, SideTimeline, Stall, Timeline
 from lab.show.timeline_text import short
 
 LANE = 21  # px: the height of a lane's plot
@@ -66,6 +78,7 @@ class _Row:
     what: str  # HTML
     parts: list[str] = field(default_factory=lambda: [])
     same: bool = False  # a line for the documents whose story is the fixed run's (no plot)
+    line: bool = False  # a side chord's line: words only, across the plot's column and the words' (no plot)
 
 
 class _Scale:
@@ -95,9 +108,10 @@ class _Scale:
     def grid(self) -> str:
         return "".join(f'<line class="grid" x1="{self.x(t)}%" y1="0" x2="{self.x(t)}%" y2="{LANE}"/>' for t in self.ticks())
 
-    def axis(self, name: str, what: str, zoom: bool = False) -> str:
+    def axis(self, name: str, what: str, zoom: bool = False, kind: str = "") -> str:
         ticks = "".join(f'<text x="{self.x(t)}%" y="12" text-anchor="middle">{t:g}</text>' for t in self.ticks())
-        return (f'<div class="axis{" zoom" if zoom else ""}"><span class="name">{escape(name)}</span><svg class="plot" '
+        extra = (" zoom" if zoom else "") + (f" {kind}" if kind else "")
+        return (f'<div class="axis{extra}"><span class="name">{escape(name)}</span><svg class="plot" '
                 f'xmlns="http://www.w3.org/2000/svg" height="{AXIS}" aria-hidden="true">{ticks}</svg>'
                 f'<span class="what">{escape(what)}</span></div>')
 
@@ -131,7 +145,9 @@ def render(tl: Timeline, span: float | None = None, like: Timeline | None = None
     prefix = _prefix([d.doc for d in tl.docs])
     before = {d.doc: _shape(d) for d in like.docs} if like is not None else {}
     same = [d for d in tl.docs if before.get(d.doc) == _shape(d)]
-    rows = [_same_row(same, tl.docs, prefix, like_name)] if same else []
+    earlier = {s.tag: _side_shape(s) for s in like.sides} if like is not None else {}
+    same_sides = [s.tag for s in tl.sides if earlier.get(s.tag) == _side_shape(s)]
+    rows = [_same_row(same, tl.docs, prefix, like_name, same_sides)] if same or same_sides else []
     rows += [_doc_row(group, scale, tl.span, prefix, used) for group in _groups([d for d in tl.docs if d not in same])]
     zoom = _body_scale(tl, scale)
     body_rows = _body_rows(tl, zoom or scale, used)
@@ -140,15 +156,23 @@ def render(tl: Timeline, span: float | None = None, like: Timeline | None = None
         t1 = zoom.t0 + zoom.span
         parts.append(zoom.axis("t (s), zoom", f"{tl.body}'s deliveries, zoomed in: {zoom.t0:.2f}–{t1:.2f}s", zoom=True))
     parts += [_row_html(row, zoom or scale) for row in body_rows]
+    side_rows = [_side_row(s, scale, used) for s in tl.sides if s.tag not in same_sides]
+    if zoom is not None and any(not row.line for row in side_rows):  # back to the run's time scale for their plots
+        parts.append(scale.axis("t (s)", "side chords, on the run's time scale", kind="sides"))
+    parts += [_row_html(row, scale) for row in side_rows]
     label = f"timeline of run {tl.run_id}"
     return Figure(f'<div class="lanes" role="group" aria-label={_q(label)}>{"".join(parts)}</div>', frozenset(used), prefix,
-                  max(len(row.name) for row in [*rows, *body_rows]))
+                  max(len(row.name) for row in [*rows, *body_rows, *side_rows]))
 
 
 def _row_html(row: _Row, scale: _Scale) -> str:
     if row.same:
-        return (f'<div class="same" data-docs={_q(row.attrs["data-docs"])}><span class="name">{escape(row.name)}</span>'
+        sides = f' data-sides={_q(row.attrs["data-sides"])}' if row.attrs.get("data-sides") else ""
+        return (f'<div class="same" data-docs={_q(row.attrs["data-docs"])}{sides}><span class="name">{escape(row.name)}</span>'
                 f'<span class="what">{row.what}</span></div>')
+    if row.line:
+        attrs = "".join(f" {k}={_q(v)}" for k, v in row.attrs.items())
+        return f'<div class="side"{attrs}><span class="name">{escape(row.name)}</span><span class="what">{row.what}</span></div>'
     attrs = "".join(f" {k}={_q(v)}" for k, v in row.attrs.items())
     return (f'<div class="lane"{attrs}><span class="name">{escape(row.name)}</span>'
             f'<span class="track"><svg class="plot" xmlns="http://www.w3.org/2000/svg" height="{LANE}" role="img" '
@@ -174,7 +198,7 @@ def _prefix(docs: Sequence[str]) -> str:
 def _shape(d: DocTimeline) -> tuple[object, ...]:
     """What a document's lane tells, without its times: equal shapes can share a lane."""
     return (tuple((a.stage, a.how, a.reason) for a in d.attempts), d.final, d.reason,
-            d.dead_lettered_at is None, d.kept_at is None)
+            d.dead_lettered_at is None, d.kept_at is None, d.revoked_at is None, d.member_error, len(d.stalls))
 
 
 def _groups(docs: Sequence[DocTimeline]) -> list[list[DocTimeline]]:
@@ -204,10 +228,13 @@ def _ranges(docs: Sequence[DocTimeline], among: Sequence[DocTimeline], prefix: s
                      for r in runs)
 
 
-def _same_row(same: list[DocTimeline], among: Sequence[DocTimeline], prefix: str, like_name: str) -> _Row:
-    names = _ranges(same, among, prefix)
+def _same_row(same: list[DocTimeline], among: Sequence[DocTimeline], prefix: str, like_name: str,
+              sides: Sequence[str] = ()) -> _Row:
+    told = [*([_ranges(same, among, prefix)] if same else []), *(f"side {tag}" for tag in sides)]
+    names = ", ".join(told[:-1]) + f" and {told[-1]}" if len(told) > 1 and sides else ", ".join(told)
     what = escape(f"{names}: the same story as in the {like_name} run above (same attempts and endings, same final state)")
-    return _Row(f"{len(same)} as above", {"data-docs": " ".join(d.doc for d in same)}, what, same=True)
+    count = f"{len(same)} as above" if not sides else f"{len(same) + len(sides)} as above" if same else "as above"
+    return _Row(count, {"data-docs": " ".join(d.doc for d in same), "data-sides": " ".join(sides)}, what, same=True)
 
 
 def _doc_row(group: list[DocTimeline], scale: _Scale, span: float, prefix: str, used: set[str]) -> _Row:
@@ -225,26 +252,50 @@ def _doc_row(group: list[DocTimeline], scale: _Scale, span: float, prefix: str, 
             + (f" · {len(group)} documents, each: " if len(group) > 1 else " · " if story else "") + escape(story))
     row = _Row(name, attrs, what)
     for d in group:
-        tip_doc = d.doc
-        for i, a in enumerate(d.attempts):
-            after = d.attempts[i + 1].start if i + 1 < len(d.attempts) else (d.dead_lettered_at or d.kept_at)
-            last_reason = d.reason if i == len(d.attempts) - 1 and d.final == "failed" else None
-            row.parts.append(_attempt(tip_doc, a, scale, span if after is None else after, last_reason, used,
-                                      labels=len(group) == 1))
-        if d.dead_lettered_at is not None:
-            row.parts.append(_mark("dead_lettered", scale.x(d.dead_lettered_at), MID,
-                                   f"{d.doc}: dead-lettered, finalised by the DLQ drain at {d.dead_lettered_at:.3f}s", used))
-        if d.kept_at is not None:
-            row.parts.append(_mark("kept", scale.x(d.kept_at), MID,
-                                   f"{d.doc}: dead-lettered, the drain kept it in the DLQ at {d.kept_at:.3f}s", used))
+        row.parts += _doc_parts(d, scale, span, used, labels=len(group) == 1)
     return row
 
 
-FINAL = {"ok": "ok", "kept": "kept in the DLQ", "killed": "lost", "running": "still running",
-         "retrying": "retry pending", "not started": "not started"}
+def _doc_parts(d: DocTimeline, scale: _Scale, span: float, used: set[str], labels: bool = True) -> list[str]:
+    """A document's attempts, stalls and ending marks on a plot."""
+    parts: list[str] = []
+    for i, a in enumerate(d.attempts):
+        after = d.attempts[i + 1].start if i + 1 < len(d.attempts) else (d.dead_lettered_at or d.kept_at)
+        last = i == len(d.attempts) - 1
+        last_reason = d.reason if last and d.final == "failed" else "member_failure" if last and d.final == "member failure" else None
+        parts.append(_attempt(d.doc, a, scale, span if after is None else after, last_reason, used, labels=labels))
+    for st in d.stalls:
+        x0, x1 = scale.x(st.start), scale.x(st.until)
+        tip = f"{d.doc}: {_stall_words(st)} (from {st.start:.3f}s to {st.until:.3f}s)"
+        parts.append(f'<rect class="stall" x="{x0}%" y="{MID - 2}" width="{round(max(x1 - x0, 0.3), 2)}%" height="4" '
+                     f'fill="{MARKS["store_stall"].colour}"><title>{escape(tip)}</title></rect>'
+                     + _mark("store_stall", x0, MID, tip, used))
+    if d.revoked_at is not None:
+        key = "expired" if d.expired else "revoked"
+        parts.append(_mark(key, scale.x(d.revoked_at), MID,
+                           f"{d.doc}: its fetch (the chain's head) {key} before it ran, at {d.revoked_at:.3f}s", used))
+    if d.dead_lettered_at is not None:
+        parts.append(_mark("dead_lettered", scale.x(d.dead_lettered_at), MID,
+                           f"{d.doc}: dead-lettered, finalised by the DLQ drain at {d.dead_lettered_at:.3f}s", used))
+    if d.kept_at is not None:
+        parts.append(_mark("kept", scale.x(d.kept_at), MID,
+                           f"{d.doc}: dead-lettered, the drain kept it in the DLQ at {d.kept_at:.3f}s", used))
+    return parts
+
+
+def _stall_words(st: Stall) -> str:
+    if st.cut:
+        return f"result store stalled, cut at {st.until:.2f}s (of {st.seconds:.1f} s)"
+    return f"result store stalled {st.seconds:.1f} s"
+
+
+FINAL = {"ok": "ok", "kept": "kept in the DLQ", "revoked": "head revoked", "member failure": "member FAILURE", "killed": "lost",
+         "running": "still running", "retrying": "retry pending", "not started": "not started"}
 
 
 def _final_word(d: DocTimeline) -> str:
+    if d.final == "revoked" and d.expired:
+        return "head expired"
     return (d.reason or "error") if d.final == "failed" else FINAL[d.final]
 
 
@@ -276,10 +327,18 @@ def _story(d: DocTimeline, exact: bool = True) -> str:
             steps.append(f"{kind}{times}, retried" + (f" after {delays} ms" if exact else ""))
         else:
             steps.append(short(a.error, 40 if steps else 52) if a.error and exact else f"raised {a.reason}")
+    steps += [_stall_words(st) if exact else "its result store stalled" for st in d.stalls]
+    if d.revoked_at is not None:
+        steps.append(f"its fetch {'expired' if d.expired else 'was revoked'} before it ran (REVOKED)"
+                     + (", nothing ran after it" if d.final == "revoked" else ""))
     if d.dead_lettered_at is not None:
         steps.append("the DLQ drain finalised it" + (f" at {d.dead_lettered_at:.2f}s" if exact else ""))
     if d.kept_at is not None:
         steps.append("dead-lettered, and the drain kept it in the DLQ" + (f" ({d.kept_why})" if d.kept_why else ""))
+    if d.final == "member failure":
+        steps.append(f"Celery stored FAILURE ({d.member_error or 'an error'}) outside the body")
+    elif d.final == "failed" and d.error and exact and (not d.attempts or d.attempts[-1].how == "ok"):
+        steps.append(short(d.error, 40 if steps else 52))  # what the envelope says, where no attempt shows it
     return ", then ".join(steps)
 
 
@@ -289,7 +348,8 @@ def _attempt(doc: str, a: Attempt, scale: _Scale, next_t: float, final_reason: s
     end = a.end if a.end is not None else next_t
     x1 = max(scale.x(end), x0 + 0.3)
     # A process killed at its time_limit has no end of its own; the backstop's envelope names it.
-    ended_by = a.how == "raised" or (a.how == "killed" and final_reason == "time_limit")
+    # A member Celery stored as FAILURE outside the body ends there, whatever the attempt's own end.
+    ended_by = a.how == "raised" or (a.how == "killed" and final_reason == "time_limit") or final_reason == "member_failure"
     mark = final_reason if ended_by and final_reason else a.mark
     tip = f"{doc} {'fetch' if a.stage == 'fetch' else 'attempt'} {a.n}: {a.start:.3f}s → " + _tip(a, next_t)
     bar = (f'<rect class="attempt attempt-{a.how}" data-attempt="{a.n}" x="{x0}%" y="{MID - 5}" width="{round(x1 - x0, 2)}%" '
@@ -302,6 +362,51 @@ def _attempt(doc: str, a: Attempt, scale: _Scale, next_t: float, final_reason: s
             extra += (f'<text class="delay" x="{round((x1 + due) / 2, 2)}%" y="{MID - 6}" text-anchor="middle">'
                       f"+{1000 * a.retry_in:.0f} ms</text>")
     return bar + extra + _mark(mark, x1, MID, tip, used)
+
+
+# ---- side chords: one lane each ---------------------------------------------------------
+
+
+def _side_shape(s: SideTimeline) -> tuple[object, ...]:
+    """What a side chord's lane tells, without its times."""
+    return (s.state, s.body, s.head, tuple(_shape(d) for d in s.timeline.docs),
+            tuple((n.how, n.crash) for n in s.timeline.notifies))
+
+
+def _side_row(s: SideTimeline, scale: _Scale, used: set[str]) -> _Row:
+    """A side chord: its line of words, and a lane (its documents' attempts, its body's deliveries and fate on one
+    track) when its chord did not complete."""
+    key = s.mark
+    used.add(key)
+    purpose = f" · {escape(s.purpose)}" if s.purpose else ""
+    facts = "; ".join(_icon(f.mark, used) + escape(f.text) if f.mark else escape(f.text) for f in s.facts)
+    what = (f'<b class="final" style="color:{MARKS[key].colour}">{escape(s.head)}</b>{purpose}'
+            + (f"{escape(s.joint)}{facts}" if facts else ""))
+    attrs = {"data-doc": f"side {s.tag}", "data-side": s.tag, "data-state": s.state, "data-body": s.body}
+    row = _Row(f"side {s.tag}", attrs, what, line=s.state in ("SUCCESS", "NOT SENT"))
+    if row.line:
+        return row
+    sub = s.timeline
+    for d in sub.docs:
+        row.parts += _doc_parts(d, scale, sub.span, used)
+    for n in sub.notifies:
+        row.parts.append(_body_bar(sub, n, scale, used))
+    if sub.counts_emails:
+        row.parts += [_mark("email", scale.x(e.t), MID, f"side {s.tag}: email sent at {e.t:.3f}s", used) for e in sub.emails]
+    if s.body in ("dead_lettered", "kept") and s.body_at is not None:
+        tip = (f"side {s.tag}: its {sub.body} dead-lettered after {s.deliveries} deliveries; " +
+               ("the drain finalised it" if s.body == "dead_lettered" else "the drain kept its letter in the DLQ")
+               + f" at {s.body_at:.3f}s")
+        row.parts.append(_mark(s.body, scale.x(s.body_at), MID, tip, used))
+    return row
+
+
+def _icon(key: str, used: set[str]) -> str:
+    """Mark ``key`` inline, before the words it stands for (a side chord's line)."""
+    used.add(key)
+    colour = MARKS[key].colour
+    return (f'<svg class="icon" xmlns="http://www.w3.org/2000/svg" width="13" height="13" viewBox="-9 -9 18 18" '
+            f'aria-hidden="true"><g class="mark mark-{key}" fill="{colour}" stroke="{colour}">{shape(key, 0, 0)}</g></svg>')
 
 
 def _tip(a: Attempt, next_t: float) -> str:
@@ -471,6 +576,18 @@ def shape(key: str, x: float, y: float) -> str:
         return f'<circle cx="{x}" cy="{y}" r="{r - 1}" fill="#fff" stroke-width="2"/>'
     if key == "running":
         return f'<polygon points="{x},{y - r} {x + r + 2},{y} {x},{y + r}"/>'
+    if key == "member_failure":
+        return (f'<rect x="{x - r}" y="{y - r}" width="{2 * r}" height="{2 * r}" fill="#fff" stroke-width="2"/>'
+                f'<path d="M{x - 3} {y - 3}L{x + 3} {y + 3}M{x - 3} {y + 3}L{x + 3} {y - 3}" fill="none" stroke-width="2"/>')
+    if key == "store_stall":
+        return (f'<rect x="{x - 4}" y="{y - r - 1}" width="3" height="{2 * r + 2}" stroke="none"/>'
+                f'<rect x="{x + 1}" y="{y - r - 1}" width="3" height="{2 * r + 2}" stroke="none"/>')
+    if key == "expired":
+        return (f'<path d="M{x - r} {y - r - 1}H{x + r}L{x - r} {y + r + 1}H{x + r}Z" stroke-width="1.2" '
+                f'stroke-linejoin="round"/>')
+    if key == "revoked":
+        return (f'<circle cx="{x}" cy="{y}" r="{r}" fill="#fff" stroke-width="2"/>'
+                f'<path d="M{x - 3.5} {y}H{x + 3.5}" fill="none" stroke-width="2.2"/>')
     if key == "deduplicated":
         return (f'<circle cx="{x}" cy="{y}" r="{r}" fill="#fff" stroke-width="1.6"/>'
                 f'<path d="M{x - 3} {y - 1.5}H{x + 3}M{x - 3} {y + 1.5}H{x + 3}" fill="none" stroke-width="1.4"/>')

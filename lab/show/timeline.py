@@ -23,9 +23,21 @@ How an attempt ends (``Attempt.end``):
 A document's final state (``DocTimeline.final``) comes from the chord's summary
 when ``notify`` ran (it holds the envelope reason, e.g. ``retries_exhausted``);
 otherwise from its events: ``kept`` (dead-lettered, and the drain kept the letter in
-the DLQ instead of finalising it: FM-3's hard variant, a poison chain head), ``killed``
-(the process died and nothing redelivered the message), ``running``, ``retrying`` (a
-retry not yet served) or ``not started``.
+the DLQ instead of finalising it: FM-3's hard variant, a poison chain head), ``revoked``
+(its chain's head was revoked, or expired, before it ran, and nothing followed),
+``killed`` (the process died and nothing redelivered the message), ``running``,
+``retrying`` (a retry not yet served) or ``not started``. While the chord is unfinished,
+a document whose chord member Celery stored as FAILURE (``Observations.members``: a
+limit that landed outside the body, FM-6's hard variant) is ``member failure``, whatever
+its events say: Celery's record is what holds the chord; and one whose member holds an
+envelope (a revoked head's failure passed down its chain, say) ended as the envelope
+says. A stall of the result store after the body returned (event ``store_stall``) is
+kept as a ``Stall``.
+
+Side chords (``Observations.sides``: a hard variant's own chord, pipeline
+``<run_id>-<tag>``) are built the same way, on the run's time base, each as a
+``SideTimeline``: what it is for, its chord's outcome and its body's fate in words
+(dead-lettered, kept, sent), its documents and its body's deliveries.
 
 A chord's body (``Timeline.body``: ``notify`` in every FM, ``reconcile`` or
 ``aggregate_batch`` in a case study, ``body_name``) runs once per delivery
@@ -37,17 +49,19 @@ returned if the chord's result (its return value) is stored. Emails are the FMs'
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from shared.envelope import REASONS
 from lab import harness
 from lab.observe import Event
-from lab.runner import Observations
+from lab.runner import Observations, SideRun
+from lab.scenarios import SCENARIOS, Side, scenario
 
 End = Literal["ok", "raised", "retried", "killed", "running"]
-Final = Literal["ok", "failed", "kept", "killed", "running", "retrying", "not started"]
+Final = Literal["ok", "failed", "kept", "revoked", "member failure", "killed", "running", "retrying", "not started"]
 NotifyEnd = Literal["sent", "skipped", "ended", "retried", "killed", "running"]
 
 
@@ -73,6 +87,8 @@ MARKS: Mapping[str, Mark] = {
     "kept": Mark("⊡", "#ab47bc", "kept: dead-lettered, the drain kept the letter in the DLQ (nothing finalised it)"),
     "killed": Mark("†", "#212121", "killed: the process died mid-attempt"),
     "retried": Mark("↻", "#1565c0", "retried: a retry was planned after a delay"),
+    "member_failure": Mark("☒", "#b71c1c", "member FAILURE: Celery stored it outside the body; the chord can only break"),
+    "store_stall": Mark("∥", "#9e9d24", "store stalled: the result store stalled after the body returned"),
     "running": Mark("…", "#757575", "running: no end when the run stopped"),
     "email": Mark("✉", "#00838f", "email sent"),
     "deduplicated": Mark("⊜", "#4db6ac", "deduplicated: the mail API dropped a repeat (same idempotency key)"),
@@ -97,6 +113,20 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class Stall:
+    """The result store stalled after the body returned (event ``store_stall``), from ``start`` for ``seconds``;
+    ``until``: when it ended as seen (the attempt's end cuts it short: a limit that fired in it, the run's end)."""
+
+    start: float
+    seconds: float
+    until: float
+
+    @property
+    def cut(self) -> bool:
+        return self.until < self.start + self.seconds - 0.005
+
+
+@dataclass(frozen=True)
 class DocTimeline:
     doc: str
     attempts: tuple[Attempt, ...]
@@ -106,6 +136,10 @@ class DocTimeline:
     error: str = ""
     kept_at: float | None = None  # when the DLQ drain kept its dead letter instead of finalising it
     kept_why: str = ""
+    revoked_at: float | None = None  # when the worker discarded its chain's head, revoked or expired, before it ran
+    expired: bool = False  # that head had expired (not revoked)
+    member_error: str = ""  # for ``member failure``: the exception Celery stored for the chord member
+    stalls: tuple[Stall, ...] = ()
 
     @property
     def mark(self) -> str:
@@ -113,7 +147,15 @@ class DocTimeline:
             return self.reason or "error"
         if self.final == "kept":
             return "kept"
+        if self.final == "revoked":
+            return "expired" if self.expired else "revoked"
+        if self.final == "member failure":
+            return "member_failure"
         return {"retrying": "retried", "not started": "running"}.get(self.final, self.final)
+
+    @property
+    def member_words(self) -> str:
+        return f"member FAILURE: {self.member_error or 'an error'}, stored by Celery outside the body"
 
 
 @dataclass(frozen=True)
@@ -148,6 +190,7 @@ class Timeline:
     stopped_by: str
     chord: str  # the chord result in a few words
     body: str = "notify"  # the chord body's task name (a case study's ``reconcile``, ``aggregate_batch``)
+    sides: tuple[SideTimeline, ...] = ()  # the run's side chords (hard variants with a chord of their own)
 
     @property
     def has_chord(self) -> bool:
@@ -160,6 +203,52 @@ class Timeline:
         return self.body == "notify"
 
 
+BodyFate = Literal["sent", "ended", "dead_lettered", "kept", "running", "never ran", "not sent"]
+
+
+class Fact(NamedTuple):
+    """One thing a side chord's heading says, with the key of its mark in ``MARKS`` (None: no mark)."""
+
+    text: str
+    mark: str | None = None
+
+
+@dataclass(frozen=True)
+class SideTimeline:
+    """One side chord of a run: what it is for, how its chord and its body ended, and its own timeline
+    (documents and the body's deliveries, in seconds since the run's main chord was submitted)."""
+
+    tag: str
+    purpose: str  # what the side chord is for, in a few words ("a poison notify")
+    run_id: str  # its pipeline, ``<run_id>-<tag>``
+    state: str  # its chord's Celery state (SUCCESS, PENDING ...), NOT SENT when the runner never sent it
+    head: str  # its chord's outcome in a few words ("chord SUCCESS (envelope FAILURE dead_lettered)")
+    facts: tuple[Fact, ...]  # its body's fate, its letters', its documents', its claim's, in words
+    body: BodyFate
+    timeline: Timeline
+    deliveries: int = 0  # deliveries of its body that started
+    body_at: float | None = None  # when the body's fate was seen (dead-lettered, first kept)
+
+    @property
+    def joint(self) -> str:
+        """What joins the head to the facts: a colon where the facts say why (the body's fate), else a semicolon."""
+        return ": " if self.body in ("dead_lettered", "kept", "not sent") else "; "
+
+    @property
+    def outcome(self) -> str:
+        """The heading's words: ``chord SUCCESS (envelope FAILURE dead_lettered): body dead-lettered after ...``."""
+        return self.head + (self.joint + "; ".join(f.text for f in self.facts) if self.facts else "")
+
+    @property
+    def mark(self) -> str:
+        """The mark of how the side chord ended: its body's fate when that is what it is about."""
+        if self.body in ("dead_lettered", "kept"):
+            return self.body
+        if self.state == "SUCCESS":
+            return "ok"
+        return "running"
+
+
 def body_name(cell: str, code: str) -> str:
     """The chord body's name for a run of ``code`` in ``cell``: ``notify`` for an FM, else the program's own."""
     if not harness.is_case(cell):
@@ -170,22 +259,32 @@ def body_name(cell: str, code: str) -> str:
 def build(obs: Observations, body: str = "notify") -> Timeline:
     events = sorted(obs.events, key=lambda e: e.t)
     at = obs.submitted_at
+    last = max((e.t - at for e in [*events, *(e for s in obs.sides.values() for e in s.events)]), default=0.0)
+    span = max(obs.elapsed, last)
+    tl = _chord(obs, events, span, body)
+    return replace(tl, sides=tuple(_side(obs, side, span, body) for side in obs.sides.values()))
+
+
+def _chord(obs: Observations, events: list[Event], span: float, body: str) -> Timeline:
+    at = obs.submitted_at
     chord_over = obs.chord.state in ("SUCCESS", "FAILURE")
-    docs = tuple(_doc(obs, doc, [e for e in events if e.get("doc") == doc], at, chord_over) for doc in obs.docs)
+    docs = tuple(_doc(obs, doc, [e for e in events if e.get("doc") == doc], at, chord_over, span) for doc in obs.docs)
     notifies = _returned(_notifies(events, at), obs)
     emails = tuple(Email(e.t - at, e.get("role")) for e in events if e.kind == "email")
-    last = max((e.t - at for e in events), default=0.0)
-    return Timeline(obs.fm, obs.run_id, obs.scenario, docs, notifies, emails,
-                    max(obs.elapsed, last), obs.stopped_by, _chord_words(obs), body)
+    return Timeline(obs.fm, obs.run_id, obs.scenario, docs, notifies, emails, span, obs.stopped_by, _chord_words(obs), body)
 
 
-def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over: bool) -> DocTimeline:
+def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over: bool, span: float) -> DocTimeline:
     starts = [e for e in events if e.kind == "attempt_start"]
     ends = {e.get("attempt"): e for e in events if e.kind == "attempt_end"}
     retries = {e.get("retry"): e for e in events if e.kind == "retry"}
     dead = next((e.t - at for e in events if e.kind == "dead_lettered"), None)
     kept = next((e for e in events if e.kind == "dead_letter_kept"), None)
-    settled = dead is not None or kept is not None or chord_over  # the run went on past its last attempt
+    revoked = next((e for e in events if e.kind == "revoked"), None)
+    member = obs.members.get(doc)
+    # Celery stored FAILURE for the member while the chord waits: a limit that landed outside the body (FM-6's hard variant)
+    member_failed = not chord_over and member is not None and member.state == "FAILURE"
+    settled = dead is not None or kept is not None or chord_over or member_failed  # the run went on past its last attempt
     attempts: list[Attempt] = []
     for i, start in enumerate(starts):
         n = int(start.get("attempt") or i + 1)
@@ -200,8 +299,31 @@ def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over
     final, reason, error = _final(obs, doc, attempts, dead)
     if kept is not None and dead is None and final != "ok":
         final, reason, error = "kept", None, ""
+    if revoked is not None and not attempts and final == "not started":
+        final = "revoked"  # nothing after its head: the chord waits for a member that will never run
+    stored = member.envelope if member is not None and member.state == "SUCCESS" else None
+    if stored is not None and obs.summary() is None and final in ("not started", "revoked", "running", "killed"):
+        # the chord waits for its body, yet Celery holds this member's envelope: that is how the document ended
+        final, reason, error = ("ok", None, "") if stored.ok else ("failed", stored.reason or "error", stored.error or "")
+    if member_failed and final != "failed":
+        final, reason, error = "member failure", None, ""
     return DocTimeline(doc, tuple(attempts), dead, final, reason, error,
-                       None if kept is None else kept.t - at, kept.get("why") if kept is not None else "")
+                       None if kept is None else kept.t - at, kept.get("why") if kept is not None else "",
+                       None if revoked is None else revoked.t - at, revoked is not None and revoked.get("expired") == "True",
+                       (member.error_type or "") if member_failed and member is not None else "",
+                       _stalls(events, attempts, at, span))
+
+
+def _stalls(events: list[Event], attempts: list[Attempt], at: float, span: float) -> tuple[Stall, ...]:
+    """Each ``store_stall``, cut at the end of the attempt it happened in (a limit fired in it) or the run's end."""
+    out: list[Stall] = []
+    for e in events:
+        if e.kind != "store_stall":
+            continue
+        start, seconds = e.t - at, float(e.get("seconds") or 0.0)
+        ends = [a.end for a in attempts if a.start <= start and a.end is not None and a.end >= start]
+        out.append(Stall(start, seconds, min([start + seconds, span, *ends])))
+    return tuple(out)
 
 
 def _attempt(n: int, start: float, end: Event | None, retry: Event | None, at: float, followed: bool) -> Attempt:
@@ -278,6 +400,119 @@ def _returned(runs: tuple[NotifyRun, ...], obs: Observations) -> tuple[NotifyRun
     env = obs.chord.envelope
     outcome = "ok" if env is None or env.ok else str(env.reason or "error")
     return tuple(replace(n, how="ended", outcome=outcome, returned=True) if i == chord[-1] else n for i, n in enumerate(runs))
+
+
+def _side(obs: Observations, run: SideRun, span: float, body: str) -> SideTimeline:
+    """A side chord, built as a chord of its own on the run's time base."""
+    side_obs = replace(obs, run_id=run.run_id, docs=run.docs, attempts=run.attempts, fetch_attempts=run.fetch_attempts,
+                       events=run.events, emails=run.emails, chord=run.chord, duplicate=None, members=run.members, sides={},
+                       stopped_by=obs.stopped_by)
+    events = sorted(run.events, key=lambda e: e.t)
+    tl = _chord(side_obs, events, span, body)
+    at = obs.submitted_at
+    deliveries = sum(1 for n in tl.notifies if n.role == "chord")
+    dead = next((e.t - at for e in events if e.kind == "dead_lettered" and not e.get("doc")), None)
+    kept = [e for e in events if e.kind == "dead_letter_kept" and not e.get("doc")]
+    fate: BodyFate
+    if not run.submitted:
+        fate, seen = "not sent", None
+    elif dead is not None:
+        fate, seen = "dead_lettered", dead
+    elif kept:
+        fate, seen = "kept", kept[0].t - at
+    elif not tl.notifies:
+        fate, seen = "never ran", None
+    else:
+        last = [n for n in tl.notifies if n.role == "chord"][-1:]
+        fate = "sent" if last and last[0].how == "sent" else "ended" if last and last[0].how in ("ended", "skipped") else "running"
+        seen = None
+    purpose = _purpose(_SIDES.get(run.tag), obs)
+    head, facts = _side_words(obs, run, tl, fate, deliveries, kept)
+    return SideTimeline(run.tag, purpose, run.run_id, run.chord.state, head, facts, fate, tl, deliveries, seen)
+
+
+_SIDES: Mapping[str, Side] = {s.tag: s for s in scenario(SCENARIOS.stop - 1).sides}
+"""Every side chord of the scenarios (the last scenario has them all), by tag."""
+
+
+def _purpose(side: Side | None, obs: Observations) -> str:
+    if side is None:
+        return ""
+    if side.expired_head:
+        return "a chain head sent already expired"
+    if side.poison_mail:
+        return "a poison notify"
+    if side.behind_letters:
+        count = _foreign(obs)
+        return f"a poison member behind {f'{count} ' if count is not None else ''}letters no drain can place"
+    return ""
+
+
+def _foreign(obs: Observations) -> int | None:
+    """How many letters no drain can place the runner put in the DLQ (its event ``foreign_letters``)."""
+    found = next((e for e in obs.events if e.kind == "foreign_letters"), None)
+    return int(found.get("count") or 0) if found is not None else None
+
+
+def _has_claim(fm: str) -> bool:
+    """Whether FM ``fm``'s ``notify`` holds a claim (DESIGN.md §1: FM-4 adds it; ``fm6w`` counts as fm6)."""
+    found = re.match(r"fm(\d+)", fm)
+    return found is not None and int(found.group(1)) >= 4
+
+
+def _side_words(obs: Observations, run: SideRun, tl: Timeline, fate: BodyFate, deliveries: int,
+                kept: list[Event]) -> tuple[str, tuple[Fact, ...]]:
+    """(``chord SUCCESS (envelope FAILURE dead_lettered)``, its facts: ``body dead-lettered after 3 deliveries``, ...)."""
+    if not run.submitted:
+        return "not sent", (Fact("the run stopped before the runner sent it"),)
+    env = run.chord.envelope
+    head = f"chord {run.chord.state}" + (f" {run.chord.error_type}" if run.chord.error_type else "")
+    if env is not None and not env.ok:
+        head += f" (envelope {env.status} {env.reason or ''})".replace(" )", ")")
+    facts: list[Fact] = []
+    after = f"after {deliveries} deliver{'y' if deliveries == 1 else 'ies'}"
+    if fate == "dead_lettered":
+        facts.append(Fact(f"body dead-lettered {after}, finalised by the drain", "dead_lettered"))
+    elif fate == "kept":
+        passes = f", {len(kept)} passes" if len(kept) > 1 else ""
+        facts.append(Fact(f"body dead-lettered {after}, kept in the DLQ in silence ({kept[0].get('why') or 'kept'}{passes})",
+                          "kept"))
+    if run.tag in _SIDES and _SIDES[run.tag].behind_letters:
+        facts.append(_letters_words(obs))
+    facts += [_side_doc_words(d, run) for d in tl.docs if d.final != "ok"]  # an ok document says nothing new
+    if fate == "sent":
+        facts.append(Fact("email sent", "email"))
+    elif fate == "ended":
+        facts.append(Fact(f"{tl.body} ended", "ok"))
+    elif fate in ("never ran", "running") and all(d.final in ("ok", "failed") for d in tl.docs):
+        # every member ended: the chord waits for its body (a document still out says what holds it instead)
+        facts.append(Fact(f"{tl.body} {'never ran' if fate == 'never ran' else 'still running'}", "running"))
+    if _has_claim(obs.fm) and fate in ("dead_lettered", "kept"):
+        facts.append(Fact("claim released" if run.claim is None else f"claim left {run.claim.split(':', 1)[0]}"))
+    return head, tuple(facts)
+
+
+def _side_doc_words(d: DocTimeline, run: SideRun) -> Fact:
+    head = run.heads.get(d.doc)
+    if d.final == "failed":
+        return Fact(f"{d.doc} failed: {d.reason}" + (f" (head {head})" if head == "REVOKED" else ""), d.mark)
+    if d.final == "revoked":
+        return Fact(f"{d.doc}'s head {head or 'REVOKED'} ({'expired' if d.expired else 'revoked'}), nothing ran after it", d.mark)
+    if d.dead_lettered_at is None and d.kept_at is None and d.attempts and all(a.how != "ok" for a in d.attempts):
+        return Fact(f"{d.doc} never finalised by the drain", "running")
+    return Fact(f"{d.doc} {d.final}", d.mark)
+
+
+def _letters_words(obs: Observations) -> Fact:
+    """What became of the letters the runner put in the DLQ ahead of the side ``behind``."""
+    foreign = _foreign(obs)
+    parked = sum(1 for e in obs.events if e.kind == "dead_letter_parked")
+    if foreign is None:
+        return Fact("no foreign letters put in the DLQ")
+    if parked:
+        return Fact(f"all {foreign} foreign letters parked" if parked == foreign else f"{parked} of {foreign} foreign letters parked")
+    left = f" (DLQ: {obs.dlq_depth} ready at the end)" if obs.dlq_depth is not None else ""
+    return Fact(f"none of {foreign} foreign letters parked{left}", "kept")
 
 
 def _chord_words(obs: Observations) -> str:
