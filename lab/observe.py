@@ -10,8 +10,8 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
   ``request.retries`` does not see; the count goes to ``@enveloped``
   (``note_attempt``) and to the lab's fault (``current_attempt``);
 - ``task_postrun``: the attempt (or ``notify``) ended; how is read off the
-  envelope it returned (or the exception, for fm0's bare tasks); a ``fetch_document``
-  that failed for good (its deadline, say) is a ``fetch_end``;
+  envelope it returned (or the exception, for fm0's bare tasks); a ``fetch_document``'s
+  is a ``fetch_end`` (a fetch started and never ended is a hung or killed chain head);
 - ``task_retry``: a retry was planned, ``Retry.when`` seconds from now;
 - ``task_received`` of the runner's burst probe (``BURST_PROBE`` in its task id): the
   worker's main process took it off the broker, before any pool process is free for it
@@ -213,9 +213,9 @@ class Observer:
         if role == "parse_document" and (found := doc_in(args)):
             run, doc = found
             self.emit(Happening("attempt_end", run, task_id, doc, {"attempt": str(n), **_ending(state, retval)}))
-        elif role == "fetch_document" and (found := doc_in(args)) and (ending := _ending(state, retval))["outcome"] != "ok":
-            run, doc = found  # a fetch that failed for good (its parse records it): the head's own end
-            self.emit(Happening("fetch_end", run, task_id, doc, ending))
+        elif role == "fetch_document" and (found := doc_in(args)):
+            run, doc = found  # the chain head's own end: ok, or failed for good (its parse records it)
+            self.emit(Happening("fetch_end", run, task_id, doc, _ending(state, retval)))
         elif role == "notify" and (run := _pipeline_in(args, kwargs)):
             self.emit(Happening("notify_end", run, task_id, "", _ending(state, retval)))
 

@@ -305,7 +305,7 @@ def recovery(h: Happening) -> None:
         delay = float(f["delay"]) if f.get("delay") else None
         LOGGER.info("lab: %s attempt %s raised %s; retry %s in %s", h.doc, f.get("retry"), error or "an error",
                     f.get("retry"), f"{delay:.2f}s" if delay is not None else "a moment")
-    elif h.kind == "fetch_end":
+    elif h.kind == "fetch_end" and f.get("outcome") != "ok":
         LOGGER.info("lab: %s's fetch failed for good: %s (%s), in a SUCCESS-state envelope: its parse records it and "
                     "the chord goes on", h.doc, f.get("outcome"), f.get("error"))
     elif h.kind == "dead_lettered" and not h.doc:  # the chord body itself
