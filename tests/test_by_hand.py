@@ -18,28 +18,21 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from billiard.exceptions import WorkerLostError
-from kombu import Connection
 
 from lab import harness, worker_log
 from lab.fm import ROOT, Fm, fm_modules
 from lab.observe import client
-from lab.settings import NAMESPACE, broker_url
+from lab.settings import NAMESPACE
 from lab.waiting import wait_until
+from tests.broker import consumers
 
 STARTED = "running the scenario"
 READY_SECONDS = 60.0
 
-
-def _consumers(queue: str) -> int:
-    with Connection(broker_url()) as conn:
-        try:
-            return int(cast(Any, conn.default_channel).queue_declare(queue=queue, passive=True).consumer_count)
-        except Exception:
-            return 0
 
 
 class Shell:
@@ -88,7 +81,7 @@ def hand_worker(real_services: None, tmp_path: Path) -> Iterator[Callable[[Fm, s
         worker = Shell(fm.worker_command(), namespace, tmp_path / f"{fm.short}-{namespace}-worker.log")
         started.append(worker)
         queue = str(fm.task_queues[0].name).replace(f"{NAMESPACE}.", f"{namespace}.", 1)
-        assert wait_until(lambda: _consumers(queue) > 0 or worker.proc.poll() is not None, READY_SECONDS)
+        assert wait_until(lambda: consumers(queue) > 0 or worker.proc.poll() is not None, READY_SECONDS)
         assert worker.proc.poll() is None, worker.log.read_text() if worker.log else ""
         return worker
 
@@ -150,7 +143,8 @@ def test_a_by_hand_fm3_run_prints_the_harness_timeline_and_its_worker_window_exp
     for check in ("G1", "G2", "G3"):
         assert f"  ok   {check}: " in out
     assert "--- fm3: what happened to each document (seconds since submission) ---" in out
-    assert out.count("dead-lettered: finalised by the DLQ drain") == 2 and "email sent" in out
+    # doc4 and doc9, then the side chords: doc33 (behind) and the poison body
+    assert out.count("dead-lettered: finalised by the DLQ drain") == 4 and "email sent" in out
 
     log = stop(worker)
     assert f"app:         {NAMESPACE}_fm3:" in log  # the banner names the namespace

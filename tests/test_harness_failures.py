@@ -30,6 +30,7 @@ from lab.fm import ROOT
 from lab.observe import client, connect
 from lab.settings import NAMESPACE, broker_url
 from lab.waiting import wait_until
+from tests.broker import consumers
 from tests.namespaces import derived
 
 pytestmark = pytest.mark.usefixtures("real_services")
@@ -270,7 +271,7 @@ def test_a_queue_a_hand_started_worker_consumes_is_named_before_the_run(capsys: 
     by_hand = subprocess.Popen([sys.executable, "-m", "celery", "-A", fm.module, "worker", *fm.worker_args()],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        assert wait_until(lambda: _consumers(f"{NAMESPACE}.fm1.tasks") > 0, timeout=60)
+        assert wait_until(lambda: consumers(f"{NAMESPACE}.fm1.tasks") > 0, timeout=60)
         assert run_all_fms.main(["--only", "fm1"]) == 2
         err = capsys.readouterr().err
         assert f"{NAMESPACE}.fm1.tasks (1 consumer) already consumed" in err and "RCL_NAMESPACE" in err
@@ -278,13 +279,6 @@ def test_a_queue_a_hand_started_worker_consumes_is_named_before_the_run(capsys: 
         os.killpg(by_hand.pid, signal.SIGKILL)
         by_hand.wait()
 
-
-def _consumers(queue: str) -> int:
-    with Connection(broker_url()) as conn:
-        try:
-            return int(cast(Any, conn.default_channel).queue_declare(queue=queue, passive=True).consumer_count)
-        except Exception:
-            return 0
 
 
 def test_a_worker_left_by_an_earlier_run_is_stopped_and_named() -> None:
@@ -334,7 +328,7 @@ def test_clean_deletes_the_namespace_and_nothing_else() -> None:
             cast(Any, conn.default_channel).queue_declare(queue=f"{ns}.fm1.tasks", durable=True)
         assert Lab("--clean", namespace=ns).finish() == 0
         assert not r.exists(f"{ns}:fm1:x") and r.exists(f"{other}:fm1:x")
-        assert _consumers(f"{ns}.fm1.tasks") == 0 and not _queue_exists(f"{ns}.fm1.tasks")
+        assert consumers(f"{ns}.fm1.tasks") == 0 and not _queue_exists(f"{ns}.fm1.tasks")
     finally:
         r.delete(f"{ns}:fm1:x", f"{other}:fm1:x")
 
