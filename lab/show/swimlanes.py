@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from html import escape
@@ -52,9 +53,9 @@ from html import escape
 from lab.show.timeline import MARKS, Attempt, DocTimeline, NotifyRun, SideTimeline, Stall, Timeline
 from lab.show.timeline_text import short
 
-LANE = 21  # px: the height of a lane's plot
+LANE = 18  # px: the height of a lane's plot
 AXIS = 16  # px: the height of the time axis
-MID = 13  # px: a lane's centre line (room above it for a delay's label)
+MID = 11  # px: a lane's centre line (room above it for a delay's label)
 R = 5.5  # mark radius
 LO, HI = 1.0, 98.0  # per cent of the plot where time 0 and the end of the span sit
 GROUP_AT = 3  # consecutive documents with one story share a lane from this many on
@@ -132,12 +133,15 @@ def _body_scale(tl: Timeline, scale: _Scale) -> _Scale | None:
     return _Scale(t1 - t0 + 2 * pad, max(t0 - pad, 0.0))
 
 
-def render(tl: Timeline, span: float | None = None, like: Timeline | None = None, like_name: str = "fixed") -> Figure:
+def render(tl: Timeline, span: float | None = None, like: Timeline | None = None, like_name: str = "fixed",
+           also: Timeline | None = None, also_name: str = "broken") -> Figure:
     """The run as lanes; ``span`` (seconds) sets a time scale shared with the FM's other runs.
 
     ``like``: the FM's first run (its fixed run), drawn above this one: the documents whose
     story is the same there (same endings, same final state) get one line that says so
-    instead of a lane each, so a broken run shows what its symptom changed. The body's
+    instead of a lane each, so a broken run shows what its symptom changed; ``also``: a later
+    run drawn above too (the broken run, above the hard variant's): of the documents left, those
+    whose story is the same there get a line that says so. The body's
     lanes come under an axis of their own, zoomed in, when its deliveries crowd into a
     small part of the run (``ZOOM_BELOW``)."""
     scale = _Scale(max(span or 0.0, tl.span))
@@ -148,7 +152,11 @@ def render(tl: Timeline, span: float | None = None, like: Timeline | None = None
     earlier = {s.tag: _side_shape(s) for s in like.sides} if like is not None else {}
     same_sides = [s.tag for s in tl.sides if earlier.get(s.tag) == _side_shape(s)]
     rows = [_same_row(same, tl.docs, prefix, like_name, same_sides)] if same or same_sides else []
-    rows += [_doc_row(group, scale, tl.span, prefix, used) for group in _groups([d for d in tl.docs if d not in same])]
+    shapes = {d.doc: _shape(d) for d in also.docs} if also is not None else {}
+    told = [d for d in tl.docs if d not in same and shapes.get(d.doc) == _shape(d)]
+    rows += [_same_row(told, tl.docs, prefix, also_name)] if told else []
+    rows += [_doc_row(group, scale, tl.span, prefix, used, tl.docs)
+             for group in _groups([d for d in tl.docs if d not in same and d not in told])]
     zoom = _body_scale(tl, scale)
     body_rows = _body_rows(tl, zoom or scale, used)
     parts = [scale.axis("t (s)", "what happened"), *(_row_html(row, scale) for row in rows)]
@@ -202,24 +210,48 @@ def _shape(d: DocTimeline) -> tuple[object, ...]:
 
 
 def _groups(docs: Sequence[DocTimeline]) -> list[list[DocTimeline]]:
+    """Consecutive documents with one story; documents with no attempt (nothing to plot) join their story's
+    group wherever they stand (``not started``: the documents a stopped run never reached)."""
     out: list[list[DocTimeline]] = []
+    idle: dict[tuple[object, ...], list[DocTimeline]] = {}
     for d in docs:
-        if out and _shape(out[-1][0]) == _shape(d):
+        shape = _shape(d)
+        if not d.attempts and shape in idle:
+            idle[shape].append(d)
+        elif out and _shape(out[-1][0]) == shape:
             out[-1].append(d)
         else:
             out.append([d])
+            if not d.attempts:
+                idle[shape] = out[-1]
+    group_of = {d.doc: g for g in out for d in g}
     split: list[list[DocTimeline]] = []
-    for g in out:
-        split.extend([g] if len(g) >= GROUP_AT else [[d] for d in g])
+    for d in docs:  # a group too small to share a lane: its documents in their own places
+        g = group_of[d.doc]
+        if len(g) < GROUP_AT:
+            split.append([d])
+        elif g[0] is d:
+            split.append(g)
     return split
 
 
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
 def _ranges(docs: Sequence[DocTimeline], among: Sequence[DocTimeline], prefix: str) -> str:
-    """``doc1–doc10, doc12–doc27``: ``docs`` as runs of neighbours in ``among``'s order."""
-    at = {d.doc: i for i, d in enumerate(among)}
+    """``doc1–doc10, doc12–doc27``: ``docs`` as runs of neighbours, by number when every name ends in one
+    (``doc10, doc11, doc28``, ``doc12``..: ``doc10–doc12``), else in ``among``'s order."""
+    numbered = [_NUMBERED.match(d.doc) for d in docs]
+    if all(numbered):
+        at = {d.doc: int(m.group(2)) for d, m in zip(docs, numbered) if m}
+        stems = {d.doc: m.group(1) for d, m in zip(docs, numbered) if m}
+        docs = sorted(docs, key=lambda d: (stems[d.doc], at[d.doc]))
+    else:
+        at = {d.doc: i for i, d in enumerate(among)}
+        stems = {d.doc: "" for d in docs}
     runs: list[list[DocTimeline]] = []
     for d in docs:
-        if runs and at[d.doc] == at[runs[-1][-1].doc] + 1:
+        if runs and stems[d.doc] == stems[runs[-1][-1].doc] and at[d.doc] == at[runs[-1][-1].doc] + 1:
             runs[-1].append(d)
         else:
             runs.append([d])
@@ -237,19 +269,23 @@ def _same_row(same: list[DocTimeline], among: Sequence[DocTimeline], prefix: str
     return _Row(count, {"data-docs": " ".join(d.doc for d in same), "data-sides": " ".join(sides)}, what, same=True)
 
 
-def _doc_row(group: list[DocTimeline], scale: _Scale, span: float, prefix: str, used: set[str]) -> _Row:
+def _doc_row(group: list[DocTimeline], scale: _Scale, span: float, prefix: str, used: set[str],
+             among: Sequence[DocTimeline] = ()) -> _Row:
     first = group[0]
     name = first.doc.removeprefix(prefix)
     attrs = {"data-doc": first.doc, "data-final": first.final, "data-reason": first.reason or ""}
-    if len(group) > 1:
-        name = f"{name}–{group[-1].doc.removeprefix(prefix)} ×{len(group)}"
+    ranges = _ranges(group, among or group, prefix)
+    if len(group) > 1:  # neighbours: "doc12–doc27 ×16"; else a count, and the words name them
+        name = f"{name}–{group[-1].doc.removeprefix(prefix)} ×{len(group)}" if "," not in ranges else f"{len(group)} documents"
         attrs["data-docs"] = " ".join(d.doc for d in group)
     colour = MARKS[first.mark].colour
     used.add(first.mark)
-    story = _story(first, exact=len(group) == 1)
+    exact = len({_story(d) for d in group}) == 1  # a burst retried after one delay says it once, exactly
+    story = _story(first, exact=exact)
     story = story or {"ok": "its first attempt returned", "not started": "no attempt began"}.get(first.final, "")
     what = (f'<b class="final" style="color:{colour}">{escape(_final_word(first))}</b>'
-            + (f" · {len(group)} documents, each: " if len(group) > 1 else " · " if story else "") + escape(story))
+            + (f" · {escape(ranges)}: " if "," in ranges else " · each: " if len(group) > 1 and story else " · " if story else "")
+            + escape(story))
     row = _Row(name, attrs, what)
     for d in group:
         row.parts += _doc_parts(d, scale, span, used, labels=len(group) == 1)
@@ -285,7 +321,7 @@ def _doc_parts(d: DocTimeline, scale: _Scale, span: float, used: set[str], label
 
 def _stall_words(st: Stall) -> str:
     if st.cut:
-        return f"result store stalled, cut at {st.until:.2f}s (of {st.seconds:.1f} s)"
+        return f"result store stalled {st.seconds:.1f} s, cut at {st.until:.2f}s"
     return f"result store stalled {st.seconds:.1f} s"
 
 
@@ -296,6 +332,8 @@ FINAL = {"ok": "ok", "kept": "kept in the DLQ", "revoked": "head revoked", "memb
 def _final_word(d: DocTimeline) -> str:
     if d.final == "revoked" and d.expired:
         return "head expired"
+    if d.hung:
+        return "fetch still running"
     return (d.reason or "error") if d.final == "failed" else FINAL[d.final]
 
 
@@ -319,14 +357,18 @@ def _story(d: DocTimeline, exact: bool = True) -> str:
             steps.append(f"{stage}killed at Celery's time_limit{times}, the backstop recorded it")
         elif a.how == "killed":
             steps.append(f"{stage}killed{times}")
+        elif a.how == "running" and d.hung:
+            steps.append("hung head: its fetch never ended, no parse began")
         elif a.how == "running":
             steps.append(f"{stage}running when the run stopped")
         elif a.how == "retried":
             delays = ", ".join(f"{1000 * (x.retry_in or 0.0):.0f}" for x in run)
             kind = (a.error.split(":", 1)[0] if a.error else "") or a.reason or "error"
             steps.append(f"{kind}{times}, retried" + (f" after {delays} ms" if exact else ""))
+        elif a.reason == "retries_exhausted":
+            steps.append(f"gave up on attempt {a.n}")  # its mark and its final word say retries_exhausted
         else:
-            steps.append(short(a.error, 40 if steps else 52) if a.error and exact else f"raised {a.reason}")
+            steps.append(short(_unqualified(a.error), 40 if steps else 52) if a.error and exact else f"raised {a.reason}")
     steps += [_stall_words(st) if exact else "its result store stalled" for st in d.stalls]
     if d.revoked_at is not None:
         steps.append(f"its fetch {'expired' if d.expired else 'was revoked'} before it ran (REVOKED)"
@@ -336,10 +378,16 @@ def _story(d: DocTimeline, exact: bool = True) -> str:
     if d.kept_at is not None:
         steps.append("dead-lettered, and the drain kept it in the DLQ" + (f" ({d.kept_why})" if d.kept_why else ""))
     if d.final == "member failure":
-        steps.append(f"Celery stored FAILURE ({d.member_error or 'an error'}) outside the body")
+        steps.append(f"Celery stored {d.member_error or 'an error'} outside the body")
     elif d.final == "failed" and d.error and exact and (not d.attempts or d.attempts[-1].how == "ok"):
-        steps.append(short(d.error, 40 if steps else 52))  # what the envelope says, where no attempt shows it
+        steps.append(short(_unqualified(d.error), 40 if steps else 52))  # what the envelope says, where no attempt shows it
     return ", then ".join(steps)
+
+
+def _unqualified(error: str) -> str:
+    """An exception's text with its task names unqualified (``parse_document``, not ``fm6_task_timeouts.parse_document``):
+    the section names the module once."""
+    return re.sub(r"\b(?:fm\d\w*|case_studies(?:\.\w+)+)\.(?=\w)", "", error)
 
 
 def _attempt(doc: str, a: Attempt, scale: _Scale, next_t: float, final_reason: str | None, used: set[str],
