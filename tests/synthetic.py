@@ -344,6 +344,8 @@ def large_weak_run() -> Observations:
                "doc28": Outcome("FAILURE", None, "SoftTimeLimitExceeded", "SoftTimeLimitExceeded()")}
     body = side("body", ("doc32",), [start(0.02, "doc32", 1), end(0.021, "doc32", 1)], pending)
     behind = side("behind", ("doc33",), [], Outcome("NOT SENT", None, None, None), submitted=False)
-    sides = {"expired": fixed_sides()["expired"], "body": body, "behind": behind}
+    expired = side("expired", ("doc31",), [ev(-0.01, "revoked", doc="doc31", expired=True)], pending, heads={"doc31": "REVOKED"},
+                   members={"doc31": Outcome("SUCCESS", Result[Any].failure(EXPIRED_ERROR, "expired", 0, 1), None, None)})
+    sides = {"expired": expired, "body": body, "behind": behind}  # as a real run can end: all three unfinished
     obs = _large(events, pending, "doc11 and doc28 failed outside their bodies, doc29's fetch outlived its deadline", 12.47)
     return replace(obs, fm="fm6w", members=members, sides=sides)

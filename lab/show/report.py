@@ -243,9 +243,9 @@ def _diff_rows(lines: list[str]) -> list[str]:
     for line in lines:
         if not line.strip():
             if not (out and out[-1].startswith('<span class="d-gap">')):
-                out.append('<span class="d-gap"> </span>\n')
+                out.append('<span class="d-gap"> </span>')
             continue
-        out.append(f'<span class="{_diff_class(line)}">{escape(line)}</span>\n')
+        out.append(f'<span class="{_diff_class(line)}">{escape(line)}</span>')  # a block each: a line
     return out
 
 
@@ -347,18 +347,18 @@ ul.legend li{display:flex;align-items:center;gap:5px} ul.legend svg{flex:none}
 section.fm{background:#fff;border:1px solid #ddd;border-radius:8px;margin:18px 0;padding:2px 18px 6px}
 h2 .tag{font:600 13px ui-monospace,"DejaVu Sans Mono",monospace;color:#fff;background:#37474f;padding:1px 6px;border-radius:4px;
 vertical-align:2px}
-.lessons{columns:4 17em;column-gap:18px;font-size:12px;line-height:1.3} .lessons code{font-size:11px;padding:0 2px} .lesson h3{break-after:avoid;margin:4px 0 1px}
+.lessons{columns:4 17em;column-gap:18px;font-size:12px;line-height:1.27} .lessons code{font-size:11px;padding:0 2px} .lesson h3{break-after:avoid;margin:4px 0 1px}
 .lesson p,.lesson ul{margin:1px 0 3px} .lesson ul{padding-left:18px} .module{margin:0;color:#555}
 .change h3{display:inline;margin-right:8px} .change .module{display:inline}
 .change pre.diff{font:10.5px/1.15 ui-monospace,"DejaVu Sans Mono",monospace;background:#fbfbfb;border:1px solid #e3e3e3;
-border-radius:6px;padding:4px 0;overflow-x:auto;margin:4px 0} .diff span{display:inline-block;min-width:100%;box-sizing:border-box;padding:0 10px}
+border-radius:6px;padding:4px 0;overflow-x:auto;margin:4px 0} .diff span{display:block;width:max-content;min-width:100%;box-sizing:border-box;padding:0 10px}
 .diff .d-add{background:#e6ffec;color:#1a5e2a} .diff .d-del{background:#ffebe9;color:#8a1c1c} .diff .d-hunk{color:#6f42c1;background:#f3f0ff}
 .diff .d-file{color:#555;font-weight:600}
-pre.diff{line-height:0} .diff span{line-height:1.15} .diff span.d-gap{line-height:6px;height:6px;vertical-align:top} .diff .d-hunk{line-height:1.1;font-size:10.5px}
+pre.diff{line-height:0} .diff span{line-height:1.15} .diff span.d-gap{line-height:6px;height:6px} .diff .d-hunk{line-height:1.1;font-size:10.5px}
 .cells{display:grid;grid-template-columns:minmax(0,2.4fr) minmax(18em,1fr);gap:10px;margin-top:6px} .cells>.cell:only-child{grid-column:1/-1}
 .beside-change{display:grid;grid-template-columns:minmax(0,1fr) minmax(18em,30%);gap:10px;align-items:start} .beside-change .others{margin-top:6px} .cells.wide .cell{grid-column:1/-1} .cells.wide ul.checks{columns:2 26em;column-gap:22px}
 .others{display:flex;flex-direction:column;gap:8px} .others .fm-legend{display:block} .others ul.legend{min-width:0;gap:1px 12px}
-.cell{border:1px solid #e3e3e3;border-radius:6px;padding:2px 10px 4px;font-size:12.5px;line-height:1.35} .cell h3{font-size:13.5px;margin:4px 0 1px}
+.cell{border:1px solid #e3e3e3;border-radius:6px;padding:2px 10px 4px;font-size:12.5px;line-height:1.3} .cell h3{font-size:13.5px;margin:4px 0 1px}
 ul.checks{padding-left:16px;margin:1px 0} ul.checks li{margin:0 0 1px} .check.bad{color:#c62828}
 .check .words{color:#333} .check .seen{font-size:11px;color:#555} .check .seen:not(:empty)::before{content:" — "} .secs{color:#777;font-weight:400}
 .error{color:#c62828;white-space:pre-wrap}
@@ -383,7 +383,7 @@ svg line.backoff{stroke-dasharray:2 3;stroke-width:1.6}
 b.final{font-weight:700}
 @media print{@page{margin:12mm} body{background:#fff;font-size:11.5px} header,nav,aside,main{max-width:none;padding:0}
 *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
-section.fm{break-before:page;border:none;padding:0;margin:0} .diff span{white-space:pre-wrap}
+section.fm{break-before:page;border:none;padding:0;margin:0} .diff span{white-space:pre-wrap;width:auto}
 figure.timeline,.cell,.change{break-inside:avoid} .lanes .lane{break-inside:avoid}
 .lanes{grid-template-columns:calc(var(--names,8ch) * 1.05 + 16px) minmax(0,1fr) minmax(14em,42%)} .lanes .what{font-size:11px}
 .verdict{border:1px solid #000} a{color:inherit;text-decoration:none}}

@@ -64,7 +64,7 @@ LANE = 17  # px: the height of a lane's plot
 AXIS = 16  # px: the height of the time axis
 MID = 10  # px: a lane's centre line (room above it for a delay's label)
 R = 5.5  # mark radius
-LO, HI = 1.0, 98.0  # per cent of the plot where time 0 and the end of the span sit
+LO, HI = 1.5, 98.0  # per cent of the plot where time 0 and the end of the span sit
 GROUP_AT = 3  # consecutive documents with one story share a lane from this many on
 COMPACT_BODY_FROM = 12
 """From this many document lanes on (a big run: scenario 5's burst and on), the body's deliveries share a lane per role."""
@@ -336,7 +336,10 @@ def _doc_parts(d: DocTimeline, scale: _Scale, span: float, used: set[str], label
     return parts
 
 
-def _stall_words(st: Stall) -> str:
+def _stall_words(st: Stall, short: bool = False) -> str:
+    """``short``: without where it was cut (a member failure: Celery stored the limit that cut it)."""
+    if short:
+        return f"store stalled {st.seconds:.1f} s"
     if st.cut:
         return f"result store stalled {st.seconds:.1f} s, cut at {st.until:.2f}s"
     return f"result store stalled {st.seconds:.1f} s"
@@ -389,7 +392,8 @@ def _story(d: DocTimeline, exact: bool = True) -> str:
             steps.append("gave up")  # its mark and its final word say retries_exhausted, its tooltip the attempt
         else:
             steps.append(short(_unqualified(a.error), 40 if steps else 52) if a.error and exact else f"raised {a.reason}")
-    steps += [_stall_words(st) if exact else "its result store stalled" for st in d.stalls]
+    member = d.final == "member failure"  # its final word and its mark say Celery stored it outside the body
+    steps += [_stall_words(st, short=member) if exact else "its result store stalled" for st in d.stalls]
     if d.revoked_at is not None:
         steps.append(f"its fetch {'expired' if d.expired else 'was revoked'} before it ran (REVOKED)"
                      + (", nothing ran after it" if d.final == "revoked" else ""))
@@ -397,8 +401,8 @@ def _story(d: DocTimeline, exact: bool = True) -> str:
         steps.append("the DLQ drain finalised it" + (f" at {d.dead_lettered_at:.2f}s" if exact else ""))
     if d.kept_at is not None:
         steps.append("dead-lettered, and the drain kept it in the DLQ" + (f" ({d.kept_why})" if d.kept_why else ""))
-    if d.final == "member failure":
-        steps.append(f"Celery stored {d.member_error or 'an error'} outside the body")
+    if member:
+        steps.append(f"Celery stored {d.member_error or 'an error'}" + ("" if d.stalls else " outside the body"))
     elif d.final == "failed" and d.reason == "time_limit" and d.attempts and d.attempts[-1].how == "ok":
         steps.append("its time_limit fired")  # after the body returned: in the result store (the backstop's envelope says so)
     elif d.final == "failed" and d.error and exact and (not d.attempts or d.attempts[-1].how == "ok"):
