@@ -35,13 +35,14 @@ import pytest
 import run_all_fms
 from lab.matrix import TITLES
 from lab.runner import Outcome
-from lab.show import report, timeline_text
+from lab.show import report, timeline, timeline_text
 from shared.envelope import REASONS
 from lab.fm import ROOT, fm_modules
 from lab.harness import RunReport
 from lab.checks import Check
-from tests.synthetic import (FOREIGN, broken_run, end, ev, fixed_sides, member_failure_run, notify_story_run, observations,
-                             sided_run, start, summary_outcome, weak_sides_run)
+from tests.synthetic import (BURST, FOREIGN, LARGE_BROKEN_CHECK, LARGE_CHECKS, LARGE_WEAK_CHECK, broken_run, end, ev, fixed_sides,
+                             large_broken_run, large_fixed_run, large_weak_run, member_failure_run, notify_story_run,
+                             observations, sided_run, start, summary_outcome, weak_sides_run)
 
 CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
 PDFTOTEXT = Path(shutil.which("pdftotext") or "/usr/bin/pdftotext")
@@ -132,19 +133,26 @@ def page() -> str:
 # ---- the HTML ------------------------------------------------------------------
 
 
-BROKEN_LANES = ["doc3", "doc4", "doc5", "doc6", "doc7", "doc8", "doc11", "notify"]
-"""fm6's broken run: doc1 and doc2 did what they did in the fixed run (one line says so); notify never ran."""
+BROKEN_LANES = ["doc3", "doc4", "doc5", "doc6", "doc7", "doc8", "notify"]
+"""fm6's broken run: doc1 and doc2 did what they did in the fixed run (one line says so); doc6 and doc11, never
+started, share a lane (a later run groups two with one story, wherever they stand); notify never ran."""
 
 
 def test_a_section_per_fm_with_a_lane_per_document_in_each_runs_timeline(page: str) -> None:
     outline = Outline(page)
+    assert 'data-docs="doc6 doc11"><span class="name">doc6, doc11</span>' in page
     assert outline.sections == ["fm5", "fm6"]
     assert outline.lanes == {("fm5", "fixed"): LANES, ("fm6", "fixed"): LANES, ("fm6", "broken"): BROKEN_LANES}
     assert outline.same == {("fm6", "broken"): ["doc1", "doc2"]}
     # the fixed runs' side chords completed: a line of words each, no lane
     sides = ["expired", "body", "behind"]
     assert outline.sides == outline.side_lines == {("fm5", "fixed"): sides, ("fm6", "fixed"): sides}
-    assert outline.checks == {"fm5": ["G5"], "fm6": ["G1", "G2", "G3", "G4", "G5", "G6", "S6"]}
+    # the broken run's cell sits beside the change (what happens without it), above the fixed run's checks
+    assert outline.checks == {"fm5": ["G5"], "fm6": ["S6", "G1", "G2", "G3", "G4", "G5", "G6"]}
+    fm6 = page.split('<section class="fm" id="fm6">')[1]
+    assert re.search(r'<div class="beside-change"><div class="change" data-fm="fm6">.*?</div><div class="others">'
+                     r'<div class="cell" data-kind="broken">', fm6, re.S)
+    assert '<div class="cells wide"><div class="cell" data-kind="fixed">' in fm6
     assert '<section class="fm" id="fm6">' in page and '<div class="lane" data-doc="doc4"' in page
 
 
@@ -535,10 +543,9 @@ def test_a_member_stored_as_failure_and_a_stalled_store_are_drawn_and_told() -> 
     assert 'data-final="member failure"' in lanes["doc11"] and 'data-final="member failure"' in lanes["doc28"]
     assert "mark-member_failure" in lanes["doc11"] and "mark-member_failure" in lanes["doc28"]
     assert "mark-running" not in lanes["doc11"]  # not still running: Celery recorded its end
-    assert _words(lanes["doc11"]).endswith("member FAILURE · killed, then Celery stored FAILURE (TimeLimitExceeded) outside the body")
+    assert _words(lanes["doc11"]).endswith("member FAILURE · killed, then Celery stored TimeLimitExceeded outside the body")
     assert 'class="stall"' in lanes["doc28"] and "mark-store_stall" in lanes["doc28"]
-    assert _words(lanes["doc28"]).endswith("member FAILURE · result store stalled, cut at 1.10s (of 1.0 s), then Celery "
-                                           "stored FAILURE (SoftTimeLimitExceeded) outside the body")
+    assert _words(lanes["doc28"]).endswith("member FAILURE · store stalled 1.0 s, then Celery stored SoftTimeLimitExceeded")
     ok = report.render([RunReport("fm6", "fixed", "fm6", 6, [], dataclasses.replace(observations(
         [start(0.1, "doc28", 1), ev(0.8, "store_stall", doc="doc28", seconds="1.0"), end(1.81, "doc28", 1)],
         summary_outcome(["doc28"], [])), docs=("doc28",)))], {})
@@ -665,3 +672,71 @@ def test_fm4s_section_renders_to_a_screenshot_at_1280(handout_file: Path) -> Non
     chromium(handout_file.as_uri(), "--hide-scrollbars", f"--window-size={SCREEN[0]},{3 * SCREEN[1]}", f"--screenshot={shot}")
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 50_000
+
+
+def _large_runs() -> list[RunReport]:
+    """A section as big as real fm6's: 30 documents (a burst of 16), the side chords, a broken run and a hard variant."""
+    return [RunReport("fm6", "fixed", "fm6", 6, [Check(label, True, seen) for label, seen in LARGE_CHECKS.items()],
+                      large_fixed_run(), seconds=13.5),
+            RunReport("fm6", "broken", "fm5", 6, [Check("S6", True, LARGE_BROKEN_CHECK)], large_broken_run(), seconds=8.7),
+            RunReport("fm6", "weak", "fm6w", 6, [Check("S6 hard", True, LARGE_WEAK_CHECK)], large_weak_run(), seconds=14.7)]
+
+
+@pytest.fixture(scope="module")
+def large_file() -> Iterator[Path]:
+    folder = ARTIFACTS / "report-test"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "large.html"
+    path.write_text(report.render(_large_runs(), {"fm6": report.lesson("fm6")}, "generated by a test"), encoding="utf-8")
+    yield path
+
+
+def test_a_big_run_tells_its_burst_in_one_lane_and_its_later_runs_only_what_differs() -> None:
+    page = report.render(_large_runs(), {"fm6": report.lesson("fm6")})
+    outline = Outline(page)
+    burst = re.search(r'<div class="lane" data-doc="doc12"[^>]*data-docs="([^"]*)".*?<span class="what">(.*?)</span></div>', page)
+    assert burst and burst.group(1).split() == list(BURST)
+    assert _words(burst.group(0)).startswith("doc12–doc27 ×16")
+    assert _words(burst.group(2)) == "ok · each: TransientError, retried after 1500 ms, then ok on attempt 2"
+    assert outline.lanes[("fm6", "fixed")].count("doc12") == 1 and "doc13" not in outline.lanes[("fm6", "fixed")]
+    assert outline.lanes[("fm6", "fixed")][-2:] == ["notify ×3", "duplicate ×6"]  # a big run: the body's deliveries, a lane a role
+    # the broken run: what fm5's code changed; the documents it never reached, one line wherever they stand
+    # the broken run: what fm5's code changed (two with one story share a lane); the documents it never reached,
+    # one lane wherever they stand, named by number
+    assert outline.lanes[("fm6", "broken")] == ["doc4", "doc5", "doc7", "doc8", "doc9", "doc10", "doc29", "notify"]
+    pair = re.search(r'<div class="lane" data-doc="doc5"[^>]*data-docs="doc5 doc6".*?</span></div>', page)
+    assert pair and _words(pair.group(0)).startswith("doc5, doc6")
+    idle = re.search(r'<div class="lane" data-doc="doc10"[^>]*data-docs="([^"]*)".*?</span></div>', page)
+    assert idle and idle.group(1).split() == ["doc10", "doc11", "doc28", "doc30", *BURST]
+    assert _words(idle.group(0)).startswith("20 documents") and _words(idle.group(0)).endswith(
+        "not started · doc10–doc28, doc30: no attempt began")
+    # the hard variant: what neither earlier run tells
+    assert outline.lanes[("fm6", "weak")] == ["doc11", "doc28", "doc30", "side expired", "side body"]  # unfinished: lanes
+    assert outline.side_lines[("fm6", "weak")] == ["behind"]  # never sent: a line of words
+    assert outline.same[("fm6", "weak")] == ["doc1", "doc2", "doc3", "doc7", "doc8", "doc9", "doc10",
+                                             "doc4", "doc5", "doc6", "doc29", *BURST]
+    weak_words = _words(page.split('data-kind="weak"')[-1])
+    assert "member FAILURE · killed, then Celery stored TimeLimitExceeded" in weak_words
+    assert ("doc4–doc6, doc12–doc27, doc29 and notify: the same story as in the broken run above"
+            in _words(page.split('data-kind="weak"')[-1]))
+
+
+def test_a_fetch_that_started_and_never_ended_is_a_hung_head() -> None:
+    page = report.render(_large_runs()[:2], {})
+    hung = re.search(r'<div class="lane" data-doc="doc29"(.*?)</span></div>', page.split('data-kind="broken"')[-1])
+    assert hung and "mark-running" in hung.group(1) and 'data-final="running"' in hung.group(1)
+    assert _words(hung.group(1)).endswith("fetch still running · hung head: its fetch never ended, no parse began")
+    timeline_lines = [timeline_text.plain(ln) for ln in timeline_text.lines(timeline.build(large_broken_run()), "broken")]
+    assert "  doc29 unfinished: fetch still running (hung head)" in timeline_lines
+    fixed = timeline.build(large_fixed_run())
+    assert next(d for d in fixed.docs if d.doc == "doc29").hung is False  # its fetch ended (hard_timeout): not hung
+    assert next(d for d in timeline.build(large_broken_run()).docs if d.doc == "doc9").hung is False  # killed before: poison
+
+
+@pytest.mark.usefixtures("browser")
+def test_a_big_fm_section_fits_about_two_screens(large_file: Path) -> None:
+    """Real fm6 measured 2,677 px before its burst shared a lane and its later runs said only what differs."""
+    seen = measure(large_file)
+    assert list(seen["sections"]) == ["fm6"]
+    assert seen["sections"]["fm6"] <= ABOUT_TWO_SCREENS, f"fm6 is {seen['sections']['fm6']} px at {SCREEN[0]} px wide"
+    assert min(seen["svgs"]) >= 500

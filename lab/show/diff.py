@@ -57,15 +57,16 @@ class Step:
         return "\n".join(self.lines)
 
 
-def step(fm: str) -> Step | None:
-    """The change that makes ``fm`` (``fm3``) from the FM before it; None for fm0."""
+def step(fm: str, context: int = CONTEXT_LINES) -> Step | None:
+    """The change that makes ``fm`` (``fm3``) from the FM before it, with ``context`` unchanged lines around
+    each change (the report: one, to stay short); None for fm0."""
     modules = fm_modules()
     n = int(fm[2:])
     before = f"fm{n - 1}"
     if n < 1 or before not in modules:
         return None
     a, b = modules[before], modules[fm]
-    diff = difflib.unified_diff(code_of(a), code_of(b), f"{a}.py", f"{b}.py", n=CONTEXT_LINES, lineterm="")
+    diff = difflib.unified_diff(code_of(a), code_of(b), f"{a}.py", f"{b}.py", n=context, lineterm="")
     return Step(fm, a, b, tuple(diff))
 
 

@@ -4,10 +4,11 @@ At the top, the matrix, what each check it names means (``lab.matrix.TITLES``: t
 lab's one table of words per check, after DESIGN.md §2) and every mark of the
 timelines. Then a section per FM (``<section class="fm" id="fm3">``), about two
 screens of 1280 x 800: what its module's docstring says (its Symptom, Root cause,
-Fix and Tradeoffs paragraphs), "The change" (the code diff from the previous FM's
-file, ``lab.show.diff``), its runs (the fixed run's verdict with its guarantees, the
-broken run's with its symptom, each check named in words with what it saw), the
-marks its timelines use, and per run the timeline as swimlanes as wide as the page
+Fix and Tradeoffs paragraphs, in four columns at 1280 px), "The change" (the code diff
+from the previous FM's file, ``lab.show.diff``, one line of context, blank lines as thin
+gaps) with, beside it, the later runs (the broken run's verdict with its symptom, the hard
+variant's) and the marks its timelines use; then the fixed run's verdict with its guarantees
+(each check named in words with what it saw), and per run the timeline as swimlanes as wide as the page
 (``lab.show.swimlanes``), each lane saying in words what happened in it, the run's side
 chords last (a line each, a lane for one that did not complete).
 
@@ -184,18 +185,27 @@ def _section(row: MatrixRow, lesson: Lesson | None, home: str | None = None) -> 
     lessons = "".join(f'<div class="lesson" data-part="{escape(name.lower())}"><h3>{escape(name)}</h3>{_prose(text)}</div>'
                       for name, text in (lesson.sections.items() if lesson else ()))
     runs = [r for r in (row.fixed, row.broken, row.weak) if r is not None]
-    first, others = ("".join(_cell(r) for r in runs[:1]), "".join(_cell(r) for r in runs[1:]))
-    cells = f'<div class="cells">{first}' + (f'<div class="others">{others}</div>' if others else "") + "</div>"
     timelines = [(r, _timeline(r)) for r in runs]
     span = max((tl.span for _, tl in timelines if tl is not None), default=0.0)  # one time scale for the FM's runs
     like = timelines[0][1]  # the fixed run (fm0's bug run): the others say what differs from it
-    drawn = [_figure(r, tl, span, like if i else None, runs[0].kind) for i, (r, tl) in enumerate(timelines)]
+    also = timelines[1] if len(timelines) > 2 else (runs[0], None)  # the broken run, above the hard variant's
+    drawn = [_figure(r, tl, span, like if i else None, runs[0].kind, also[1] if i > 1 else None, also[0].kind)
+             for i, (r, tl) in enumerate(timelines)]
     marks: frozenset[str] = frozenset[str]().union(*(m for _, m, _ in drawn))
     names = max((n for _, _, n in drawn), default=0)  # one name column for the FM's figures: their plots line up
     legend = (f'<div class="fm-legend"><span class="legend-head">Marks in these timelines</span>'
               f"{swimlanes.legend(marks, short=True)}</div>" if marks else "")
+    first, others = ("".join(_cell(r) for r in runs[:1]), "".join(_cell(r) for r in runs[1:]))
+    change = _change(fm)
+    # The later runs' cells (what happens without the change) and the marks go in a column beside the change, whose
+    # code leaves the page's right third empty; with no change, beside the fixed run's checks
+    beside = f'<div class="others">{others}{legend}</div>' if others else ""
+    if change and beside:
+        change, cells = f'<div class="beside-change">{change}{beside}</div>', f'<div class="cells wide">{first}</div>'
+    else:
+        cells = f'<div class="cells">{first}{beside}</div>'
     return (f'<section class="fm" id="{escape(fm)}">{head}' + (f'<div class="lessons">{lessons}</div>' if lessons else "")
-            + f'{_change(fm)}{cells}<div class="timelines" style="--names:{names + 1}ch">{legend}'
+            + f'{change}{cells}<div class="timelines" style="--names:{names + 1}ch">{"" if others else legend}'
             f'{"".join(html for html, _, _ in drawn)}</div></section>')
 
 
@@ -212,16 +222,31 @@ def _scenario_title(fm: str, home: str | None) -> str:
     return f"{escape(case)}, scenario <code>{escape(scenario)}</code>{where}"
 
 
+REPORT_CONTEXT = 1
+"""Unchanged lines around each change in a section's diff (the console's ``--diff`` shows ``diff.CONTEXT_LINES``)."""
+
+
 def _change(fm: str) -> str:
     """The code diff from the previous FM's file (none for fm0)."""
-    step = diff.step(fm) if fm[2:].isdigit() else None
+    step = diff.step(fm, REPORT_CONTEXT) if fm[2:].isdigit() else None
     if step is None:
         return ""
-    rows = "".join(f'<span class="{_diff_class(line)}">{escape(line)}</span>\n' for line in step.lines
-                   if not line.startswith(("+++", "---")))  # the line above names both files
+    rows = "".join(_diff_rows([line for line in step.lines if not line.startswith(("+++", "---"))]))  # the line above names both
     return (f'<div class="change" data-fm="{escape(fm)}"><h3>The change</h3><p class="module">'
             f"<code>{escape(step.before)}.py</code> → <code>{escape(step.after)}.py</code>, docstrings left out: "
             f"{len(step.added)} lines added, {len(step.removed)} removed</p><pre class=\"diff\">{rows}</pre></div>")
+
+
+def _diff_rows(lines: list[str]) -> list[str]:
+    """A span per line; a run of blank context lines (between two functions) is one thin gap, so a section stays short."""
+    out: list[str] = []
+    for line in lines:
+        if not line.strip():
+            if not (out and out[-1].startswith('<span class="d-gap">')):
+                out.append('<span class="d-gap"> </span>')
+            continue
+        out.append(f'<span class="{_diff_class(line)}">{escape(line)}</span>')  # a block each: a line
+    return out
 
 
 def _diff_class(line: str) -> str:
@@ -255,7 +280,8 @@ def _seen(detail: str) -> str:
 
 
 def _figure(r: RunReport, tl: timeline.Timeline | None, span: float, like: timeline.Timeline | None = None,
-            like_name: str = "fixed") -> tuple[str, frozenset[str], int]:
+            like_name: str = "fixed", also: timeline.Timeline | None = None,
+            also_name: str = "broken") -> tuple[str, frozenset[str], int]:
     caption = f"{r.kind} run"
     marks: frozenset[str] = frozenset()
     names = 0
@@ -265,7 +291,7 @@ def _figure(r: RunReport, tl: timeline.Timeline | None, span: float, like: timel
         body = (f'<span class="stop">run {escape(tl.run_id)}; stopped: {escape(tl.stopped_by)} at {tl.span:.2f}s</span>'
                 f'<p class="note">{escape(timeline_text.NO_CHORD)}.</p>')
     else:
-        fig = swimlanes.render(tl, span, like, like_name)
+        fig = swimlanes.render(tl, span, like, like_name, also, also_name)
         marks, names = fig.marks, fig.names
         emails = f"; emails sent: {len(tl.emails)}" if tl.counts_emails else ""
         named = (f"; documents named without their common prefix <code>{escape(fig.prefix)}</code>" if fig.prefix else "")
@@ -308,7 +334,7 @@ _HEAD = """<!DOCTYPE html>
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;color:#222;background:#fafafa}
 header,nav,aside,main{max-width:1400px;margin:0 auto;padding:0 20px}
 header h1{margin:16px 0 0;font-size:22px} .meta{color:#666;margin:2px 0 6px}
-h2{font-size:18px;margin:12px 0 4px} h2 code.module{font-size:12.5px;font-weight:400;margin-left:6px;vertical-align:2px} h3{font-size:14px;margin:6px 0 2px}
+h2{font-size:18px;margin:6px 0 3px} h2 code.module{font-size:12.5px;font-weight:400;margin-left:6px;vertical-align:2px} h3{font-size:14px;margin:6px 0 2px}
 code{font:12.5px ui-monospace,"DejaVu Sans Mono",monospace;background:#eef;padding:0 3px;border-radius:3px}
 table.matrix{border-collapse:collapse;background:#fff} .matrix td,.matrix th{border:1px solid #ddd;padding:3px 9px;text-align:left}
 .verdict{font-weight:700;padding:0 6px;border-radius:4px;color:#fff;font-size:12.5px;white-space:nowrap}
@@ -318,30 +344,32 @@ ul.glossary{columns:3 22em;column-gap:24px;list-style:none;padding:0;margin:4px 
 ul.glossary li{break-inside:avoid;padding-left:5.2em;text-indent:-5.2em} ul.glossary b{display:inline-block;min-width:5em;text-indent:0}
 ul.legend{display:flex;flex-wrap:wrap;gap:2px 18px;list-style:none;padding:0;margin:4px 0;font-size:12.5px}
 ul.legend li{display:flex;align-items:center;gap:5px} ul.legend svg{flex:none}
-section.fm{background:#fff;border:1px solid #ddd;border-radius:8px;margin:18px 0;padding:2px 18px 12px}
+section.fm{background:#fff;border:1px solid #ddd;border-radius:8px;margin:18px 0;padding:2px 18px 6px}
 h2 .tag{font:600 13px ui-monospace,"DejaVu Sans Mono",monospace;color:#fff;background:#37474f;padding:1px 6px;border-radius:4px;
 vertical-align:2px}
-.lessons{columns:3 22em;column-gap:22px;font-size:13px;line-height:1.38} .lesson h3{break-after:avoid}
-.lesson p,.lesson ul{margin:2px 0 4px} .lesson ul{padding-left:18px} .module{margin:0;color:#555}
+.lessons{columns:4 17em;column-gap:18px;font-size:12px;line-height:1.27} .lessons code{font-size:11px;padding:0 2px} .lesson h3{break-after:avoid;margin:4px 0 1px}
+.lesson p,.lesson ul{margin:1px 0 3px} .lesson ul{padding-left:18px} .module{margin:0;color:#555}
 .change h3{display:inline;margin-right:8px} .change .module{display:inline}
-.change pre.diff{font:11.5px/1.25 ui-monospace,"DejaVu Sans Mono",monospace;background:#fbfbfb;border:1px solid #e3e3e3;
-border-radius:6px;padding:4px 0;overflow-x:auto;margin:4px 0} .diff span{display:inline-block;min-width:100%;box-sizing:border-box;padding:0 10px}
+.change pre.diff{font:10.5px/1.15 ui-monospace,"DejaVu Sans Mono",monospace;background:#fbfbfb;border:1px solid #e3e3e3;
+border-radius:6px;padding:4px 0;overflow-x:auto;margin:4px 0} .diff span{display:block;width:max-content;min-width:100%;box-sizing:border-box;padding:0 10px}
 .diff .d-add{background:#e6ffec;color:#1a5e2a} .diff .d-del{background:#ffebe9;color:#8a1c1c} .diff .d-hunk{color:#6f42c1;background:#f3f0ff}
 .diff .d-file{color:#555;font-weight:600}
-.cells{display:grid;grid-template-columns:minmax(0,2.4fr) minmax(18em,1fr);gap:10px;margin-top:8px} .cells>.cell:only-child{grid-column:1/-1}
-.others{display:flex;flex-direction:column;gap:10px}
-.cell{border:1px solid #e3e3e3;border-radius:6px;padding:2px 10px 4px;font-size:13px} .cell h3{font-size:13.5px}
-ul.checks{padding-left:16px;margin:2px 0} ul.checks li{margin:1px 0} .check.bad{color:#c62828}
-.check .words{color:#333} .check .seen{font-size:12px;color:#555} .check .seen:not(:empty)::before{content:" — "} .secs{color:#777;font-weight:400}
+pre.diff{line-height:0} .diff span{line-height:1.15} .diff span.d-gap{line-height:6px;height:6px} .diff .d-hunk{line-height:1.1;font-size:10.5px}
+.cells{display:grid;grid-template-columns:minmax(0,2.4fr) minmax(18em,1fr);gap:10px;margin-top:6px} .cells>.cell:only-child{grid-column:1/-1}
+.beside-change{display:grid;grid-template-columns:minmax(0,1fr) minmax(18em,30%);gap:10px;align-items:start} .beside-change .others{margin-top:6px} .cells.wide .cell{grid-column:1/-1} .cells.wide ul.checks{columns:2 26em;column-gap:22px}
+.others{display:flex;flex-direction:column;gap:8px} .others .fm-legend{display:block} .others ul.legend{min-width:0;gap:1px 12px}
+.cell{border:1px solid #e3e3e3;border-radius:6px;padding:2px 10px 4px;font-size:12.5px;line-height:1.3} .cell h3{font-size:13.5px;margin:4px 0 1px}
+ul.checks{padding-left:16px;margin:1px 0} ul.checks li{margin:0 0 1px} .check.bad{color:#c62828}
+.check .words{color:#333} .check .seen{font-size:11px;color:#555} .check .seen:not(:empty)::before{content:" — "} .secs{color:#777;font-weight:400}
 .error{color:#c62828;white-space:pre-wrap}
-.timelines{margin-top:6px} .fm-legend{display:flex;align-items:baseline;gap:0 14px;margin:2px 0} .fm-legend ul.legend{flex:1 1 0;min-width:20em;margin:0}
+.timelines{margin-top:4px} .fm-legend{display:flex;align-items:baseline;gap:0 14px;margin:2px 0} .fm-legend ul.legend{flex:1 1 0;min-width:20em;margin:0}
 .legend-head{font-weight:600;font-size:13px;white-space:nowrap}
-figure.timeline{margin:6px 0 0} figcaption{font-weight:600;display:inline;margin-right:8px} .stop{color:#555;font-size:12.5px}
+figure.timeline{margin:4px 0 0} figcaption{font-weight:600;display:inline;margin-right:8px;font-size:13px} figure.timeline{line-height:1.3} .stop{color:#555;font-size:12px}
 figure.timeline .lanes{margin-top:2px}
-.lanes{display:grid;grid-template-columns:calc(var(--names,8ch) * 1.05 + 16px) minmax(0,1fr) minmax(20em,40%);font-size:12px}
-.lanes>div{display:contents} .lanes .name,.lanes .what,.lanes .track{box-sizing:border-box;min-height:21px} .lanes .track{display:block}
-.lanes .name{font-weight:600;color:#333;padding:2px 10px 0 6px;white-space:nowrap;font-variant-numeric:tabular-nums}
-.lanes .what{padding:2px 6px 1px 10px;color:#444;line-height:1.3} .lanes .same .what{grid-column:2/-1;font-style:italic}
+.lanes{display:grid;grid-template-columns:calc(var(--names,8ch) * 1.05 + 16px) minmax(0,1fr) minmax(20em,42%);font-size:12px}
+.lanes>div{display:contents} .lanes .name,.lanes .what,.lanes .track{box-sizing:border-box;min-height:17px} .lanes .track{display:block}
+.lanes .name{font-weight:600;color:#333;padding:1px 10px 0 6px;white-space:nowrap;font-variant-numeric:tabular-nums;line-height:1.25}
+.lanes .what{padding:1px 4px 0 8px;color:#444;line-height:1.25;font-size:11.5px} .lanes .same .what{grid-column:2/-1;font-style:italic}
 .lanes svg.plot{display:block;width:100%;overflow:visible}
 .lanes .lane:nth-child(even)>*{background:#f4f5f7}
 .lanes .axis>*{min-height:16px;padding-top:0;color:#888;font-weight:400;font-size:11px}
@@ -355,7 +383,7 @@ svg line.backoff{stroke-dasharray:2 3;stroke-width:1.6}
 b.final{font-weight:700}
 @media print{@page{margin:12mm} body{background:#fff;font-size:11.5px} header,nav,aside,main{max-width:none;padding:0}
 *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
-section.fm{break-before:page;border:none;padding:0;margin:0} .diff span{white-space:pre-wrap}
+section.fm{break-before:page;border:none;padding:0;margin:0} .diff span{white-space:pre-wrap;width:auto}
 figure.timeline,.cell,.change{break-inside:avoid} .lanes .lane{break-inside:avoid}
 .lanes{grid-template-columns:calc(var(--names,8ch) * 1.05 + 16px) minmax(0,1fr) minmax(14em,42%)} .lanes .what{font-size:11px}
 .verdict{border:1px solid #000} a{color:inherit;text-decoration:none}}

@@ -16,7 +16,14 @@ busy-retries, then its skip) reads lane by lane. Consecutive busy-retries of one
 role share a lane; when the deliveries crowd into a small part of the run, their lanes
 get a time axis of their own, zoomed in. In a later run of the FM (broken, hard variant)
 the documents whose story is the one they had in the fixed run get one line that says
-so ("as above", ``data-docs``): what stays in lanes is what the symptom changed.
+so ("as above", ``data-docs``): what stays in lanes is what the symptom changed; in the hard
+variant's run, of the documents left, those whose story is the broken run's get a line too
+(and its body, when it never ran in either). A later run's lanes group two documents with one
+story; documents with no attempt share their story's lane wherever they stand (named
+``20 documents``, the words list them by number: ``doc10–doc28, doc30``). A fetch that
+started and never ended, with no parse after it, is a hung head (``fetch still running``).
+In a big run (``COMPACT_BODY_FROM`` document lanes and more: scenario 5's burst on) the
+body's deliveries share one lane per role, told one after the other.
 Documents named with a common batch prefix are named without it (the caption gives it).
 
 Side chords (``Timeline.sides``, a hard variant's own chord) come last, one row each
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from html import escape
@@ -52,12 +60,14 @@ from html import escape
 from lab.show.timeline import MARKS, Attempt, DocTimeline, NotifyRun, SideTimeline, Stall, Timeline
 from lab.show.timeline_text import short
 
-LANE = 21  # px: the height of a lane's plot
+LANE = 17  # px: the height of a lane's plot
 AXIS = 16  # px: the height of the time axis
-MID = 13  # px: a lane's centre line (room above it for a delay's label)
+MID = 10  # px: a lane's centre line (room above it for a delay's label)
 R = 5.5  # mark radius
-LO, HI = 1.0, 98.0  # per cent of the plot where time 0 and the end of the span sit
+LO, HI = 1.5, 98.0  # per cent of the plot where time 0 and the end of the span sit
 GROUP_AT = 3  # consecutive documents with one story share a lane from this many on
+COMPACT_BODY_FROM = 12
+"""From this many document lanes on (a big run: scenario 5's burst and on), the body's deliveries share a lane per role."""
 DELAY_LABEL_AT = 9.0  # per cent of the plot a backoff must span to carry its delay's label
 
 
@@ -132,12 +142,15 @@ def _body_scale(tl: Timeline, scale: _Scale) -> _Scale | None:
     return _Scale(t1 - t0 + 2 * pad, max(t0 - pad, 0.0))
 
 
-def render(tl: Timeline, span: float | None = None, like: Timeline | None = None, like_name: str = "fixed") -> Figure:
+def render(tl: Timeline, span: float | None = None, like: Timeline | None = None, like_name: str = "fixed",
+           also: Timeline | None = None, also_name: str = "broken") -> Figure:
     """The run as lanes; ``span`` (seconds) sets a time scale shared with the FM's other runs.
 
     ``like``: the FM's first run (its fixed run), drawn above this one: the documents whose
     story is the same there (same endings, same final state) get one line that says so
-    instead of a lane each, so a broken run shows what its symptom changed. The body's
+    instead of a lane each, so a broken run shows what its symptom changed; ``also``: a later
+    run drawn above too (the broken run, above the hard variant's): of the documents left, those
+    whose story is the same there get a line that says so. The body's
     lanes come under an axis of their own, zoomed in, when its deliveries crowd into a
     small part of the run (``ZOOM_BELOW``)."""
     scale = _Scale(max(span or 0.0, tl.span))
@@ -148,9 +161,14 @@ def render(tl: Timeline, span: float | None = None, like: Timeline | None = None
     earlier = {s.tag: _side_shape(s) for s in like.sides} if like is not None else {}
     same_sides = [s.tag for s in tl.sides if earlier.get(s.tag) == _side_shape(s)]
     rows = [_same_row(same, tl.docs, prefix, like_name, same_sides)] if same or same_sides else []
-    rows += [_doc_row(group, scale, tl.span, prefix, used) for group in _groups([d for d in tl.docs if d not in same])]
+    shapes = {d.doc: _shape(d) for d in also.docs} if also is not None else {}
+    told = [d for d in tl.docs if d not in same and shapes.get(d.doc) == _shape(d)]
+    idle = also is not None and not tl.notifies and not also.notifies  # the body never ran there either
+    rows += [_same_row(told, tl.docs, prefix, also_name, body=tl.body if idle else "")] if told or idle else []
+    rows += [_doc_row(group, scale, tl.span, prefix, used, tl.docs)
+             for group in _groups([d for d in tl.docs if d not in same and d not in told], 2 if like is not None else GROUP_AT)]
     zoom = _body_scale(tl, scale)
-    body_rows = _body_rows(tl, zoom or scale, used)
+    body_rows = [] if idle else _body_rows(tl, zoom or scale, used, compact=len(rows) >= COMPACT_BODY_FROM)
     parts = [scale.axis("t (s)", "what happened"), *(_row_html(row, scale) for row in rows)]
     if zoom is not None:
         t1 = zoom.t0 + zoom.span
@@ -168,7 +186,8 @@ def render(tl: Timeline, span: float | None = None, like: Timeline | None = None
 def _row_html(row: _Row, scale: _Scale) -> str:
     if row.same:
         sides = f' data-sides={_q(row.attrs["data-sides"])}' if row.attrs.get("data-sides") else ""
-        return (f'<div class="same" data-docs={_q(row.attrs["data-docs"])}{sides}><span class="name">{escape(row.name)}</span>'
+        body = f' data-body={_q(row.attrs["data-body"])}' if row.attrs.get("data-body") else ""
+        return (f'<div class="same" data-docs={_q(row.attrs["data-docs"])}{sides}{body}><span class="name">{escape(row.name)}</span>'
                 f'<span class="what">{row.what}</span></div>')
     if row.line:
         attrs = "".join(f" {k}={_q(v)}" for k, v in row.attrs.items())
@@ -201,25 +220,50 @@ def _shape(d: DocTimeline) -> tuple[object, ...]:
             d.dead_lettered_at is None, d.kept_at is None, d.revoked_at is None, d.member_error, len(d.stalls))
 
 
-def _groups(docs: Sequence[DocTimeline]) -> list[list[DocTimeline]]:
+def _groups(docs: Sequence[DocTimeline], at: int = GROUP_AT) -> list[list[DocTimeline]]:
+    """Consecutive documents with one story, from ``at`` of them on (a later run's: two, its symptom is the story);
+    documents with no attempt (nothing to plot) join their story's group wherever they stand (``not started``:
+    the documents a stopped run never reached)."""
     out: list[list[DocTimeline]] = []
+    idle: dict[tuple[object, ...], list[DocTimeline]] = {}
     for d in docs:
-        if out and _shape(out[-1][0]) == _shape(d):
+        shape = _shape(d)
+        if not d.attempts and shape in idle:
+            idle[shape].append(d)
+        elif out and _shape(out[-1][0]) == shape:
             out[-1].append(d)
         else:
             out.append([d])
+            if not d.attempts:
+                idle[shape] = out[-1]
+    group_of = {d.doc: g for g in out for d in g}
     split: list[list[DocTimeline]] = []
-    for g in out:
-        split.extend([g] if len(g) >= GROUP_AT else [[d] for d in g])
+    for d in docs:  # a group too small to share a lane: its documents in their own places
+        g = group_of[d.doc]
+        if len(g) < at:
+            split.append([d])
+        elif g[0] is d:
+            split.append(g)
     return split
 
 
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
 def _ranges(docs: Sequence[DocTimeline], among: Sequence[DocTimeline], prefix: str) -> str:
-    """``doc1–doc10, doc12–doc27``: ``docs`` as runs of neighbours in ``among``'s order."""
-    at = {d.doc: i for i, d in enumerate(among)}
+    """``doc1–doc10, doc12–doc27``: ``docs`` as runs of neighbours, by number when every name ends in one
+    (``doc10, doc11, doc28``, ``doc12``..: ``doc10–doc12``), else in ``among``'s order."""
+    numbered = [_NUMBERED.match(d.doc) for d in docs]
+    if all(numbered):
+        at = {d.doc: int(m.group(2)) for d, m in zip(docs, numbered) if m}
+        stems = {d.doc: m.group(1) for d, m in zip(docs, numbered) if m}
+        docs = sorted(docs, key=lambda d: (stems[d.doc], at[d.doc]))
+    else:
+        at = {d.doc: i for i, d in enumerate(among)}
+        stems = {d.doc: "" for d in docs}
     runs: list[list[DocTimeline]] = []
     for d in docs:
-        if runs and at[d.doc] == at[runs[-1][-1].doc] + 1:
+        if runs and stems[d.doc] == stems[runs[-1][-1].doc] and at[d.doc] == at[runs[-1][-1].doc] + 1:
             runs[-1].append(d)
         else:
             runs.append([d])
@@ -229,27 +273,36 @@ def _ranges(docs: Sequence[DocTimeline], among: Sequence[DocTimeline], prefix: s
 
 
 def _same_row(same: list[DocTimeline], among: Sequence[DocTimeline], prefix: str, like_name: str,
-              sides: Sequence[str] = ()) -> _Row:
-    told = [*([_ranges(same, among, prefix)] if same else []), *(f"side {tag}" for tag in sides)]
-    names = ", ".join(told[:-1]) + f" and {told[-1]}" if len(told) > 1 and sides else ", ".join(told)
+              sides: Sequence[str] = (), body: str = "") -> _Row:
+    """The line for the documents (and side chords, and a body that never ran: ``body``) whose story is ``like_name``'s."""
+    extra = [*(f"side {tag}" for tag in sides), *([body] if body else [])]
+    told = [*([_ranges(same, among, prefix)] if same else []), *extra]
+    names = ", ".join(told[:-1]) + f" and {told[-1]}" if len(told) > 1 and extra else ", ".join(told)
     what = escape(f"{names}: the same story as in the {like_name} run above (same attempts and endings, same final state)")
-    count = f"{len(same)} as above" if not sides else f"{len(same) + len(sides)} as above" if same else "as above"
-    return _Row(count, {"data-docs": " ".join(d.doc for d in same), "data-sides": " ".join(sides)}, what, same=True)
+    count = f"{len(same)} as above" if not extra else f"{len(same) + len(extra)} as above" if same else "as above"
+    attrs = {"data-docs": " ".join(d.doc for d in same), "data-sides": " ".join(sides), **({"data-body": body} if body else {})}
+    return _Row(count, attrs, what, same=True)
 
 
-def _doc_row(group: list[DocTimeline], scale: _Scale, span: float, prefix: str, used: set[str]) -> _Row:
+def _doc_row(group: list[DocTimeline], scale: _Scale, span: float, prefix: str, used: set[str],
+             among: Sequence[DocTimeline] = ()) -> _Row:
     first = group[0]
     name = first.doc.removeprefix(prefix)
     attrs = {"data-doc": first.doc, "data-final": first.final, "data-reason": first.reason or ""}
-    if len(group) > 1:
-        name = f"{name}–{group[-1].doc.removeprefix(prefix)} ×{len(group)}"
+    ranges = _ranges(group, among or group, prefix)
+    listed = "," in ranges and len(ranges) > 12  # named in the words: the name column stays narrow
+    if len(group) > 1:  # neighbours: "doc12–doc27 ×16"; two: "doc5, doc6"; else a count, and the words name them
+        name = (f"{len(group)} documents" if listed else ranges if "," in ranges
+                else f"{name}–{group[-1].doc.removeprefix(prefix)} ×{len(group)}")
         attrs["data-docs"] = " ".join(d.doc for d in group)
     colour = MARKS[first.mark].colour
     used.add(first.mark)
-    story = _story(first, exact=len(group) == 1)
+    exact = len({_story(d) for d in group}) == 1  # a burst retried after one delay says it once, exactly
+    story = _story(first, exact=exact)
     story = story or {"ok": "its first attempt returned", "not started": "no attempt began"}.get(first.final, "")
     what = (f'<b class="final" style="color:{colour}">{escape(_final_word(first))}</b>'
-            + (f" · {len(group)} documents, each: " if len(group) > 1 else " · " if story else "") + escape(story))
+            + (f" · {escape(ranges)}: " if listed else " · each: " if len(group) > 1 and story else " · " if story else "")
+            + escape(story))
     row = _Row(name, attrs, what)
     for d in group:
         row.parts += _doc_parts(d, scale, span, used, labels=len(group) == 1)
@@ -283,9 +336,12 @@ def _doc_parts(d: DocTimeline, scale: _Scale, span: float, used: set[str], label
     return parts
 
 
-def _stall_words(st: Stall) -> str:
+def _stall_words(st: Stall, short: bool = False) -> str:
+    """``short``: without where it was cut (a member failure: Celery stored the limit that cut it)."""
+    if short:
+        return f"store stalled {st.seconds:.1f} s"
     if st.cut:
-        return f"result store stalled, cut at {st.until:.2f}s (of {st.seconds:.1f} s)"
+        return f"result store stalled {st.seconds:.1f} s, cut at {st.until:.2f}s"
     return f"result store stalled {st.seconds:.1f} s"
 
 
@@ -296,6 +352,8 @@ FINAL = {"ok": "ok", "kept": "kept in the DLQ", "revoked": "head revoked", "memb
 def _final_word(d: DocTimeline) -> str:
     if d.final == "revoked" and d.expired:
         return "head expired"
+    if d.hung:
+        return "fetch still running"
     return (d.reason or "error") if d.final == "failed" else FINAL[d.final]
 
 
@@ -319,15 +377,23 @@ def _story(d: DocTimeline, exact: bool = True) -> str:
             steps.append(f"{stage}killed at Celery's time_limit{times}, the backstop recorded it")
         elif a.how == "killed":
             steps.append(f"{stage}killed{times}")
+        elif a.how == "running" and d.hung:
+            steps.append("hung head: its fetch never ended, no parse began")
         elif a.how == "running":
             steps.append(f"{stage}running when the run stopped")
         elif a.how == "retried":
             delays = ", ".join(f"{1000 * (x.retry_in or 0.0):.0f}" for x in run)
             kind = (a.error.split(":", 1)[0] if a.error else "") or a.reason or "error"
             steps.append(f"{kind}{times}, retried" + (f" after {delays} ms" if exact else ""))
+            if k + 1 < len(runs) and runs[k + 1][0].reason == "retries_exhausted":  # "retried after 183, 325 ms; gave up"
+                steps[-1] += "; gave up"
+                break
+        elif a.reason == "retries_exhausted":
+            steps.append("gave up")  # its mark and its final word say retries_exhausted, its tooltip the attempt
         else:
-            steps.append(short(a.error, 40 if steps else 52) if a.error and exact else f"raised {a.reason}")
-    steps += [_stall_words(st) if exact else "its result store stalled" for st in d.stalls]
+            steps.append(short(_unqualified(a.error), 40 if steps else 52) if a.error and exact else f"raised {a.reason}")
+    member = d.final == "member failure"  # its final word and its mark say Celery stored it outside the body
+    steps += [_stall_words(st, short=member) if exact else "its result store stalled" for st in d.stalls]
     if d.revoked_at is not None:
         steps.append(f"its fetch {'expired' if d.expired else 'was revoked'} before it ran (REVOKED)"
                      + (", nothing ran after it" if d.final == "revoked" else ""))
@@ -335,11 +401,19 @@ def _story(d: DocTimeline, exact: bool = True) -> str:
         steps.append("the DLQ drain finalised it" + (f" at {d.dead_lettered_at:.2f}s" if exact else ""))
     if d.kept_at is not None:
         steps.append("dead-lettered, and the drain kept it in the DLQ" + (f" ({d.kept_why})" if d.kept_why else ""))
-    if d.final == "member failure":
-        steps.append(f"Celery stored FAILURE ({d.member_error or 'an error'}) outside the body")
+    if member:
+        steps.append(f"Celery stored {d.member_error or 'an error'}" + ("" if d.stalls else " outside the body"))
+    elif d.final == "failed" and d.reason == "time_limit" and d.attempts and d.attempts[-1].how == "ok":
+        steps.append("its time_limit fired")  # after the body returned: in the result store (the backstop's envelope says so)
     elif d.final == "failed" and d.error and exact and (not d.attempts or d.attempts[-1].how == "ok"):
-        steps.append(short(d.error, 40 if steps else 52))  # what the envelope says, where no attempt shows it
+        steps.append(short(_unqualified(d.error), 40 if steps else 52))  # what the envelope says, where no attempt shows it
     return ", then ".join(steps)
+
+
+def _unqualified(error: str) -> str:
+    """An exception's text with its task names unqualified (``parse_document``, not ``fm6_task_timeouts.parse_document``):
+    the section names the module once."""
+    return re.sub(r"\b(?:fm\d\w*|case_studies(?:\.\w+)+)\.(?=\w)", "", error)
 
 
 def _attempt(doc: str, a: Attempt, scale: _Scale, next_t: float, final_reason: str | None, used: set[str],
@@ -439,13 +513,64 @@ def _body_lanes(tl: Timeline) -> list[list[NotifyRun]]:
     return lanes
 
 
-def _body_rows(tl: Timeline, scale: _Scale, used: set[str]) -> list[_Row]:
+def _role_row(tl: Timeline, lanes: list[list[NotifyRun]], scale: _Scale, used: set[str]) -> _Row:
+    """A role's deliveries on one lane (a big run's: FM-4's story told again), in words one after the other."""
+    role, runs = lanes[0][0].role, [n for lane in lanes for n in lane]
+    name = (tl.body if role == "chord" else role) + (f" ×{len(runs)}" if len(runs) > 1 else "")
+    key = _body_key(runs[-1], tl.counts_emails)
+    used.add(key)
+    heads = [_body_words(tl, lane, [n for n in tl.notifies if n.role == role].index(lane[0]) + 1)[0]
+             + (f" (each retried after {1000 * (lane[0].retry_in or 0.0):.0f} ms)" if lane[0].how == "retried" else "")
+             for lane in lanes]
+    kills = [h.removeprefix("killed ") for h in heads[:-1] if h.startswith("killed")]
+    said = (" and ".join(k.removesuffix(" sending") for k in kills) + " sending" if all(k.endswith(" sending") for k in kills)
+            else " and ".join(kills))
+    earlier = [*([f"after {'kills' if len(kills) > 1 else 'a kill'} {said}"] if kills else []),
+               *(h for h in heads[:-1] if not h.startswith("killed"))]  # "after kills before and after sending"
+    steps = ["after " + ", ".join(earlier).removeprefix("after ")] if earlier else []
+    emails = _emails_in(tl, runs) if tl.counts_emails else []
+    if emails:
+        steps.append(f"email{'s' if len(emails) > 1 else ''} at " + ", ".join(f"{t:.3f}s" for t in emails))
+    if any(n.deduplicated_at is not None for n in runs):
+        steps.append("repeat dropped")
+    if runs[-1].how == "skipped":
+        steps.append("the claim said sent")
+    what = (f'<b class="final" style="color:{MARKS[key].colour}">{escape(heads[-1])}</b>'
+            + (f" · {escape('; '.join(steps))}" if steps else ""))
+    row = _Row(name, {"data-doc": name, "data-role": role, "data-delivery": f"1-{len(runs)}", "data-how": runs[-1].how}, what)
+    for lane in lanes:
+        row.parts += _body_parts(tl, lane, scale, used)
+    return row
+
+
+def _body_parts(tl: Timeline, lane: list[NotifyRun], scale: _Scale, used: set[str]) -> list[str]:
+    """A lane's deliveries of the body: their bars, the gate they waited at, the repeat the mail API dropped, their emails."""
+    parts: list[str] = []
+    for n in lane:
+        parts.append(_body_bar(tl, n, scale, used))
+        if n.gate_wait is not None:
+            parts.append(f'<line class="gate" x1="{scale.x(n.gate_wait)}%" y1="{MID - 8}" x2="{scale.x(n.gate_wait)}%" '
+                         f'y2="{MID + 8}"><title>held at the runner\'s gate from {n.gate_wait:.3f}s</title></line>')
+        if n.deduplicated_at is not None:
+            parts.append(_mark("deduplicated", scale.x(n.deduplicated_at), MID,
+                               f"the mail API dropped this email at {n.deduplicated_at:.3f}s: same idempotency key", used))
+    if tl.counts_emails:
+        role = lane[0].role
+        parts += [_mark("email", scale.x(t), MID, f"email sent by the {role} {tl.body} at {t:.3f}s", used) for t in _emails_in(tl, lane)]
+    return parts
+
+
+def _body_rows(tl: Timeline, scale: _Scale, used: set[str], compact: bool = False) -> list[_Row]:
+    """The body's lanes: one per delivery (consecutive busy-retries together); ``compact``: one per role."""
     if not tl.notifies:
         used.add("running")
         return [_Row(tl.body, {"data-doc": tl.body, "data-role": "chord"},
                      f'<b class="final" style="color:{MARKS["running"].colour}">never ran</b>')]
     rows: list[_Row] = []
     lanes = _body_lanes(tl)
+    if compact and len(lanes) > len({n.role for n in tl.notifies}):
+        return [_role_row(tl, [lane for lane in lanes if lane[0].role == role], scale, used)
+                for role in dict.fromkeys(lane[0].role for lane in lanes)]
     for lane in lanes:
         role = lane[0].role
         of_role = [n for n in tl.notifies if n.role == role]
@@ -459,17 +584,7 @@ def _body_rows(tl: Timeline, scale: _Scale, used: set[str]) -> list[_Row]:
         words = _body_words(tl, lane, first)
         what = f'<b class="final" style="color:{MARKS[key].colour}">{escape(words[0])}</b>' + (f" · {escape(words[1])}" if words[1] else "")
         row = _Row(name, {"data-doc": name, "data-role": role, "data-delivery": delivery, "data-how": lane[-1].how}, what)
-        for n in lane:
-            row.parts.append(_body_bar(tl, n, scale, used))
-            if n.gate_wait is not None:
-                row.parts.append(f'<line class="gate" x1="{scale.x(n.gate_wait)}%" y1="{MID - 8}" x2="{scale.x(n.gate_wait)}%" '
-                                 f'y2="{MID + 8}"><title>held at the runner\'s gate from {n.gate_wait:.3f}s</title></line>')
-            if n.deduplicated_at is not None:
-                row.parts.append(_mark("deduplicated", scale.x(n.deduplicated_at), MID,
-                                       f"the mail API dropped this email at {n.deduplicated_at:.3f}s: same idempotency key", used))
-        if tl.counts_emails:
-            for t in _emails_in(tl, lane):
-                row.parts.append(_mark("email", scale.x(t), MID, f"email sent by the {role} {tl.body} at {t:.3f}s", used))
+        row.parts += _body_parts(tl, lane, scale, used)
         rows.append(row)
     return rows
 

@@ -25,7 +25,8 @@ when ``notify`` ran (it holds the envelope reason, e.g. ``retries_exhausted``);
 otherwise from its events: ``kept`` (dead-lettered, and the drain kept the letter in
 the DLQ instead of finalising it: FM-3's hard variant, a poison chain head), ``revoked``
 (its chain's head was revoked, or expired, before it ran, and nothing followed),
-``killed`` (the process died and nothing redelivered the message), ``running``,
+``killed`` (the process died and nothing redelivered the message), ``running`` (a fetch
+that started and never ended, with no parse after it, is a hung chain head: ``hung``),
 ``retrying`` (a retry not yet served) or ``not started``. While the chord is unfinished,
 a document whose chord member Celery stored as FAILURE (``Observations.members``: a
 limit that landed outside the body, FM-6's hard variant) is ``member failure``, whatever
@@ -152,6 +153,12 @@ class DocTimeline:
         if self.final == "member failure":
             return "member_failure"
         return {"retrying": "retried", "not started": "running"}.get(self.final, self.final)
+
+    @property
+    def hung(self) -> bool:
+        """Its chain's head, a fetch, started once and never ended, and no parse began: a hung (or killed) head
+        (a fetch killed before, then running again, is a poison head redelivered: not hung)."""
+        return self.final == "running" and len(self.attempts) == 1 and self.attempts[0].stage == "fetch"
 
     @property
     def member_words(self) -> str:
@@ -295,7 +302,9 @@ def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over
         for i, f in enumerate(fetches):
             followed = i + 1 < len(fetches) or settled
             attempts.append(Attempt(i + 1, f.t - at, None, "killed" if followed else "running", stage="fetch"))
-        attempts = attempts if len(fetches) > 1 or dead is not None or kept is not None else []
+        hung = bool(attempts) and attempts[-1].how == "running" and not any(
+            e.kind == "fetch_end" and e.t >= fetches[-1].t for e in events)  # started, never ended: a hung (or killed) head
+        attempts = attempts if len(fetches) > 1 or dead is not None or kept is not None or hung else []
     final, reason, error = _final(obs, doc, attempts, dead)
     if kept is not None and dead is None and final != "ok":
         final, reason, error = "kept", None, ""
