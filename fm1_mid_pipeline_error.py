@@ -30,8 +30,9 @@ FAILURE envelope (reason ``expired`` or ``revoked``): ``doc31`` fails ``expired`
 and the chord completes. Not covered: a chord *member* revoked itself is counted by
 Celery as REVOKED and the chord fails with ``ChordError``; and a head that expires
 while it waits in the broker is the broker's to drop (RabbitMQ gets Celery's
-``expires`` as the message's ``expiration``): without a dead-letter exchange (fm1,
-fm2) nobody hears of it; FM-3's DLQ catches it. The lab revokes nothing by id: its
+``expires`` as the message's ``expiration``, ``celery.app.base.Celery.send_task``):
+without a dead-letter exchange (fm1, fm2) nobody hears of it; FM-3's DLQ catches it
+(read in Celery 5.7.0 and RabbitMQ's documentation, not run). The lab revokes nothing by id: its
 workers run without remote control, which a revoke travels by.
 
 Delta from fm0: ``@enveloped`` on the three tasks; ``unwrap`` in parse_document, whose

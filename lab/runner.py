@@ -78,6 +78,21 @@ class Outcome:
         return Outcome(state, None, None, repr(value))
 
 
+def summary_of(chord_outcome: Outcome) -> Mapping[str, Any] | None:
+    """The body's summary (``lab.pipeline.Summary``) when the chord ended in a SUCCESS envelope."""
+    env = chord_outcome.envelope
+    return cast(Mapping[str, Any], env.payload) if env is not None and env.ok and env.payload else None
+
+
+def failed_in(chord_outcome: Outcome, doc: str) -> Mapping[str, Any] | None:
+    """What the body's summary says of ``doc``'s failure, if it failed."""
+    summary = summary_of(chord_outcome)
+    for f in cast(list[Mapping[str, Any]], summary.get("failed", []) if summary else []):
+        if short_doc(str(f.get("doc"))) == doc:
+            return f
+    return None
+
+
 @dataclass(frozen=True)
 class SideRun:
     """What one side chord (``lab.scenarios.Side``) did: its own pipeline ``<run_id>-<tag>``."""
@@ -96,13 +111,7 @@ class SideRun:
     claim: str | None  # the notify claim's value at the end (FM-4 on), None when there is none or it was released
 
     def failed(self, doc: str) -> Mapping[str, Any] | None:
-        env = self.chord.envelope
-        empty: Mapping[str, Any] = {}
-        summary = cast(Mapping[str, Any], env.payload) if env is not None and env.ok and env.payload else empty
-        for f in cast(list[Mapping[str, Any]], summary.get("failed", [])):
-            if short_doc(str(f.get("doc"))) == doc:
-                return f
-        return None
+        return failed_in(self.chord, doc)
 
 
 def foreign_letters(fm: Fm) -> int:
@@ -137,15 +146,10 @@ class Observations:
     parked: int | None = None  # messages in the DLQ's parking queue, when the FM has one
 
     def summary(self) -> Mapping[str, Any] | None:
-        env = self.chord.envelope
-        return cast(Mapping[str, Any], env.payload) if env is not None and env.ok and env.payload else None
+        return summary_of(self.chord)
 
     def failed(self, doc: str) -> Mapping[str, Any] | None:
-        summary = self.summary()
-        for f in cast(list[Mapping[str, Any]], summary.get("failed", []) if summary else []):
-            if short_doc(str(f.get("doc"))) == doc:
-                return f
-        return None
+        return failed_in(self.chord, doc)
 
     def ok_docs(self) -> list[str]:
         summary = self.summary()
@@ -185,7 +189,7 @@ def dlq_depth(fm: Fm, parked: bool = False) -> int | None:
     with fm.app.connection_for_write() as conn:
         try:
             declared = cast(Any, queue.bind(conn.default_channel).queue_declare(passive=True))
-        except Exception:  # the parking queue exists only once the drain parked something
+        except conn.channel_errors:  # 404: the parking queue exists only once the drain parked something
             if parked:
                 return 0
             raise
@@ -257,11 +261,9 @@ class _SideChord:
 
 def _members(body: AsyncResult[Any] | None, docs: tuple[str, ...]) -> tuple[dict[str, Outcome], dict[str, str]]:
     """Each document's chord member (the last task of its chain) and the state of its chain's head."""
-    header = cast(Any, body.parent) if body is not None else None
-    results = cast("list[AsyncResult[Any]]", list(header.results) if header is not None else [])
     members: dict[str, Outcome] = {}
     heads: dict[str, str] = {}
-    for doc, member in zip(docs, results):
+    for doc, member in (_member_results(body, docs) if body is not None else {}).items():
         members[doc] = Outcome.of(member)
         head = cast("AsyncResult[Any] | None", member.parent)
         heads[doc] = str(head.state) if head is not None else "?"
