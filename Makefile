@@ -1,5 +1,6 @@
 # Two set-up commands (see README.md):
-#   make lab    creates .venv, installs, makes sure RabbitMQ and Redis answer, runs the lab
+#   make lab    creates .venv, installs, makes sure RabbitMQ and Redis answer, runs the lab (JOBS runs at
+#               once, never two on the same FM's code; JOBS=1: one after another)
 #   make test   the same set-up, then pytest (unit + integration) and pyright (strict)
 #   make matrix the lab, --prove and the claims on every Celery version in matrix/ (one venv each
 #               under .lab/matrix/), then one table of what holds where (lab/matrix.py)
@@ -7,6 +8,7 @@
 # MATRIX_ARGS, e.g. make matrix MATRIX_ARGS="--only 5.5".
 
 PYTHON ?= python3
+JOBS ?= 3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -24,7 +26,7 @@ services: $(STAMP)
 	$(BIN)/python -m lab.services
 
 lab: services
-	$(BIN)/python run_all_fms.py $(ARGS)
+	$(BIN)/python run_all_fms.py --jobs $(JOBS) $(ARGS)
 
 test: services
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -15,6 +15,8 @@
     python run_all_fms.py --clean              # also delete the namespace's queues, exchanges and keys
     python run_all_fms.py --diff fm4           # the code change from fm3 to fm4 (FM-4's lesson)
     python run_all_fms.py --diff               # every step, fm0 -> fm1 -> ... -> fm6
+    python run_all_fms.py --jobs 3             # up to 3 runs at once (make lab does this); the output,
+                                               # the report and the exit status are those of a serial run
 
 While it works it shows the FM, the stage and the elapsed time (live on a
 terminal, one line per stage elsewhere); after each FM, what happened to each
@@ -43,6 +45,8 @@ import functools
 import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -84,7 +88,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "exchanges and Redis keys (nothing else), then exit")
     p.add_argument("--diff", nargs="*", metavar="FM", help="print the code change that makes each FM from the one before "
                    "(docstrings left out), then exit; no name: every step")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run up to N runs at once, never two on the same code (default 1: one after another); "
+                   "timelines, report and results come out as a serial run's")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error("--jobs takes a whole number from 1 up")
     if args.force and not args.down:
         p.error("--force goes with --down (it stops a live run)")
     return args
@@ -189,7 +198,7 @@ def _run(args: argparse.Namespace) -> int:
                 runs = harness.plan(fms, args.include_fm0, args.prove)
                 harness.refuse_busy_queues(harness.codes_of(runs))
                 try:
-                    reports = run_plan(runs)
+                    reports = run_plan(runs, args.jobs)
                 finally:
                     workers.wait_stopped()  # no worker outlives the command
             except KeyboardInterrupt as exc:
@@ -230,8 +239,7 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
     waiting.forget_interrupts()  # this one is being handled
     try:
         workers.stop_leftovers(say=lambda _: None)
-        interrupted = harness.current
-        if interrupted is not None:
+        for interrupted in harness.interrupted_fms():
             harness.empty_interrupted(interrupted)  # its messages (a poison one too) go with its queues
     except KeyboardInterrupt:
         workers.stop_leftovers(say=lambda _: None)
@@ -260,22 +268,100 @@ def print_diffs(fms: list[str], out: TextIO | None = None) -> int:
     return 0
 
 
-def run_plan(runs: list[tuple[str, harness.Kind]]) -> list[RunReport]:
-    """Every run of the plan, with live progress, and each FM's timelines once its runs are done."""
-    reports: list[RunReport] = []
-    bug: RunReport | None = None
+def run_plan(runs: list[tuple[str, harness.Kind]], jobs: int = 1) -> list[RunReport]:
+    """Every run of the plan, with live progress, and each FM's timelines once its runs are done
+    (in the plan's order, whatever order the runs end in). ``jobs`` > 1: that many runs at once."""
+    reports: list[RunReport | None] = [None] * len(runs)
+    shown = 0  # the FMs whose timelines are out, in the plan's order
+    fms = list(dict.fromkeys(fm for fm, _ in runs))
+
     with Board(len(runs)) as board:
-        for i, (fm, kind) in enumerate(runs):
+
+        def run(i: int) -> None:
+            fm, kind = runs[i]
+            bug = next((r for r in reports if r is not None and r.kind == "bug"), None)
             if kind == "broken" and fm == "fm1" and bug is not None:  # fm0's run is fm1's broken cell
                 r = dataclasses.replace(bug, fm="fm1", kind="broken")
             else:
                 r = harness.run_one(fm, kind, functools.partial(board.stage, fm, kind))
-            bug = r if kind == "bug" else bug
-            reports.append(r)
-            board.finished(harness.describe(r), r.ok)
-            if i + 1 == len(runs) or runs[i + 1][0] != fm:
-                board.timelines(fm, [x for x in reports if x.fm == fm])
-    return reports
+            reports[i] = r
+            board.finished(harness.describe(r), r.ok, (fm, kind))
+
+        def show_done() -> None:
+            nonlocal shown
+            while shown < len(fms) and all(r is not None for r, (fm, _) in zip(reports, runs) if fm == fms[shown]):
+                board.timelines(fms[shown], [r for r, (fm, _) in zip(reports, runs) if fm == fms[shown] and r is not None])
+                shown += 1
+
+        if jobs == 1:
+            for i in range(len(runs)):
+                run(i)
+                show_done()
+        else:
+            _run_at_once(runs, jobs, run, show_done)
+    return [r for r in reports if r is not None]
+
+
+JOIN_SECONDS = 15.0
+"""How long an interrupted --jobs run waits for its runs to see the interruption (each does at its next look)."""
+
+
+def _run_at_once(runs: list[tuple[str, harness.Kind]], jobs: int, run: Callable[[int], None],
+                 after_each: Callable[[], None]) -> None:
+    """``run(i)`` for every run, up to ``jobs`` at once on threads, never two runs of the same code
+    at once (they share its queues and keys); the longest scenarios first. fm1's broken cell is fm0's
+    run, so it follows it (the same code). An interruption reaches every run through
+    ``lab.waiting``; the first error of a run (a ``HarnessError``) ends the plan once the others stop."""
+    left = sorted(range(len(runs)), key=lambda i: (-_weight(runs[i]), i))
+    busy: dict[int, tuple[threading.Thread, str]] = {}
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def body(i: int) -> None:
+        try:
+            run(i)
+        except BaseException as exc:  # an interruption or a HarnessError: the main thread raises it
+            errors.append(exc)
+        finally:
+            done.set()
+
+    try:
+        while left or busy:
+            for i in list(left):
+                if len(busy) >= jobs or errors:
+                    break
+                code = _resource(runs[i])
+                if code in (c for _, c in busy.values()):
+                    continue
+                left.remove(i)
+                thread = threading.Thread(target=body, args=(i,), name=f"run-{runs[i][0]}-{runs[i][1]}", daemon=True)
+                busy[i] = (thread, code)
+                thread.start()
+            done.wait(waiting.POLL_SECONDS * 5)
+            done.clear()
+            waiting.raise_if_interrupted()
+            for i in [i for i, (t, _) in busy.items() if not t.is_alive()]:
+                del busy[i]
+            after_each()
+            if errors and not busy:
+                raise errors[0]
+    except KeyboardInterrupt:  # each run raises it too at its next look; their workers are stopped after
+        for thread, _ in list(busy.values()):
+            thread.join(JOIN_SECONDS)
+        raise
+
+
+def _resource(run: tuple[str, harness.Kind]) -> str:
+    """What two runs must not use at once: an FM's code (its queues and keys); every case study's cells
+    go one after another."""
+    fm, kind = run
+    return "case studies" if harness.is_case(fm) else harness.code_of(fm, kind)
+
+
+def _weight(run: tuple[str, harness.Kind]) -> int:
+    """Which runs to start first: scenario N's grow with N; a case study's go after the FMs'."""
+    fm, _ = run
+    return -1 if harness.is_case(fm) else max(harness.number(fm), 1)  # fm0 before fm1's broken cell, its copy
 
 
 if __name__ == "__main__":

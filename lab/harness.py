@@ -290,7 +290,6 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     waiting for the worker, running the scenario, stopping the worker, checking
     (and cleaning up, after a broken run that left a looping message behind).
     """
-    global current
     on_stage = _interruptible(on_stage)
     if is_case(fm):
         return cast(RunReport, study(fm).run_one(fm, kind, on_stage))
@@ -309,7 +308,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         reset(lab)  # after the last worker of this code is gone and its queues emptied
         label = f"{fm}-{kind}-{code}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
-        current = lab
+        set_current(lab)
         with running_worker(lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage, wait=False,
                             after=lambda: purge(lab)) as worker:  # the run's leftover messages go once it is stopped
             on_stage("running the scenario")
@@ -328,13 +327,26 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         raise
     except Exception as exc:  # one broken run must not hide the others
         report.error = run_error(exc)
-    current = None  # not on an interruption: the CLI empties the interrupted FM's queues
+    set_current(None)  # not on an interruption: the CLI empties the interrupted FM's queues
     report.seconds = time.monotonic() - started
     return report
 
 
-current: Fm | None = None
-"""The FM whose code the run in progress runs (an interrupted run's queues are emptied)."""
+_current: dict[int, Fm] = {}
+"""The FM whose code each run in progress runs, by the thread that runs it (``--jobs``: several)."""
+
+
+def set_current(fm: Fm | None) -> None:
+    """Say which FM's code this thread's run runs now (None: its run is over)."""
+    if fm is None:
+        _current.pop(threading.get_ident(), None)
+    else:
+        _current[threading.get_ident()] = fm
+
+
+def interrupted_fms() -> list[Fm]:
+    """The FMs whose runs were in progress when an interruption ended them (their queues are emptied)."""
+    return list(_current.values())
 
 
 def run_error(exc: Exception) -> str:
@@ -358,7 +370,6 @@ def case_cells(name: str, scenarios: Iterable[str], writeup_shows: Iterable[str]
 def case_run(report: RunReport, run: Callable[[RunReport], None]) -> RunReport:
     """A case study's cell: ``run(report)`` fills the report in; a dead worker, a silent service or
     any other error of the run becomes its ``error`` (a ``HarnessError`` goes up), and the time taken."""
-    global current
     started = time.monotonic()
     try:
         run(report)
@@ -366,7 +377,7 @@ def case_run(report: RunReport, run: Callable[[RunReport], None]) -> RunReport:
         raise
     except Exception as exc:  # one broken run must not hide the others
         report.error = run_error(exc)
-    current = None
+    set_current(None)
     report.seconds = time.monotonic() - started
     return report
 
@@ -383,14 +394,13 @@ def run_case(report: RunReport, program: Callable[[], Fm], label: str, on_stage:
     the worker stopped, ``checked_by`` its result (``case_run`` turns a failure into an ERROR)."""
 
     def run(report: RunReport) -> None:
-        global current
         fm = program()
         run_id = new_run_id()
         on_stage("resetting")
         reset(fm)
         prepare(fm)
         report.log = LOG_DIR / f"{label}-{run_id}.log"
-        current = fm
+        set_current(fm)
         with around(), running_worker(fm, run_id, label, STOP_GRACE, on_stage, wait=False,
                                       after=lambda: purge(fm)) as worker:
             on_stage("running the scenario")

@@ -444,6 +444,19 @@ def attempt_starts(events: Iterable[Event], doc: str) -> list[float]:
     return [e.t for e in events if e.kind == "attempt_start" and e.get("doc") == doc]
 
 
+def _after(stream_id: str) -> str:
+    """The smallest stream id above ``stream_id`` (XRANGE's exclusive ``(`` needs Redis 6.2)."""
+    ms, _, seq = stream_id.partition("-")
+    return f"{ms}-{int(seq) + 1}"
+
+
+def _with_role(rest: dict[str, str], duplicate: str | None) -> dict[str, str]:
+    """A ``notify``'s event says whether it was the chord's or the duplicate's."""
+    if "task" in rest and not rest.get("doc"):
+        return {**rest, "role": "duplicate" if rest["task"] == duplicate else "chord"}
+    return rest
+
+
 class Reader:
     """The read side, used by the runner and the checks."""
 
@@ -454,6 +467,10 @@ class Reader:
         self.r = self.rec.r
         self.members: Mapping[str, AsyncResult[Any]] = {}  # the runner's: each document's chord member
         self.side_readers: Mapping[str, Reader] = {}  # the runner's: the side chords' records, by tag
+        self._last_id = ""  # the events already read (``events``), and the duplicate their roles were made for
+        self._rows: list[tuple[float, str, dict[str, str]]] = []
+        self._roles_for: str | None = None
+        self._events: list[Event] = []
 
     def member_state(self, doc: str) -> str:
         """The Celery state of ``doc``'s chord member (what the runner gave this reader), '' when unknown."""
@@ -472,16 +489,22 @@ class Reader:
         return self.rec.get("duplicate")
 
     def events(self) -> list[Event]:
-        """Every event, with ``role`` (chord or duplicate) on those a ``notify`` made."""
-        rows = cast(list[tuple[str, dict[str, str]]], self.r.xrange(self.prefix + "events"))
+        """Every event, with ``role`` (chord or duplicate) on those a ``notify`` made.
+
+        Polled every few milliseconds while a run goes on, so each call reads only the entries
+        added since the last one (a stream's ids only grow) and keeps what it read; the roles are
+        made again only when the duplicate's id is new."""
+        fresh = cast(list[tuple[str, dict[str, str]]],
+                     self.r.xrange(self.prefix + "events", min=_after(self._last_id) if self._last_id else "-"))
+        if fresh:
+            self._last_id = fresh[-1][0]
+            self._rows.extend((float(f["t"]), f["kind"], {k: v for k, v in f.items() if k not in ("t", "kind")})
+                              for _id, f in fresh)
         duplicate = self.duplicate_id()
-        out: list[Event] = []
-        for _id, fields in rows:
-            rest = {k: v for k, v in fields.items() if k not in ("t", "kind")}
-            if "task" in rest and not rest.get("doc"):
-                rest["role"] = "duplicate" if rest["task"] == duplicate else "chord"
-            out.append(Event(float(fields["t"]), fields["kind"], rest))
-        return out
+        if fresh or duplicate != self._roles_for:
+            self._roles_for = duplicate
+            self._events = [Event(t, kind, _with_role(rest, duplicate)) for t, kind, rest in self._rows]
+        return list(self._events)
 
     def notify_runs(self, role: str) -> int:
         return sum(1 for e in self.events() if e.kind == "notify_start" and e.get("role") == role)

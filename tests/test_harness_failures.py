@@ -111,6 +111,20 @@ def test_the_harness_killed_by_any_signal_leaves_no_worker(sig: signal.Signals) 
     assert Lab("--clean", namespace=ns).finish() == 0
 
 
+def test_runs_at_once_interrupted_leave_no_worker_and_none_of_their_queues() -> None:
+    """--jobs: every run in progress sees the interruption; each one's workers and queues go."""
+    ns = derived("jobs")
+    lab = Lab("--only", "fm5", "fm6", "--jobs", "2", namespace=ns)
+    assert wait_until(lambda: lab.text.count(STARTED) >= 2 or lab.proc.poll() is not None, 60), lab.text
+    assert lab.text.count(STARTED) >= 2, lab.text
+    lab.proc.send_signal(signal.SIGTERM)
+    assert lab.finish(timeout=30) == 128 + signal.SIGTERM, lab.text
+    assert wait_until(lambda: not celery_processes(ns), timeout=NOTICE_SECONDS), f"left running: {celery_processes(ns)}"
+    assert "interrupted by SIGTERM: workers stopped" in lab.text
+    assert [q for q in (f"{ns}.fm5.tasks", f"{ns}.fm6.tasks") if _queue_exists(q)] == []
+    assert Lab("--clean", namespace=ns).finish() == 0
+
+
 @pytest.mark.parametrize("cell", ["fm6", "severity_batch/straggler", "bl_ingestion/slow_parse"])  # an FM, case studies
 def test_a_worker_killed_mid_run_ends_the_run_as_error_at_once(cell: str) -> None:
     killed: list[float] = []

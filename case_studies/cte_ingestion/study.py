@@ -509,7 +509,7 @@ def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness
         folder = metrics_folder(fm.short, run_id)
         label = f"{NAME}-{name}-{kind}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
-        harness.current = fm
+        harness.set_current(fm)
         with harness.running_workers(fm, run_id, label, worker_specs(fm, sc, folder), STOP_GRACE, on_stage,
                                      after=lambda: harness.purge(fm)) as workers:
             report.log = workers[0].log_path

@@ -4,8 +4,9 @@
 
 - ``stage(fm, kind, stage)`` (the harness's ``on_stage``, with fm and kind bound):
   on a terminal, a live ``rich`` display of the FM, the run, the stage and the
-  elapsed time (of the stage, of the run, of the whole lab); elsewhere (CI logs,
-  pipes, tests) one plain line per stage;
+  elapsed time (of the stage, of the run, of the whole lab), a row per run in
+  progress (``--jobs``: several at once); elsewhere (CI logs, pipes, tests) one
+  plain line per stage;
 - ``say(text)``: a line above the live display (a run's result, for instance);
 - ``timelines(fm, reports)``: after an FM's runs, a text timeline per run
   (``lab.show.timeline_text``); with ``--prove`` the fixed and broken runs side by
@@ -19,6 +20,7 @@ redirects it). Workers never print here: their output goes to their logs.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from types import TracebackType
@@ -63,9 +65,9 @@ class Board:
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), _Clock(), console=self.console,
                                  transient=True, refresh_per_second=8, redirect_stdout=False, redirect_stderr=False)
         self.overall: TaskID | None = None
-        self.current: TaskID | None = None
-        self.key: tuple[str, str] | None = None
-        self.run_started = time.monotonic()
+        self.rows: dict[tuple[str, str], tuple[TaskID | None, float]] = {}  # each run in progress: its row, its start
+        self.key: tuple[str, str] | None = None  # the run that spoke last
+        self.lock = threading.Lock()  # runs on several threads (--jobs) speak through one board
 
     def __enter__(self) -> Board:
         if self.live:
@@ -85,41 +87,45 @@ class Board:
 
     def stage(self, fm: str, kind: Kind, stage: Stage) -> None:
         """The harness's ``on_stage``, with ``fm`` and ``kind`` bound (``functools.partial``)."""
-        if self.key != (fm, kind):
-            self.key, self.run_started = (fm, kind), time.monotonic()
-            if self.live:
-                self._drop_current()
-                self.current = self.progress.add_task("", total=None)
-        if not self.live:
-            print(f"{fm} {kind} [{time.monotonic() - self.run_started:4.1f}s] {stage} ...", file=self.file, flush=True)
-        elif self.current is not None:
-            self.progress.update(self.current, description=f"[bold]{fm} {kind}[/]: {stage}", stage_since=time.monotonic())
+        with self.lock:
+            key = self.key = (fm, kind)
+            if key not in self.rows:
+                self.rows[key] = (self.progress.add_task("", total=None) if self.live else None, time.monotonic())
+            row, started = self.rows[key]
+            if not self.live:
+                print(f"{fm} {kind} [{time.monotonic() - started:4.1f}s] {stage} ...", file=self.file, flush=True)
+            elif row is not None:
+                self.progress.update(row, description=f"[bold]{fm} {kind}[/]: {stage}", stage_since=time.monotonic())
 
-    def finished(self, text: str, ok: bool) -> None:
-        """A run is over: its result above the display, and one more run done."""
-        self.key = None
-        self.done += 1
-        self.failing += not ok
-        if self.live:
-            self._drop_current()
-            if self.overall is not None:
-                self.progress.update(self.overall, description=self._overall_words())
+    def finished(self, text: str, ok: bool, key: tuple[str, str] | None = None) -> None:
+        """A run is over (``key``: which, when several are in progress; else the last that spoke):
+        its result above the display, and one more run done."""
+        with self.lock:
+            found = self.rows.pop(key or self.key or ("", ""), None)
+            self.key = None
+            self.done += 1
+            self.failing += not ok
+            if self.live:
+                if found is not None and found[0] is not None:
+                    self.progress.remove_task(found[0])
+                if self.overall is not None:
+                    self.progress.update(self.overall, description=self._overall_words())
         self.say(text, "green" if ok else "bold red")
 
-    def _drop_current(self) -> None:
-        if self.current is not None:
-            self.progress.remove_task(self.current)
-            self.current = None
-
     def say(self, text: str, style: str = "") -> None:
-        if self.live:
-            self.console.print(Text(text, style=style))
-        else:
-            print(text, file=self.file, flush=True)
+        with self.lock:
+            if self.live:
+                self.console.print(Text(text, style=style))
+            else:
+                print(text, file=self.file, flush=True)
 
     # ---- after an FM's runs ----
 
     def timelines(self, fm: str, reports: Sequence[RunReport]) -> None:
+        with self.lock:
+            self._timelines(fm, reports)
+
+    def _timelines(self, fm: str, reports: Sequence[RunReport]) -> None:
         blocks = [_block(r) for r in reports]
         if not self.live:
             print(f"--- {fm}: what happened to each document (seconds since submission) ---", file=self.file)
