@@ -107,6 +107,7 @@ from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email
 from shared.claim import ClaimBusy, NotifyClaim, busy_waits, release_when_dead_lettered
 from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
+from shared.manifest import read_manifest, write_manifest
 from shared.retry import RetryPolicy, transient_retryable
 from shared.timeouts import BackstopRequest, hard_timeout
 
@@ -145,8 +146,8 @@ def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
 @app.task(bind=True, time_limit=15, Request=BackstopRequest)  # FM-6
 @enveloped  # FM-1
 @hard_timeout(10, soft=8)  # FM-6: the chord body too (it may wait for a busy claim's owner)
-def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeline_id: str) -> Summary:
-    summary = summarise(results, doc_ids)
+def notify(self: Task[Any, Any], results: list[Wire], pipeline_id: str) -> Summary:
+    summary = summarise(results, read_manifest(app, pipeline_id))  # the documents, from the manifest
     claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX; the owner's redelivery resumes it
     if (state := claim.acquire()) == "busy":  # FM-4: another notify is sending; it may still fail
         raise BUSY.retry(self, ClaimBusy(pipeline_id), claim.policy.poll)  # FM-4: ask again later; outlast the claim's TTL
@@ -167,8 +168,9 @@ def drain_dead_letters() -> int:  # FM-3: finalise each dead letter as a failure
 
 def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
     """One ``fetch | parse`` chain per document; ``notify`` once every chain has returned."""
+    write_manifest(app, pipeline_id, doc_ids)  # the ids once, for notify: not in its signature, which every message carries
     header = group(chain(fetch_document.s(d), parse_document.s()) for d in doc_ids)
-    return chord(header)(notify.s(doc_ids, pipeline_id))
+    return chord(header)(notify.s(pipeline_id))
 
 
 if __name__ == "__main__":  # submit the scenario to a worker you started, then check it

@@ -159,7 +159,9 @@ def _role_of(task: object) -> str:
 
 
 def _pipeline_in(args: Sequence[object], kwargs: Mapping[str, object]) -> str | None:
-    value = kwargs.get("pipeline_id", args[2] if len(args) > 2 else None)
+    """The run a chord body's call is about: its last argument (an FM's ``pipeline_id``, a case study's
+    ``run_id``), positional or by name."""
+    value = kwargs.get("pipeline_id", kwargs.get("run_id", args[-1] if len(args) > 1 else None))
     return value if isinstance(value, str) else None
 
 

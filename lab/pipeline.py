@@ -99,7 +99,8 @@ def summarise(results: Sequence[object], doc_ids: Sequence[str]) -> Summary:
     """Aggregate the chord header's results (envelopes, or bare payloads in fm0).
 
     The Redis backend hands a chord body its header's results in header order
-    (``result_chord_ordered``, on by default), so result ``i`` is ``doc_ids[i]``.
+    (``result_chord_ordered``, on by default), so result ``i`` is ``doc_ids[i]``: the pipeline's
+    manifest (``shared.manifest``), as ``submit`` wrote it.
     """
     ok: list[str] = []
     failed: list[Failed] = []

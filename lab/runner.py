@@ -43,6 +43,7 @@ from lab.waiting import wait_until
 from shared.claim import NotifyClaim
 from shared.dlq import DRAIN_BATCH, parked_queue
 from shared.envelope import Result
+from shared.manifest import write_manifest
 
 NOT_RUN_WINDOW = 0.5
 """To show that ``notify`` did not run, the runner watches this long after the chord ended."""
@@ -232,7 +233,8 @@ class _SideChord:
             # expiration 0: a consumer with room takes it at once, and the worker finds it expired).
             fetch, parse, notify = self.fm.fetch_document, self.fm.parse_document, self.fm.notify
             header = group(chain(fetch.s(d).set(expires=datetime.now(timezone.utc) - timedelta(seconds=1)), parse.s()) for d in doc_ids)
-            self.result = chord(header)(notify.s(doc_ids, self.run_id))
+            write_manifest(self.fm.app, self.run_id, doc_ids)  # as the FM's submit does
+            self.result = chord(header)(notify.s(self.run_id))
         else:
             self.result = self.fm.submit(doc_ids, self.run_id)
 
@@ -321,7 +323,7 @@ def run_scenario(
                 reader.rec.event("burst_probe_back")  # a weak run may stop here (lab.checks.weak_stop)
         if sc.duplicate_notify:
             if duplicate is None and reader.has_event("gate_wait", role="chord"):
-                duplicate = _fire_duplicate(fm, reader, body_result, doc_ids, run_id)
+                duplicate = _fire_duplicate(fm, reader, body_result, run_id)
             elif duplicate is not None and not gate_opened and _duplicate_met_claim(reader):
                 reader.rec.open_gate()
                 gate_opened = True
@@ -408,15 +410,14 @@ def _dead_letters_handled(reader: Reader, sc: Scenario, side_chords: list[_SideC
     return True
 
 
-def _fire_duplicate(fm: Fm, reader: Reader, body_result: AsyncResult[Any], doc_ids: list[str],
-                    pipeline_id: str) -> AsyncResult[Any]:
+def _fire_duplicate(fm: Fm, reader: Reader, body_result: AsyncResult[Any], pipeline_id: str) -> AsyncResult[Any]:
     """Re-fire ``notify`` for the same pipeline, as an operator (or a redelivery) would."""
     header = cast(Any, body_result.parent)  # the chord's header GroupResult
     members = cast("list[AsyncResult[Any]]", header.results if header is not None else [])
     results = [cast(object, r.result) for r in members]
     task_id = str(uuid.uuid4())
     reader.rec.put("duplicate", task_id)  # so the reader tells its events from the chord's notify
-    return fm.notify.apply_async(args=(results, doc_ids, pipeline_id), task_id=task_id)
+    return fm.notify.apply_async(args=(results, pipeline_id), task_id=task_id)
 
 
 def _burst_waiting(reader: Reader, burst: tuple[str, ...]) -> bool:

@@ -117,9 +117,9 @@ def request_cause(request: Any) -> Cause | None:
     """The lab's fault behind Celery's ``request`` (main process): a document's fault, or for ``notify``
     the step of FM-4's crash plan that killed it (the run's ``crash`` event names the task)."""
     name, args = str(getattr(request, "name", "")), cast(Sequence[object], getattr(request, "args", None) or ())
-    if _role(name) == "notify" and len(args) > 2 and isinstance(args[2], str):
+    if _role(name) == "notify" and len(args) > 1 and isinstance(args[-1], str):  # its pipeline, the last argument
         task_id = str(getattr(request, "id", ""))
-        crashes = [e for e in Reader(args[2]).events() if e.kind == "crash" and e.get("task") == task_id]
+        crashes = [e for e in Reader(args[-1]).events() if e.kind == "crash" and e.get("task") == task_id]
         return Cause("", "notify", crashes[-1].get("when"), 0) if crashes else None
     return cause_of(name, args, getattr(request, "lab_text", None))
 

@@ -28,6 +28,7 @@ from lab.versions import CELERY
 from lab.workers import Worker
 from shared import dlq
 from shared.envelope import Result
+from shared.manifest import write_manifest
 
 pytestmark = pytest.mark.usefixtures("real_services")
 
@@ -278,7 +279,8 @@ def test_a_whole_worker_kill_charges_a_delivery_to_every_message_it_held() -> No
                                     document_text(d, SOFT_HANG)}, 1).to_wire() for d in docs]
     reader = Reader(run_id)
     header = group(fm.parse_document.s(f) for f in fetched)
-    result = chord(header)(fm.notify.s([doc_id(run_id, d) for d in docs], run_id))
+    write_manifest(fm.app, run_id, [doc_id(run_id, d) for d in docs])
+    result = chord(header)(fm.notify.s(run_id))
 
     members = [str(r.id) for r in cast(Any, result.parent).results]
 
@@ -372,7 +374,7 @@ def test_a_chord_member_that_reports_twice_counts_once(limit: Callable[[str], No
     fm = harness.load("fm2")
     harness.reset(fm)
     backend = cast(Any, fm.app.backend)
-    group_id, body = str(uuid.uuid4()), fm.notify.s(["a", "b"], "twice")  # never run: no worker consumes
+    group_id, body = str(uuid.uuid4()), fm.notify.s("twice")  # never run: no worker consumes
     members = [Context(id=str(uuid.uuid4()), group=group_id, group_index=i, chord=body) for i in range(2)]
     backend.set_chord_size(group_id, 2)
     size_key = backend.get_key_for_group(group_id, ".s")
@@ -391,3 +393,35 @@ def test_a_chord_member_that_reports_twice_counts_once(limit: Callable[[str], No
         backend.mark_as_done(members[1].id, other, request=members[1])
         assert _take_body(fm) == [first, other]
     harness.reset(fm)
+
+
+# ---- the chord's bytes: linear in N with the manifest ----------------------------------------
+
+
+@pytest.mark.claim("C14", "every member's message carries the chord body (manifest)")
+def test_every_members_message_carries_the_body_so_the_ids_go_in_the_manifest() -> None:
+    """shared/manifest.py: Celery sends the chord body's signature inside every header task's message
+    (``celery.canvas._chord.run``, ``group._freeze_group_tasks(chord=body)``): with every document id in
+    the body's arguments a member's message grows with N (the chord's bytes as N squared); with the ids in
+    the manifest it stays one size. Measured on the first member's message, no worker consuming."""
+    fm = harness.load("fm1")
+
+    def first_message_bytes(n: int, ids_in_body: bool) -> int:
+        harness.reset(fm)
+        pipeline = f"bytes-{n}-{ids_in_body}"
+        ids = [doc_id(pipeline, f"doc{i}") for i in range(n)]
+        header = group(fm.parse_document.s({"doc": d, "text": ""}) for d in ids)
+        body = fm.notify.s(ids, pipeline) if ids_in_body else fm.notify.s(pipeline)  # the first: as before the fix
+        chord(header)(body)
+        with Connection(broker_url()) as conn:
+            message = cast(Any, conn.default_channel).basic_get(queue=str(fm.task_queues[0].name), no_ack=True)
+        assert message is not None, "the chord's members were never sent"
+        return len(message.body) + len(json.dumps(message.headers))
+
+    try:
+        small, large = first_message_bytes(10, False), first_message_bytes(1000, False)
+        assert abs(large - small) <= 8, (small, large)  # the member's own id is a few digits longer, no more
+        before_small, before_large = first_message_bytes(10, True), first_message_bytes(1000, True)
+        assert before_large - before_small >= 990 * len(doc_id("bytes-1000-True", "doc0")), (before_small, before_large)
+    finally:
+        harness.reset(fm)

@@ -98,7 +98,7 @@ def test_the_program_is_in_the_file_three_tasks_and_submit(short: str, module: s
     args = {name: [a.arg for a in fn.args.args] for name, fn in tasks_in(module).items()}
     assert args["fetch_document"] == ["self", "doc_id"]
     assert args["parse_document"] in (["self", "document"], ["self", "fetched"])
-    assert args["notify"] == ["self", "results", "doc_ids", "pipeline_id"]
+    assert args["notify"] == ["self", "results", "pipeline_id"]  # the documents come from the manifest (linear cost)
 
 
 @pytest.mark.parametrize(("short", "module"), FMS)
