@@ -484,6 +484,13 @@ class Reader:
         raw = self.rec.get(f"{counter}:{doc}")
         return int(raw) if raw is not None else 0
 
+    def attempts_of(self, docs: Sequence[str], counter: str = "attempts") -> dict[str, int]:
+        """``attempts`` of every document in ``docs``, in one round trip (a run's end reads them all)."""
+        if not docs:
+            return {}
+        raws = cast(list[str | None], self.r.mget([f"{self.prefix}{counter}:{doc}" for doc in docs]))
+        return {doc: int(raw) if raw is not None else 0 for doc, raw in zip(docs, raws)}
+
     def mail_calls(self) -> int:
         return int(self.r.llen(self.prefix + "mail_calls"))
 

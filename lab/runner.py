@@ -256,8 +256,8 @@ class _SideChord:
             tag=self.side.tag, run_id=self.run_id, docs=docs, submitted=self.result is not None,
             chord=Outcome.of(self.result) if self.result is not None else Outcome("NOT SENT", None, None, None),
             members=members, heads=heads,
-            attempts={d: self.reader.attempts(d) for d in docs},
-            fetch_attempts={d: self.reader.attempts(d, "fetch-attempts") for d in docs},
+            attempts=self.reader.attempts_of(docs),
+            fetch_attempts=self.reader.attempts_of(docs, "fetch-attempts"),
             events=tuple(self.reader.events()), emails=tuple(self.reader.emails()), claim=claim)
 
 
@@ -369,8 +369,8 @@ def run_scenario(
         run_id=run_id,
         scenario=sc.number,
         docs=sc.docs,
-        attempts={doc: reader.attempts(doc) for doc in sc.docs},
-        fetch_attempts={doc: reader.attempts(doc, "fetch-attempts") for doc in sc.docs},
+        attempts=reader.attempts_of(sc.docs),
+        fetch_attempts=reader.attempts_of(sc.docs, "fetch-attempts"),
         events=tuple(reader.events()),
         notify_runs={role: reader.notify_runs(role) for role in ("chord", "duplicate")},
         emails=tuple(reader.emails()),

@@ -275,7 +275,10 @@ def build(obs: Observations, body: str = "notify") -> Timeline:
 def _chord(obs: Observations, events: list[Event], span: float, body: str) -> Timeline:
     at = obs.submitted_at
     chord_over = obs.chord.state in ("SUCCESS", "FAILURE")
-    docs = tuple(_doc(obs, doc, [e for e in events if e.get("doc") == doc], at, chord_over, span) for doc in obs.docs)
+    by_doc: dict[str, list[Event]] = {}  # one pass over the events, not one per document
+    for e in events:
+        by_doc.setdefault(e.get("doc"), []).append(e)
+    docs = tuple(_doc(obs, doc, by_doc.get(doc, []), at, chord_over, span) for doc in obs.docs)
     notifies = _returned(_notifies(events, at), obs)
     emails = tuple(Email(e.t - at, e.get("role")) for e in events if e.kind == "email")
     return Timeline(obs.fm, obs.run_id, obs.scenario, docs, notifies, emails, span, obs.stopped_by, _chord_words(obs), body)
