@@ -53,7 +53,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.syntax import Syntax
 
-from lab import down, harness, services, waiting, workers
+from lab import down, harness, owned, services, waiting, workers
 from lab import metrics as lab_metrics
 from lab.fm import ROOT, fm_modules
 from lab.harness import HarnessError, RunReport
@@ -190,6 +190,8 @@ def _run(args: argparse.Namespace) -> int:
         with workers.NamespaceLock():
             try:
                 workers.stop_leftovers()
+                for name in owned.stop_leftovers():
+                    print(f"stopped the lab's own {name} left running by an earlier run in namespace {NAMESPACE}")
                 workers.prune_logs()
                 if args.clean:
                     harness.clean()

@@ -13,7 +13,8 @@ another run held the namespace, and says so: run it again.)
   workers and empties the queues of its run, then exits 143) and ``down`` waits for it to let the
   lock go, then goes on;
 - the namespace's recorded workers that still run (``lab.workers.leftovers``, those of a run
-  that was killed before it could stop them) are killed, and named;
+  that was killed before it could stop them) are killed, and named; so is a scenario's own
+  ``redis-server`` left running (``lab.owned``);
 - the services the lab started itself (``lab.services``, step 3) are stopped, unless a run of
   another namespace of this checkout is live (they serve it too): then they stay, and it says so
   (``force`` stops them anyway);
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import services, workers
+from lab import owned, services, workers
 from lab.fm import ROOT
 from lab.settings import NAMESPACE
 from lab.waiting import wait_until
@@ -87,6 +88,8 @@ def down(force: bool = False, say: Callable[[str], None] = print) -> int:
     if here is not None:
         did.append(stop_run(here))
     workers.stop_leftovers(say=did.append, why="left running")
+    if gone := owned.stop_leftovers():
+        did.append(f"stopped the lab's own {', '.join(gone)} (a scenario's redis-server) left running in namespace {NAMESPACE}")
     elsewhere = [r for r in live if r.namespace != NAMESPACE]
     started = services.started_by_lab()
     if started and elsewhere and not force:

@@ -25,9 +25,9 @@ import pytest
 from kombu import Connection
 
 import run_all_fms
-from lab import down, harness, services, workers
+from lab import down, harness, owned, services, workers
 from lab.fm import ROOT
-from lab.observe import client, connect
+from lab.observe import client
 from lab.settings import NAMESPACE, broker_url
 from lab.waiting import wait_until
 from tests.broker import consumers
@@ -150,26 +150,12 @@ def test_a_worker_killed_mid_run_ends_the_run_as_error_at_once(cell: str) -> Non
 
 @pytest.fixture
 def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    exe = shutil.which("redis-server")
-    if exe is None:
+    """A redis-server of the test's own (``lab.owned``), so that killing it harms nobody."""
+    if owned.available() is None:
         pytest.skip("redis-server is not installed")
-    port = 6391 + os.getpid() % 500
-    folder = tempfile.mkdtemp(prefix="rcl-redis-")
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    assert wait_until(lambda: _pings(url), timeout=10)
-    yield url, proc
-    proc.kill()
-    proc.wait()
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def _pings(url: str) -> bool:
-    try:
-        return bool(cast(Any, connect(url, socket_connect_timeout=1)).ping())
-    except Exception:
-        return False
+    with owned.OwnedRedis("t-dying", persist=False) as server:
+        assert server.proc is not None
+        yield server.url, server.proc
 
 
 def test_redis_dying_mid_run_is_an_error_naming_it_with_a_terminal_attached(private_redis: tuple[str, subprocess.Popen[bytes]]) -> None:

@@ -1,0 +1,173 @@
+"""A service the lab owns for one scenario: a ``redis-server`` of its own that it may stop and start.
+
+DESIGN.md §4: a scenario that stops or reconfigures a service never touches the shared ones.
+FM-8's result backend goes away mid-chord, so the lab starts its own ``redis-server``:
+
+- its own port (chosen once per name and namespace from the free ones in ``PORTS``, then kept,
+  so that a restart answers at the same URL the workers hold);
+- its data under ``.lab/<namespace>/owned/redis-<name>/`` (``persist=True``: the append-only
+  file, fsynced on every write, so a stop and a start keep every key, as a production Redis with
+  AOF would; ``persist=False``: nothing on disk, a restart comes back empty);
+- ``start()`` waits until it answers PING, ``stop()`` sends SIGTERM (Redis writes what it must and
+  exits) and waits until the process is gone, SIGKILL after ``STOP_SECONDS``;
+- a pid file beside the data: ``stop_leftovers()`` (each run's start and ``run_all_fms.py --down``)
+  kills a server that a killed run left behind, found by that file and checked by its command
+  line, never any other process.
+
+``available()`` says whether ``redis-server`` is installed; a machine without it gets
+``OwnedServiceMissing``, whose words the scenario's cells print as their reason to skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import zlib
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import redis
+
+from lab.settings import NAMESPACE
+from lab.waiting import wait_until
+from lab.workers import STATE_DIR
+
+OWNED_DIR = STATE_DIR / "owned"
+PORTS = range(16400, 17000)
+"""Where an owned server's port is looked for, from a point the namespace and name choose."""
+READY_SECONDS = 10.0
+STOP_SECONDS = 10.0
+
+
+class OwnedServiceMissing(Exception):
+    """The binary an owned service needs is not installed (its cells are skipped, saying so)."""
+
+
+def available() -> str | None:
+    """The ``redis-server`` to run, or None when it is not installed."""
+    return shutil.which("redis-server")
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class OwnedRedis:
+    """A ``redis-server`` of the lab's own, named ``name`` in this namespace (see the module's docstring)."""
+
+    def __init__(self, name: str, persist: bool = True) -> None:
+        self.name, self.persist = name, persist
+        self.folder = OWNED_DIR / f"redis-{name}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def port(self) -> int:
+        """Kept in the folder once chosen: the same URL across stops and starts."""
+        kept = self.folder / "port"
+        if kept.exists():
+            return int(kept.read_text())
+        start = zlib.crc32(f"{NAMESPACE}/{self.name}".encode()) % len(PORTS)
+        for i in range(len(PORTS)):
+            port = PORTS[(start + i) % len(PORTS)]
+            if _free(port):
+                self.folder.mkdir(parents=True, exist_ok=True)
+                kept.write_text(str(port))
+                return port
+        raise OSError(f"no free port for an owned redis-server in {PORTS.start}..{PORTS.stop - 1}")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def answers(self) -> bool:
+        try:
+            client: Any = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5, socket_timeout=0.5)
+            with client:
+                return bool(client.ping())
+        except (redis.RedisError, OSError):
+            return False
+
+    def start(self) -> None:
+        """Start it (its data as the last stop left it) and wait until it answers."""
+        exe = available()
+        if exe is None:
+            raise OwnedServiceMissing("needs redis-server (Debian: apt-get install redis-server)")
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if not _free(self.port):
+            raise OSError(f"port {self.port} of the owned redis-server {self.name} is taken")
+        durability = (["--appendonly", "yes", "--appendfsync", "always"] if self.persist
+                      else ["--appendonly", "no"])
+        with (self.folder / "redis.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder), "--save", "",
+                 *durability, "--daemonize", "no"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        (self.folder / "pid").write_text(str(self.proc.pid))
+        proc = self.proc
+        if not wait_until(lambda: proc.poll() is not None or self.answers(), READY_SECONDS, interval=0.05) \
+                or proc.poll() is not None:
+            self.stop()
+            raise OSError(f"the owned redis-server {self.name} did not answer on port {self.port}; "
+                          f"log: {self.folder / 'redis.log'}")
+
+    def stop(self) -> None:
+        """SIGTERM, wait until it is gone (SIGKILL after ``STOP_SECONDS``); the data stays."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        (self.folder / "pid").unlink(missing_ok=True)
+
+    def remove(self) -> None:
+        """Stop it and delete its folder (its data, its port)."""
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> OwnedRedis:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.remove()
+
+
+def stop_leftovers() -> list[str]:
+    """Kill the owned servers a killed run left running (by their pid files, checked by their command
+    lines: Redis shows ``redis-server 127.0.0.1:<port>`` there); returns their names."""
+    stopped: list[str] = []
+    for pidfile in sorted(OWNED_DIR.glob("*/pid")) if OWNED_DIR.exists() else []:
+        folder = pidfile.parent
+        try:
+            pid, port = int(pidfile.read_text()), int((folder / "port").read_text())
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            pidfile.unlink(missing_ok=True)
+            continue
+        if "redis-server" in cmd and f"127.0.0.1:{port}" in cmd:
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), STOP_SECONDS, interruptible=False)
+            stopped.append(folder.name)
+        pidfile.unlink(missing_ok=True)
+    return stopped
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except (OSError, IndexError):
+        return True

@@ -1,0 +1,78 @@
+"""lab/owned.py: a redis-server of the lab's own, stopped and started with its data, never orphaned.
+
+The groundwork of FM-8's scenario (the result backend goes away); each test checks the process
+table and the server's own answers, not the primitive's word."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from lab import owned
+from lab.fm import ROOT
+from lab.waiting import wait_until
+from tests.namespaces import derived
+
+needs_redis = pytest.mark.skipif(owned.available() is None, reason="needs redis-server")
+
+
+def _client(server: owned.OwnedRedis) -> redis.Redis:
+    return redis.Redis(host="127.0.0.1", port=server.port, decode_responses=True, socket_timeout=2)
+
+
+@needs_redis
+def test_a_persistent_owned_redis_keeps_its_keys_and_its_url_across_a_stop() -> None:
+    with owned.OwnedRedis("t-persist") as server:
+        url = server.url
+        with _client(server) as r:
+            r.set("k", "kept")
+        server.stop()
+        assert not server.answers()  # really gone: it does not answer at its port
+        server.start()
+        assert server.url == url
+        with _client(server) as r:
+            assert r.get("k") == "kept"
+    assert not server.folder.exists()
+
+
+@needs_redis
+def test_an_owned_redis_without_persistence_comes_back_empty() -> None:
+    with owned.OwnedRedis("t-empty", persist=False) as server:
+        with _client(server) as r:
+            r.set("k", "lost")
+        server.stop()
+        server.start()
+        with _client(server) as r:
+            assert r.get("k") is None
+
+
+@needs_redis
+def test_one_a_killed_run_left_running_is_stopped_by_the_next_run_or_down() -> None:
+    ns = derived("owned")
+    code = ("from lab import owned; s = owned.OwnedRedis('t-orphan'); s.start(); print(s.port, s.proc.pid, flush=True); "
+            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")  # the run dies; its server stays
+    env = {**os.environ, "RCL_NAMESPACE": ns}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    port, pid = (int(x) for x in done.stdout.split())
+    assert Path(f"/proc/{pid}").exists()
+    said = subprocess.run([sys.executable, "run_all_fms.py", "--down"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert said.returncode == 0, said.stdout + said.stderr
+    assert f"stopped the lab's own redis-t-orphan (a scenario's redis-server) left running in namespace {ns}" in said.stdout
+    assert wait_until(lambda: not Path(f"/proc/{pid}").exists() or owned._zombie(pid), 10)  # pyright: ignore[reportPrivateUsage]
+    assert (ROOT / ".lab" / ns / "owned" / "redis-t-orphan" / "port").read_text() == str(port)  # kept for the next start
+    subprocess.run([sys.executable, "-c", "from lab import owned; owned.OwnedRedis('t-orphan').remove()"], cwd=ROOT,
+                   env=env, check=True, timeout=60)
+
+
+def test_a_machine_without_redis_server_is_told_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(owned, "available", lambda: None)
+    with pytest.raises(owned.OwnedServiceMissing, match="needs redis-server"):
+        owned.OwnedRedis("t-missing").start()
