@@ -1,0 +1,150 @@
+"""FM-7: a rolling deploy must not lose, repeat or dead-letter work.
+
+Symptom (fm6 on scenario 7): Kubernetes rolls the worker out: a new worker of the same
+code starts, the old one gets SIGTERM and, when its grace period (0.6 s in the lab,
+shorter than a slow document's 0.8 s) ends, SIGKILL. Three deploys while slow but healthy
+documents run and wait prefetched: every deploy kills a slow document mid-body (its work
+is lost and starts again), and every message the old worker held without starting it
+goes back to the broker and is charged a delivery: a document that waited prefetched in
+three old workers is dead-lettered, innocent (``dead-lettered ... after 3 deliveries, 0
+started``).
+
+Root cause: SIGTERM is Celery's warm shutdown (``celery.apps.worker.install_worker_term_handler``):
+the worker stops consuming and waits for every running body, however long, so a grace
+shorter than the slowest body ends in SIGKILL. The messages it prefetched (``worker_prefetch_multiplier``
+4 x ``worker_concurrency`` 2 = 8 unacknowledged) return when its connection closes, and
+RabbitMQ 3.x counts every return against FM-3's ``x-delivery-limit: 2``, started or not.
+
+Fix (what a team deploys; each setting named with the Celery version that has it):
+
+- ``worker_prefetch_multiplier = 1`` (every Celery 5): with ``acks_late`` the worker holds only
+  the messages its 2 processes run, so a deploy hands back no message that never started;
+- ``WORKER_ENV``: ``REMAP_SIGTERM=SIGQUIT`` in the worker's environment (read once, by
+  ``billiard.common``, when the worker starts): SIGTERM becomes Celery's cold shutdown
+  (``celery.apps.worker.on_cold_shutdown``), which with ``worker_soft_shutdown_timeout = 0.3``
+  (Celery 5.5+) first gives running bodies 0.3 s (``WorkController.wait_for_soft_shutdown``),
+  then cancels what still runs (``Consumer.cancel_active_requests``): an ``acks_late`` message
+  not yet acknowledged is left unacknowledged, and goes back to the queue with the connection,
+  to start afresh on the new worker. No body is left running when the grace ends.
+
+G7: the side chord of the slow documents completes, every one ok, one email; no document
+dead-lettered (none of them is poison); no document parsed in two processes at once (an
+attempt starts only once the one before ended, or its worker was gone); at every deploy
+the old worker ended its work within its grace (no body still running when the SIGKILL came).
+
+Delta from fm6: ``worker_prefetch_multiplier``, ``worker_soft_shutdown_timeout`` and ``WORKER_ENV``.
+
+Tradeoffs: a body cut at a deploy starts again from the beginning: its work is done twice,
+one after the other (make it idempotent, FM-4), and each cut is a delivery: a document cut in
+three deploys in a row would be dead-lettered (raise ``x-delivery-limit`` above the deploys a
+long task may live through). Prefetch 1 costs a round trip per message on short tasks.
+Celery itself needs time to stop (its pool's join: about 1.5 s here even when idle), so the
+old process may still be there, with nothing running, when the SIGKILL comes.
+
+Still open: the result backend going away mid-chord (FM-8).
+
+You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
+
+- in the second shell: ``fm7 fixed (scenario 7 on fm7, ...): PASS``, an ``ok`` line for
+  each of G1..G7, then the lanes fm6 lists, and the side chord ``deploy``: doc34 to doc49
+  each ok; a document running at a deploy ``killed``, then ok on its next attempt;
+- in the worker's window, after Celery's banner (``app: rcl_fm7`` in the default namespace,
+  ``<namespace>_fm7`` in yours): the lines fm6 lists, and at a deploy by hand (SIGTERM of
+  the worker's main process) ``worker: Cold shutdown (MainProcess)``.
+
+Run it alone (from the repository's folder after ``make lab``; two worker shells and one more):
+
+    REMAP_SIGTERM=SIGQUIT .venv/bin/celery -A fm7_rolling_deploys worker --without-gossip --without-mingle --without-heartbeat -B
+    .venv/bin/python fm7_rolling_deploys.py
+
+or ``.venv/bin/python run_all_fms.py --only fm7``. A deploy by hand: start a second worker
+with the same command (add ``-n second@%h``), then ``kill -TERM <pid of the first>``.
+Ctrl-C in the submitter's shell cancels the run (exit status 130); the next run first waits for what
+the worker had already taken. Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task, chain, chord, group
+from celery.result import AsyncResult
+from kombu import Exchange, Queue
+
+from lab.app import lab_app
+from lab.faults import lab_fault
+from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
+from shared.claim import ClaimBusy, NotifyClaim, busy_waits, release_when_dead_lettered
+from shared.dlq import DeadLetteringQueue, count_starts, drain
+from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
+from shared.retry import RetryPolicy, transient_retryable
+from shared.timeouts import BackstopRequest, hard_timeout
+
+app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+envelope_revoked(app)  # FM-1: a chain head revoked or expired before it ran hands its chain a FAILURE envelope
+app.conf.task_acks_late = True  # FM-2: ack when the body has returned
+app.conf.task_reject_on_worker_lost = True  # FM-2: a process that dies requeues its message
+app.conf.worker_concurrency = 2  # two pool processes: the lab's scenario 4 needs two slots
+QUEUE = app.conf.task_default_queue  # FM-3: its dead letters go to QUEUE.dlq, which no worker consumes
+DLQ = Queue(f"{QUEUE}.dlq", Exchange(f"{QUEUE}.dlx"), routing_key=f"{QUEUE}.dlq")  # FM-3
+app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=QUEUE, dead_letters=DLQ,  # FM-3
+    queue_arguments={"x-queue-type": "quorum", "x-delivery-limit": 2,  # FM-3: RabbitMQ 3.x delivers 3 times at most
+                     "x-dead-letter-exchange": DLQ.exchange.name, "x-dead-letter-routing-key": DLQ.routing_key})]
+app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
+count_starts(app)  # FM-3: starts per task id, so a dead letter tells its deliveries from its real attempts
+BUSY = busy_waits(QUEUE)  # FM-4: a busy notify waits in the broker (delay queues, FM-5's way), not in the worker
+app.conf.worker_prefetch_multiplier = 1  # FM-7: a worker holds only what it runs; a deploy hands back no unstarted message
+app.conf.worker_soft_shutdown_timeout = 0.3  # FM-7 (Celery 5.5+): after SIGTERM running bodies get 0.3 s, then go back
+WORKER_ENV = {"REMAP_SIGTERM": "SIGQUIT"}  # FM-7: SIGTERM starts the soft/cold shutdown (Celery reads it at start only)
+
+
+@app.task(bind=True, time_limit=3, Request=BackstopRequest)  # FM-6: every task has a deadline; Celery's kills last
+@enveloped  # FM-1: every exit is a SUCCESS-state envelope
+@hard_timeout(1.5, soft=1)  # FM-6: asks at 1 s, then raises HardTimeout at 1.5 s, inside the body only
+def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
+    return {"doc": doc_id, "text": fetch_text(doc_id)}  # a document store stands in for S3
+
+
+@app.task(bind=True, time_limit=3, Request=BackstopRequest)  # FM-6: the backstop; its kill is still an envelope
+@enveloped  # FM-1
+@transient_retryable(RetryPolicy(max_retries=3, base=0.1), wait_in=QUEUE)  # FM-5: backoff, jitter; waits in the broker
+@hard_timeout(1.5, soft=1)  # FM-6: SIGALRM asks (SoftTimeLimitExceeded) at 1 s, raises HardTimeout at 1.5 s
+def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
+    document: Fetched = unwrap(fetched)  # FM-1: the fetch's envelope; UpstreamFailed if it failed
+    lab_fault(self, document)  # the lab: what the scenario does to this document
+    return parse(document)
+
+
+@app.task(bind=True, time_limit=15, Request=BackstopRequest)  # FM-6
+@enveloped  # FM-1
+@hard_timeout(10, soft=8)  # FM-6: the chord body too (it may wait for a busy claim's owner)
+def notify(self: Task[Any, Any], results: list[Wire], doc_ids: list[str], pipeline_id: str) -> Summary:
+    summary = summarise(results, doc_ids)
+    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX; the owner's redelivery resumes it
+    if (state := claim.acquire()) == "busy":  # FM-4: another notify is sending; it may still fail
+        raise BUSY.retry(self, ClaimBusy(pipeline_id), claim.policy.poll)  # FM-4: ask again later; outlast the claim's TTL
+    if state == "done":  # FM-4: already sent
+        return {**summary, "sent": False}
+    with claim.sending():  # FM-4: released if sending fails, marked sent if it succeeds
+        send_email(pipeline_id, summary, idempotency_key=claim.key)  # FM-4: the mail API delivers a key once
+    return {**summary, "sent": True}
+
+
+release_when_dead_lettered(app, notify)  # FM-4: a notify the drain finalised as dead-lettered releases its claim
+
+
+@app.task(ignore_result=True)
+def drain_dead_letters() -> int:  # FM-3: finalise each dead letter as a failure; park what it cannot place
+    return drain(app, DLQ)
+
+
+def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
+    """One ``fetch | parse`` chain per document; ``notify`` once every chain has returned."""
+    header = group(chain(fetch_document.s(d), parse_document.s()) for d in doc_ids)
+    return chord(header)(notify.s(doc_ids, pipeline_id))
+
+
+if __name__ == "__main__":  # submit the scenario to a worker you started, then check it
+    from lab.harness import run_by_hand
+
+    raise SystemExit(run_by_hand(__file__))
