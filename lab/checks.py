@@ -1,4 +1,4 @@
-"""Guarantees G1..G6 and symptoms S1..S6 (DESIGN.md §2), checked on ``Observations``.
+"""Guarantees G1..G7 and symptoms S1..S7 (DESIGN.md §2), checked on ``Observations``.
 
 Every check is exact where the behaviour is exact and names the observed
 numbers when it fails. ``guarantees(n, obs, fm)`` checks G1..Gn of FM n's
