@@ -1,66 +1,88 @@
 """FM-7: a rolling deploy must not lose, repeat or dead-letter work.
 
-Symptom (fm6 on scenario 7): Kubernetes rolls the worker out: a new worker of the same
-code starts, the old one gets SIGTERM and, when its grace period (0.6 s in the lab,
-shorter than a slow document's 0.8 s) ends, SIGKILL. Three deploys while slow but healthy
-documents run and wait prefetched: every deploy kills a slow document mid-body (its work
-is lost and starts again), and every message the old worker held without starting it
-goes back to the broker and is charged a delivery: a document that waited prefetched in
-three old workers is dead-lettered, innocent (``dead-lettered ... after 3 deliveries, 0
-started``).
+Symptom (fm6 on scenario 7): Kubernetes rolls the worker out three times while 40 slow but
+healthy documents (0.8 s of work each, under fm6's deadlines) run and wait: a new worker of
+the same code starts; once it consumes, the old worker's main process gets SIGTERM and, when
+the grace period ends (0.5 s in the lab, ``lab.deploys``; shorter than a slow document),
+SIGKILL. On fm6 every old worker is still running a slow document's body when the SIGKILL
+comes: that work is lost and starts again. Every message it held without starting it goes
+back to the broker and is charged a delivery (``--prove`` lists them: ``waiting doc41:0,
+doc42:0, ...``); a document that waited in three old workers is dead-lettered, innocent
+(``parse_document dead-lettered by the broker (delivery_limit) after 3 deliveries, 0 started``,
+seen in some runs, not all: which messages a worker holds at a deploy depends on timing).
 
-Root cause: SIGTERM is Celery's warm shutdown (``celery.apps.worker.install_worker_term_handler``):
-the worker stops consuming and waits for every running body, however long, so a grace
-shorter than the slowest body ends in SIGKILL. The messages it prefetched (``worker_prefetch_multiplier``
-4 x ``worker_concurrency`` 2 = 8 unacknowledged) return when its connection closes, and
+Root cause: SIGTERM is Celery's warm shutdown (``celery.apps.worker.install_worker_term_handler``,
+5.5 to 5.7): the worker stops consuming and waits for every running body, however long, so
+a grace shorter than the slowest body ends in SIGKILL. The messages it prefetched
+(``worker_prefetch_multiplier`` 4 x 2 processes) go back when its connection closes, and
 RabbitMQ 3.x counts every return against FM-3's ``x-delivery-limit: 2``, started or not.
 
-Fix (what a team deploys; each setting named with the Celery version that has it):
+Fix (what a team deploys; each setting with the Celery version that has it):
 
-- ``worker_prefetch_multiplier = 1`` (every Celery 5): with ``acks_late`` the worker holds only
-  the messages its 2 processes run, so a deploy hands back no message that never started;
-- ``WORKER_ENV``: ``REMAP_SIGTERM=SIGQUIT`` in the worker's environment (read once, by
-  ``billiard.common``, when the worker starts): SIGTERM becomes Celery's cold shutdown
-  (``celery.apps.worker.on_cold_shutdown``), which with ``worker_soft_shutdown_timeout = 0.3``
-  (Celery 5.5+) first gives running bodies 0.3 s (``WorkController.wait_for_soft_shutdown``),
-  then cancels what still runs (``Consumer.cancel_active_requests``): an ``acks_late`` message
-  not yet acknowledged is left unacknowledged, and goes back to the queue with the connection,
-  to start afresh on the new worker. No body is left running when the grace ends.
+- ``worker_prefetch_multiplier = 1`` (every Celery 5): with ``acks_late`` a fresh worker
+  holds only what its 2 processes run, so a deploy hands back next to no message that never
+  started (the run's first worker, after scenario 6's kills, was seen holding 3 more);
+- ``WORKER_ENV``: ``REMAP_SIGTERM=SIGQUIT`` in the worker's environment (``billiard.common``
+  reads it once, when the worker starts): SIGTERM becomes Celery's cold shutdown
+  (``celery.apps.worker.on_cold_shutdown``), which, with ``worker_soft_shutdown_timeout = 0.3``
+  (Celery 5.5+), first gives running bodies 0.3 s (``WorkController.wait_for_soft_shutdown``),
+  then cancels what still runs (``Consumer.cancel_active_requests``: the pool process gets
+  SIGQUIT, the body ends in ``SystemExit``) and leaves its message unacknowledged: it goes back
+  with the connection and starts afresh on the new worker. No body is left running when the
+  grace ends.
 
-G7: the side chord of the slow documents completes, every one ok, one email; no document
-dead-lettered (none of them is poison); no document parsed in two processes at once (an
-attempt starts only once the one before ended, or its worker was gone); at every deploy
-the old worker ended its work within its grace (no body still running when the SIGKILL came).
+G7 (the side chord ``deploy``, 40 documents, 3 deploys): every document ok, each once in the
+chord's summary, one email; none dead-lettered; none parsed in two processes at once (an
+attempt starts only once the one before ended or its worker was gone); no body still running
+in an old worker when a SIGKILL came. The old *process* may still be there: Celery needs about
+1.5 s to stop its pool even when idle (billiard's pool join), three times the lab's grace.
+
+Hard variant (``tests/test_celery_claims.py``, claim C14, a ``make matrix`` row): a warm
+shutdown longer than two broker heartbeats (``broker_heartbeat = 1``, a 6 s body). On Celery
+5.5.3 the worker sends no heartbeat while its pool drains, RabbitMQ closes the connection,
+requeues the running message, and the new worker starts it while the old one still runs it
+(celery#5998); from 5.6.1 ``celery.concurrency.prefork.TaskPool.on_stop`` keeps firing the
+hub's timers while the pool drains, and it runs once (5.6.3, 5.7.0). fm7 keeps its shutdown
+short on every version: its bodies are cancelled after 0.3 s.
 
 Delta from fm6: ``worker_prefetch_multiplier``, ``worker_soft_shutdown_timeout`` and ``WORKER_ENV``.
 
-Tradeoffs: a body cut at a deploy starts again from the beginning: its work is done twice,
-one after the other (make it idempotent, FM-4), and each cut is a delivery: a document cut in
-three deploys in a row would be dead-lettered (raise ``x-delivery-limit`` above the deploys a
-long task may live through). Prefetch 1 costs a round trip per message on short tasks.
-Celery itself needs time to stop (its pool's join: about 1.5 s here even when idle), so the
-old process may still be there, with nothing running, when the SIGKILL comes.
+Tradeoffs: a body cut at a deploy starts again from the beginning (its work is done twice,
+one after the other: make it idempotent, FM-4), and each cut is a delivery: a document cut in
+three deploys in a row would be dead-lettered (keep ``x-delivery-limit`` above the deploys a
+task may live through). The soft wait is a sleep in the main process's signal handler, which
+sends no ack meanwhile: a body that ends inside it is acknowledged only when the pool stops,
+and a SIGKILL before that returns its message, so the document is parsed again (seen in the
+lab, whose grace is below Celery's stop time; in production make the grace longer than the
+soft timeout plus the worker's stop). Prefetch 1 costs a round trip per message, makes new
+work wait for a free process (FM-5's probe), and lets RabbitMQ itself expire and dead-letter
+a head sent already expired when no worker has room (FM-1's hard variant: G1 accepts it).
+``REMAP_SIGTERM`` is an environment variable, not a setting: the deployment must set it.
 
 Still open: the result backend going away mid-chord (FM-8).
 
 You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
 
-- in the second shell: ``fm7 fixed (scenario 7 on fm7, ...): PASS``, an ``ok`` line for
-  each of G1..G7, then the lanes fm6 lists, and the side chord ``deploy``: doc34 to doc49
-  each ok; a document running at a deploy ``killed``, then ok on its next attempt;
-- in the worker's window, after Celery's banner (``app: rcl_fm7`` in the default namespace,
-  ``<namespace>_fm7`` in yours): the lines fm6 lists, and at a deploy by hand (SIGTERM of
-  the worker's main process) ``worker: Cold shutdown (MainProcess)``.
+- in the submitter's shell: ``fm7 fixed (scenario 7 on fm7, ...): PASS``, an ``ok`` line for
+  each of G1..G7, then the lanes fm6 lists, and the side chord ``deploy``: doc34 to doc73 each
+  ok, a document running at a deploy ``raised error: SystemExit: the worker's shutdown stopped
+  the body`` on one attempt and ok on the next;
+- in each worker's window, after Celery's banner (``app: rcl_fm7`` in the default namespace,
+  ``<namespace>_fm7`` in yours): the lines fm6 lists, and in the window of the worker you
+  deploy away ``worker: Cold shutdown (MainProcess)``.
 
 Run it alone (from the repository's folder after ``make lab``; two worker shells and one more):
 
     REMAP_SIGTERM=SIGQUIT .venv/bin/celery -A fm7_rolling_deploys worker --without-gossip --without-mingle --without-heartbeat -B
     .venv/bin/python fm7_rolling_deploys.py
 
-or ``.venv/bin/python run_all_fms.py --only fm7``. A deploy by hand: start a second worker
-with the same command (add ``-n second@%h``), then ``kill -TERM <pid of the first>``.
-Ctrl-C in the submitter's shell cancels the run (exit status 130); the next run first waits for what
-the worker had already taken. Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
+Start the second worker with the same command and ``-n second@%h``. A deploy by hand: once
+the submitter's shell shows the side chord ``deploy`` running, ``kill -TERM`` the main process
+of one worker (``pgrep -of 'celery -A fm7_rolling_deploys'``: the oldest, the first one's); G7 then
+wants the slow documents taken by at least two workers. Or ``.venv/bin/python run_all_fms.py
+--only fm7``, which deploys three times itself. Ctrl-C in the submitter's shell cancels the run
+(exit status 130); the next run first waits for what the workers had already taken. Add
+``--loglevel=INFO`` to a worker to see Celery's own line for every task as well.
 """
 
 from __future__ import annotations

@@ -167,6 +167,8 @@ def _pipeline_in(args: Sequence[object], kwargs: Mapping[str, object]) -> str | 
 
 def _ending(state: str, retval: object) -> dict[str, str]:
     """How a body ended: ``outcome`` (ok or an envelope reason), ``error``, and for notify ``sent``."""
+    if state in ("", "None") and retval is None:  # FM-7: SystemExit in the body (a cold shutdown cancelled it)
+        return {"outcome": "cancelled", "error": "SystemExit: the worker's shutdown stopped the body"}
     if state == "SUCCESS" and is_envelope(retval):
         env = Result.from_wire(retval)
         payload = cast(object, env.payload)
