@@ -69,7 +69,8 @@ You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
   the body`` on one attempt and ok on the next;
 - in each worker's window, after Celery's banner (``app: rcl_fm7`` in the default namespace,
   ``<namespace>_fm7`` in yours): the lines fm6 lists, and in the window of the worker you
-  deploy away ``worker: Cold shutdown (MainProcess)``.
+  deploy away ``Initiating Soft Shutdown, terminating in 0.3 seconds`` (when a body runs) and
+  ``worker: Cold shutdown (MainProcess)``.
 
 Run it alone (from the repository's folder after ``make lab``; two worker shells and one more):
 
