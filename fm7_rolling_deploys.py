@@ -116,7 +116,7 @@ app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=Q
 app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
 count_starts(app)  # FM-3: starts per task id, so a dead letter tells its deliveries from its real attempts
 BUSY = busy_waits(QUEUE)  # FM-4: a busy notify waits in the broker (delay queues, FM-5's way), not in the worker
-app.conf.worker_prefetch_multiplier = 1  # FM-7: a worker holds only what it runs; a deploy hands back no unstarted message
+app.conf.worker_prefetch_multiplier = 1  # FM-7: a worker holds (nearly) only what it runs: a deploy charges few unstarted messages
 app.conf.worker_soft_shutdown_timeout = 0.3  # FM-7 (Celery 5.5+): after SIGTERM running bodies get 0.3 s, then go back
 WORKER_ENV = {"REMAP_SIGTERM": "SIGQUIT"}  # FM-7: SIGTERM starts the soft/cold shutdown (Celery reads it at start only)
 
