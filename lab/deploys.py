@@ -152,8 +152,10 @@ class RollingDeploy:
         reader.rec.event("deploy_start", n=self.done_deploys + 1, new=self.new.name)
 
     def _maybe_terminate(self, reader: Reader, now: float) -> None:
-        old = self.current
-        pid = str(old.proc.pid) if old.proc is not None else ""
+        old, new = self.current, self.new
+        if old.proc is None or new is None:  # nothing to deploy from or to (the run is being stopped)
+            return
+        pid = str(old.proc.pid)
         messages = held(reader.events())
         mine = {t: h for t, h in messages.items() if h.holder == pid}
         running = {t: h for t, h in mine.items() if h.started is not None and not h.ended}
@@ -164,14 +166,13 @@ class RollingDeploy:
         most = max((h.returned for h in messages.values() if h.started is None), default=0)
         if waiting and max(h.returned for h in waiting.values()) < most and now - self.since < ARMED_SECONDS:
             return  # the most delivered waiting message is elsewhere: wait for it to come here
-        assert old.proc is not None and self.new is not None
         os.kill(old.proc.pid, signal.SIGTERM)  # the main process only, as Kubernetes does
         self.term_at = time.time()
         self.done_deploys += 1
-        reader.rec.event("deploy_term", n=self.done_deploys, old=old.name, old_pid=old.proc.pid, new=self.new.name,
+        reader.rec.event("deploy_term", n=self.done_deploys, old=old.name, old_pid=old.proc.pid, new=new.name,
                          running=",".join(sorted(h.doc for h in running.values())),
                          waiting=",".join(sorted(f"{h.doc}:{h.returned}" for h in waiting.values())))
-        self.old, self.current, self.new = old, self.new, None
+        self.old, self.current, self.new = old, new, None
         if self.done_deploys < self.count:
             self._spawn(reader, time.time())  # the next version starts while this one drains
         else:
@@ -179,7 +180,9 @@ class RollingDeploy:
 
     def _maybe_gone(self, reader: Reader, now: float) -> None:
         old = self.old
-        assert old is not None and old.proc is not None
+        if old is None or old.proc is None:
+            self.old = None
+            return
         proc = old.proc
         if proc.poll() is not None:
             reader.rec.event("deploy_exit", n=self.done_deploys, old=old.name, seconds=f"{now - self.term_at:.3f}")
@@ -187,9 +190,9 @@ class RollingDeploy:
             pid = str(proc.pid)
             lost = sorted(h.doc for h in held(reader.events()).values()
                           if h.holder == pid and h.started is not None and not h.ended and _alive(h.child))
-            signal_group(proc.pid, signal.SIGKILL)
             reader.rec.event("deploy_kill", n=self.done_deploys, old=old.name, seconds=f"{now - self.term_at:.3f}",
-                             lost=",".join(lost))
+                             lost=",".join(lost))  # recorded first: nothing of it can run again before this
+            signal_group(proc.pid, signal.SIGKILL)
         else:
             return
         signal_group(proc.pid, signal.SIGKILL)  # what is left of the container goes with it
