@@ -31,8 +31,8 @@ Fix (what a team deploys; each setting with the Celery version that has it):
   with the connection and starts afresh on the new worker. No body is left running when the
   grace ends.
 
-G7 (the side chord ``deploy``, 40 documents, 3 deploys): every document ok, each once in the
-chord's summary, one email; none dead-lettered; none parsed in two processes at once (an
+G7 (the side chord ``deploy``, 40 documents; 3 deploys, or 2 when new workers boot slowly):
+every document ok, each once in the chord's summary, one email; none dead-lettered; none parsed in two processes at once (an
 attempt starts only once the one before ended or its worker was gone); no body still running
 in an old worker when a SIGKILL came. The old *process* may still be there: Celery needs about
 1.5 s to stop its pool even when idle (billiard's pool join), three times the lab's grace.

@@ -299,6 +299,11 @@ def g6(obs: Observations, fm: Fm) -> Check:
     return c.result()
 
 
+MIN_DEPLOYS = 2
+"""G7: the runner aims at the scenario's 3 deploys; each needs a new worker booted while slow documents
+remain (1 to 5 s on the lab's loaded two-core machine), so a run with 2 counts (the issue's "at least two")."""
+
+
 def _deploys_of(obs: Observations) -> int:
     return max((side.deploys for side in scenario(obs.scenario).sides), default=0)
 
@@ -360,8 +365,9 @@ def g7(obs: Observations, fm: Fm) -> Check:
         c.expect(False, "no side chord 'deploy'", "one")
         return c.result()
     f, wanted = deploy_findings(side), _deploys_of(obs)
-    if any(e.kind == "deploy_start" for e in side.events):  # the harness deployed
-        c.expect(len(f.terms) == wanted, f"{len(f.terms)} deploys ({'; '.join(f.ends)})", f"{wanted}")
+    if any(e.kind == "deploy_start" for e in side.events):  # the harness deployed (each needs a new worker booted in time)
+        c.expect(MIN_DEPLOYS <= len(f.terms) <= wanted, f"{len(f.terms)} deploys ({'; '.join(f.ends)})",
+                 f"{MIN_DEPLOYS} to {wanted}")
     else:  # by hand: the deploys are yours (SIGTERM of one of two workers); seen as the work changing workers
         workers = {e.get("pid") for e in side.events if e.kind == "received"}
         c.expect(len(workers) >= 2, f"by hand: the slow documents were taken by {len(workers)} worker(s)",
