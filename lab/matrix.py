@@ -256,7 +256,7 @@ def reported_labels(datas: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str],
 
 def lab_cells(data: Mapping[str, Any], known: Mapping[tuple[str, str], Sequence[str]] | None = None) -> dict[str, Cell]:
     """``run_all_fms.py --json`` output -> one cell per check label, over every run that checks it
-    (G1 is checked by fm1..fm6: it passes only where all six hold). A run that ended in ERROR fails
+    (G1 is checked by fm1..fm7: it passes only where all seven hold). A run that ended in ERROR fails
     the checks it would have made (``expected_labels``, with ``known`` from the other versions)."""
     seen: dict[str, list[tuple[str, bool, str]]] = {}
     for run in cast(list[dict[str, Any]], data.get("runs", [])):
