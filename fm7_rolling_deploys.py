@@ -5,11 +5,14 @@ healthy documents (0.8 s of work each, under fm6's deadlines) run and wait: a ne
 the same code starts; once it consumes, the old worker's main process gets SIGTERM and, when
 the grace period ends (0.5 s in the lab, ``lab.deploys``; shorter than a slow document),
 SIGKILL. On fm6 every old worker is still running a slow document's body when the SIGKILL
-comes: that work is lost and starts again. Every message it held without starting it goes
-back to the broker and is charged a delivery (``--prove`` lists them: ``waiting doc41:0,
-doc42:0, ...``); a document that waited in three old workers is dead-lettered, innocent
+comes: that work is lost and starts again (``--prove``: ``work lost to a SIGKILL: doc39, ...``).
+Every message it held without starting it goes back to the broker and is charged a delivery
+(the run's ``deploy_term`` events list them, e.g. ``doc41:0,doc42:0``: a document and its
+earlier deliveries); a document that waited in three old workers is dead-lettered, innocent
 (``parse_document dead-lettered by the broker (delivery_limit) after 3 deliveries, 0 started``,
-seen in some runs, not all: which messages a worker holds at a deploy depends on timing).
+seen in about half the runs: which messages a worker holds at a deploy depends on timing). A
+body that ended inside the grace, its ack not yet sent, runs again; dead-lettered later, it
+is finalised over a result that had already counted (celery#3802).
 
 Root cause: SIGTERM is Celery's warm shutdown (``celery.apps.worker.install_worker_term_handler``,
 5.5 to 5.7): the worker stops consuming and waits for every running body, however long, so
@@ -32,9 +35,9 @@ Fix (what a team deploys; each setting with the Celery version that has it):
   grace ends.
 
 G7 (the side chord ``deploy``, 40 documents; 3 deploys, or 2 when new workers boot slowly):
-every document ok, each once in the chord's summary, one email; none dead-lettered; none parsed in two processes at once (an
-attempt starts only once the one before ended or its worker was gone); no body still running
-in an old worker when a SIGKILL came. The old *process* may still be there: Celery needs about
+every document ok, each once in the chord's summary, one email; none dead-lettered; none
+parsed in two processes at once (an attempt starts only once the one before ended or its
+worker was gone); no body still running in an old worker when a SIGKILL came. The old *process* may still be there: Celery needs about
 1.5 s to stop its pool even when idle (billiard's pool join), three times the lab's grace.
 
 Hard variant (``tests/test_celery_claims.py``, claim C14, a ``make matrix`` row): a warm
