@@ -37,8 +37,9 @@ Fix (what a team deploys; each setting with the Celery version that has it):
 G7 (the side chord ``deploy``, 40 documents; 3 deploys, or 2 when new workers boot slowly):
 every document ok, each once in the chord's summary, one email; none dead-lettered; none
 parsed in two processes at once (an attempt starts only once the one before ended or its
-worker was gone); no body still running in an old worker when a SIGKILL came. The old *process* may still be there: Celery needs about
-1.5 s to stop its pool even when idle (billiard's pool join), three times the lab's grace.
+worker was gone); no body still running in an old worker when a SIGKILL came. The old
+*process* may still be there: Celery needs about 1.5 s to stop its pool even when idle
+(billiard's pool join), three times the lab's grace.
 
 Hard variant (``tests/test_celery_claims.py``, claim C14, a ``make matrix`` row): a warm
 shutdown longer than two broker heartbeats (``broker_heartbeat = 1``, a 6 s body). On Celery
@@ -119,7 +120,7 @@ app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=Q
 app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
 count_starts(app)  # FM-3: starts per task id, so a dead letter tells its deliveries from its real attempts
 BUSY = busy_waits(QUEUE)  # FM-4: a busy notify waits in the broker (delay queues, FM-5's way), not in the worker
-app.conf.worker_prefetch_multiplier = 1  # FM-7: a worker holds (nearly) only what it runs: a deploy charges few unstarted messages
+app.conf.worker_prefetch_multiplier = 1  # FM-7: a worker holds (nearly) only what it runs; a deploy returns few unstarted
 app.conf.worker_soft_shutdown_timeout = 0.3  # FM-7 (Celery 5.5+): after SIGTERM running bodies get 0.3 s, then go back
 WORKER_ENV = {"REMAP_SIGTERM": "SIGQUIT"}  # FM-7: SIGTERM starts the soft/cold shutdown (Celery reads it at start only)
 
