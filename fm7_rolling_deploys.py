@@ -41,7 +41,7 @@ worker was gone); no body still running in an old worker when a SIGKILL came. Th
 *process* may still be there: Celery needs about 1.5 s to stop its pool even when idle
 (billiard's pool join), three times the lab's grace.
 
-Hard variant (``tests/test_celery_claims.py``, claim C14, a ``make matrix`` row): a warm
+Hard variant (``tests/test_celery_claims.py``, claim C15, a ``make matrix`` row): a warm
 shutdown longer than two broker heartbeats (``broker_heartbeat = 1``, a 6 s body). On Celery
 5.5.3 the worker sends no heartbeat while its pool drains, RabbitMQ closes the connection,
 requeues the running message, and the new worker starts it while the old one still runs it

@@ -406,7 +406,7 @@ _FM7_WARM = [
 """fm7 with SIGTERM as Celery's warm shutdown (no REMAP_SIGTERM), a broker heartbeat of 1 s and a parse deadline of 6 s."""
 
 
-@pytest.mark.claim("C14", "warm shutdown stops heartbeats: the running task runs twice at once (fm7)")
+@pytest.mark.claim("C15", "warm shutdown stops heartbeats: the running task runs twice at once (fm7)")
 def test_a_warm_shutdown_longer_than_two_heartbeats_has_the_running_task_run_twice_at_once(
         limit: Callable[[str], None]) -> None:
     """fm7's docstring (the hard variant, celery#5998): during a warm shutdown Celery 5.5 stops firing its
