@@ -20,6 +20,7 @@ leave on the function (``shared.timeouts.hard_timeout``: ``hard_timeout_seconds`
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
 import inspect
@@ -127,7 +128,8 @@ class AppFacts:
         return name in DEFAULTS
 
     def line_of(self, setting: str) -> int:
-        return self.setting_lines.get(setting, 1)
+        """The line of the app's module that sets ``setting``, else the one that makes the app, else 1."""
+        return self.setting_lines.get(setting, self.setting_lines.get("", 1))
 
 
 # ---- loading --------------------------------------------------------------------------
@@ -140,17 +142,13 @@ def load_app(target: str) -> Celery[Any]:
         raise AppLoadError(f"{target!r} is no app: give module:attribute, e.g. myproject.celery:app")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `celery -A` does: the project's folder is importable
-    with no_connections():
+    with no_connections() as tried:
         try:
             module = importlib.import_module(module_name)
-        except ConnectionRefusedByAudit as exc:
-            raise AppLoadError(f"importing {module_name} {exc}") from None
-        except ModuleNotFoundError as exc:
-            raise AppLoadError(f"cannot import {module_name}: no module named {exc.name!r}") from None
-        except BaseException as exc:  # the user's import-time code: say what it raised, no traceback
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            raise AppLoadError(f"importing {module_name} raised {type(exc).__name__}: {exc}") from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the user's import-time code: say what went wrong, no traceback
+            raise _import_error(module_name, exc, tried) from None
     names = [attr] if attr else ["app", "celery"]
     for name in names:
         found: object = getattr(module, name, None)
@@ -160,6 +158,16 @@ def load_app(target: str) -> Celery[Any]:
         what = "no attribute" if not hasattr(module, attr) else f"{type(getattr(module, attr)).__name__}, not a Celery app,"
         raise AppLoadError(f"{module_name} has {what} {attr!r}")
     raise AppLoadError(f"{module_name} has no Celery app named app or celery: give module:attribute")
+
+
+def _import_error(module_name: str, exc: BaseException, tried: list[object]) -> AppLoadError:
+    if isinstance(exc, ConnectionRefusedByAudit):
+        return AppLoadError(f"importing {module_name} {exc}")
+    if tried:  # the refusal, wrapped in an error of the user's client (redis.ConnectionError, ...)
+        return AppLoadError(f"importing {module_name} {ConnectionRefusedByAudit(tried[0])} ({type(exc).__name__})")
+    if isinstance(exc, ModuleNotFoundError) and exc.name and module_name.startswith(exc.name):
+        return AppLoadError(f"cannot import {module_name}: no module named {exc.name!r}")
+    return AppLoadError(f"importing {module_name} raised {type(exc).__name__}: {exc}")
 
 
 # ---- reading --------------------------------------------------------------------------
@@ -245,7 +253,7 @@ def _collect(app: Celery[Any], target: str) -> AppFacts:
         target=target, main=app.main, celery_version=_version("celery"), kombu_version=_version("kombu"),
         broker_url=broker, broker_kind=broker_kind(broker), backend_url=backend, backend_kind=backend_kind(backend),
         settings=settings, changed=changed, unknown_settings=unknown, queues=queues, default_queue=default_queue,
-        tasks=tasks, file=file, setting_lines=_setting_lines(file),
+        tasks=tasks, file=file, setting_lines=_setting_lines(file, target.partition(":")[2] or "app"),
     )
 
 
@@ -406,17 +414,34 @@ def _app_file(target: str) -> str | None:
     return getattr(module, "__file__", None) if module is not None else None
 
 
-def _setting_lines(file: str | None) -> dict[str, int]:
-    """The first line of the app's module that names each setting (for SARIF and the table's where)."""
+def _setting_lines(file: str | None, app_name: str) -> dict[str, int]:
+    """The first line of code in the app's module that names each setting (for SARIF and the table).
+
+    Read from the syntax tree, not the text, so that a docstring or a comment naming a setting does not
+    count: an attribute (``app.conf.task_acks_late``), a keyword (``task_acks_late=``), a string
+    (``"x-delivery-limit"``) or a name. ``""`` is the line that assigns the app itself, the fallback."""
     if not file:
         return {}
     try:
-        lines = Path(file).read_text(encoding="utf-8").splitlines()
-    except OSError:
+        tree = ast.parse(Path(file).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
         return {}
+    wanted = {*DEFAULTS, "visibility_timeout", "x-delivery-limit", "x-queue-type", "x-dead-letter-exchange"}
     found: dict[str, int] = {}
-    for number, text in enumerate(lines, 1):
-        for key in (*DEFAULTS, "visibility_timeout", "x-delivery-limit", "x-queue-type"):
-            if key not in found and key in text:
-                found[key] = number
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Attribute):
+            names.append(node.attr)
+        elif isinstance(node, ast.keyword) and node.arg:
+            names.append(node.arg)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 60:
+            names.append(node.value)
+        elif isinstance(node, ast.Name):
+            names.append(node.id)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == app_name for t in node.targets):
+            names.append("")
+        line = getattr(node, "lineno", None)
+        for name in names:
+            if (name in wanted or name == "") and isinstance(line, int) and line < found.get(name, 1 << 30):
+                found[name] = line
     return found

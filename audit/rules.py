@@ -117,8 +117,9 @@ def grouped(facts: AppFacts, rule: Rule, hits: list[TaskFacts], option: str, con
 
 
 def queue_finding(facts: AppFacts, rule: Rule, q: QueueFacts, tasks: list[TaskFacts], consequence: str,
-                  severity: Severity | None = None) -> Finding:
-    line = facts.line_of("x-delivery-limit") if "x-delivery-limit" in facts.setting_lines else facts.line_of("task_queues")
+                  severity: Severity | None = None, hints: tuple[str, ...] = ("x-delivery-limit", "task_queues")) -> Finding:
+    """A finding on queue ``q``; its line is the first of ``hints`` the app's module names."""
+    line = next((facts.setting_lines[h] for h in hints if h in facts.setting_lines), facts.line_of(""))
     return Finding(rule, f"queue {q.name} ({_kind(q)}): {len(tasks)} task(s)", consequence, severity or rule.severity,
                    tuple(t.name for t in tasks), q.name, None, facts.file, line)
 
@@ -177,6 +178,9 @@ def _requeued(facts: AppFacts) -> list[TaskFacts]:
             and not worker_lost_retried(facts, t)]
 
 
+REQUEUE_HINTS = ("x-delivery-limit", "task_queues", "task_reject_on_worker_lost")
+
+
 def check_unbounded_redelivery(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
     for name, tasks in sorted(by_queue(facts, _requeued(facts)).items()):
         q = facts.queues.get(name) or QueueFacts(name, {}, name, "direct", name)
@@ -184,14 +188,14 @@ def check_unbounded_redelivery(facts: AppFacts, _: Options, rule: Rule) -> Itera
             yield queue_finding(facts, rule, q, tasks, (
                 "Reject on worker lost requeues a message whose process died, and kombu's Redis transport has no "
                 "delivery limit: a message that kills its process on every delivery is delivered again without end, "
-                "taking a pool slot each time, and its chord never completes."))
+                "taking a pool slot each time, and its chord never completes."), hints=REQUEUE_HINTS)
         elif facts.broker_kind == "rabbitmq" and q.delivery_limit is None:
             extra = (" (RabbitMQ 4.0 and later give a quorum queue a limit of 20 unless one is set)" if q.quorum
                      else " (a classic queue has no delivery limit)")
             yield queue_finding(facts, rule, q, tasks, (
                 "Reject on worker lost requeues a message whose process died and this queue sets no x-delivery-limit"
                 f"{extra}: a message that kills its process on every delivery is delivered again without end, "
-                "taking a pool slot each time, and its chord never completes."))
+                "taking a pool slot each time, and its chord never completes."), hints=REQUEUE_HINTS)
 
 
 def check_limit_without_dlx(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
@@ -217,7 +221,7 @@ def check_prefetch_over_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterab
             f"With worker_prefetch_multiplier {multiplier}, each process holds messages it has not started, and a "
             "worker lost whole (an OOM kill, a deploy's SIGKILL) returns them all; RabbitMQ 3.10 to 4.2 counts each "
             f"return against x-delivery-limit {q.delivery_limit}, so {q.delivery_limit + 1} such losses dead-letter "
-            "a message that never ran."))
+            "a message that never ran."), hints=("worker_prefetch_multiplier", "x-delivery-limit", "task_queues"))
 
 
 # ---- FM-5 -----------------------------------------------------------------------------
@@ -345,7 +349,7 @@ def check_per_key_order(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Fin
         yield queue_finding(facts, rule, q, tasks, (
             f"One queue bound by {q.routing_key!r} carries every key, and its messages are taken by competing pool "
             f"processes ({slots}): two messages of one key can run at once and commit out of order, so an order "
-            "per key that the routing key suggests is not kept."))
+            "per key that the routing key suggests is not kept."), hints=("task_queues", "worker_concurrency"))
 
 
 # ---- the installed Celery ------------------------------------------------------------------
