@@ -148,7 +148,7 @@ def check_acks_early(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Findin
     hits = [t for t in facts.tasks if not t.opt("acks_late") and not worker_lost_retried(facts, t)]
     return grouped(facts, rule, hits, "acks_late", lambda _t: (
         "The worker acks the message as soon as a pool process takes it, so a process that dies mid-task "
-        "(an OOM kill, a SIGKILL) loses it: the task is stored FAILURE (WorkerLostError) and never runs again."))
+        "(an OOM kill, a SIGKILL) loses it: the task fails with WorkerLostError and never runs again."))
 
 
 def check_acks_late_without_reject(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
@@ -158,16 +158,21 @@ def check_acks_late_without_reject(facts: AppFacts, _: Options, rule: Rule) -> I
     def say(t: TaskFacts) -> str:
         how = "acked" if t.opt("acks_on_failure") is not False else "rejected without requeue"
         return (f"Acks late without reject on worker lost: a process that dies mid-task has its message {how} "
-                "and the task stored FAILURE (WorkerLostError), so it never runs again.")
+                "and the task fails with WorkerLostError, so it never runs again.")
 
     return grouped(facts, rule, hits, "reject_on_worker_lost", say)
 
 
 def check_retry_on_worker_lost(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
     hits = [t for t in facts.tasks if worker_lost_retried(facts, t)]
-    return grouped(facts, rule, hits, "retry_on_worker_lost", lambda t: (
-        f"A task whose process dies is sent again as Task.retry would, up to max_retries ({t.opt('max_retries')}); "
-        "then it is stored FAILURE (WorkerLostError), so a poison message in a chord fails the chord with ChordError."))
+    def say(t: TaskFacts) -> str:
+        if t.opt("max_retries") is None:
+            return ("A task whose process dies is sent again as Task.retry would, and with max_retries None without "
+                    "end: a message that kills its process every time takes a pool slot on every delivery, for ever.")
+        return (f"A task whose process dies is sent again as Task.retry would, up to max_retries ({t.opt('max_retries')}); "
+                "then it fails with WorkerLostError, so a poison message in a chord fails the chord with ChordError.")
+
+    return grouped(facts, rule, hits, "retry_on_worker_lost", say)
 
 
 # ---- FM-3 -----------------------------------------------------------------------------
@@ -218,8 +223,8 @@ def check_prefetch_over_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterab
         if q is None or q.delivery_limit is None:
             continue
         yield queue_finding(facts, rule, q, tasks, (
-            f"With worker_prefetch_multiplier {multiplier}, each process holds messages it has not started, and a "
-            "worker lost whole (an OOM kill, a deploy's SIGKILL) returns them all; RabbitMQ 3.10 to 4.2 counts each "
+            f"With worker_prefetch_multiplier {multiplier} the worker holds up to {multiplier} messages per process, "
+            "most of them not started, and a worker lost whole (an OOM kill, a deploy's SIGKILL) returns them all; RabbitMQ 3.10 to 4.2 counts each "
             f"return against x-delivery-limit {q.delivery_limit}, so {q.delivery_limit + 1} such losses dead-letter "
             "a message that never ran."), hints=("worker_prefetch_multiplier", "x-delivery-limit", "task_queues"))
 
@@ -245,9 +250,9 @@ def check_retries_exhausted(facts: AppFacts, _: Options, rule: Rule) -> Iterable
         if t.autoretry_for:
             yield Finding(rule, f"task {t.name} (autoretry_for={', '.join(t.autoretry_for)}, "
                           f"max_retries={t.opt('max_retries')})", (
-                              "When its retries run out Celery raises the last error and stores the task FAILURE: "
+                              "When its retries run out Celery raises the last error and the task ends FAILURE: "
                               "as a chord member it fails the chord with ChordError and the body never runs; "
-                              "alone, its message is acked and the work is not done."),
+                              "alone, nothing runs it again and the work is not done."),
                           rule.severity, (t.name,), t.queue, None, t.file, t.line)
 
 
@@ -256,9 +261,17 @@ def check_retries_exhausted(facts: AppFacts, _: Options, rule: Rule) -> Iterable
 
 def check_no_deadline(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
     hits = [t for t in facts.tasks if t.opt("time_limit") is None and t.body_deadline is None]
-    return grouped(facts, rule, hits, "time_limit", lambda _t: (
-        "Nothing ends a run of this task: a body that hangs (a call with no timeout, a lock never released) pins "
-        "its pool slot for as long as it hangs, and as a chord member it keeps the chord's body from running."))
+
+    def say(t: TaskFacts) -> str:
+        if t.opt("soft_time_limit") is not None:
+            return (f"Only Celery's soft_time_limit ({t.opt('soft_time_limit')}s) asks a run of this task to stop, "
+                    "and nothing makes it: a body that catches the exception, or spins in C code, pins its pool slot "
+                    "for as long as it runs, and as a chord member it keeps the chord's body from running.")
+        return ("No time_limit or in-body deadline ends a run of this task: a body that hangs (a call with no "
+                "timeout, a lock never released) pins its pool slot for as long as it hangs, and as a chord member "
+                "it keeps the chord's body from running.")
+
+    return grouped(facts, rule, hits, "time_limit", say)
 
 
 def check_time_limit_fails_chord(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
@@ -305,8 +318,8 @@ def check_visibility_timeout(facts: AppFacts, _: Options, rule: Rule) -> Iterabl
                                           f"retry countdown {countdown:g}s" if countdown else "") if p)
             yield Finding(rule, f"task {t.name} ({parts}; visibility_timeout {visibility:g}s)", (
                 f"On a Redis broker a message not acked visibility_timeout ({visibility:g}s) after delivery is "
-                f"delivered again, and this task can hold one unacked for {need:g}s ({parts}): it can run twice, "
-                "at once, in two processes."), rule.severity, (t.name,), t.queue, "visibility_timeout", t.file, t.line)
+                f"delivered again, and a message of this task can stay unacked for {need:g}s ({parts}: a retry "
+                "waits for its countdown in the worker, then runs before its ack): it can run twice, at once."), rule.severity, (t.name,), t.queue, "visibility_timeout", t.file, t.line)
 
 
 CHORD_COUNTER_BACKENDS = ("redis", "rediss", "sentinel")
@@ -321,8 +334,9 @@ def check_chord_expires(facts: AppFacts, options: Options, rule: Rule) -> Iterab
         return
     note = "" if facts.has_setting("result_chord_expires") else " (Celery before 5.7 has no result_chord_expires)"
     yield Finding(rule, f"setting {name}={value:g}s, a chord runs {options.chord_seconds:g}s{note}", (
-        f"The chord's counter in the result backend expires after {name} ({value:g}s), before a chord of "
-        f"{options.chord_seconds:g}s ends: its last member finds no counter and the body never runs."),
+        f"The chord's state in the result backend (its size and join keys) expires {value:g}s after it is written "
+        f"({name}), and a chord of {options.chord_seconds:g}s can outlive it: a straggling member then finds it "
+        "gone and the body never runs."),
         rule.severity, (), None, name, facts.file, facts.line_of(name))
 
 

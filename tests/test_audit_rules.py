@@ -304,3 +304,8 @@ def test_rules_by_id_covers_every_rule() -> None:
     assert set(RULES_BY_ID) == {r.id for r in RULES} and len(RULES_BY_ID) == len(RULES)
 
 
+
+
+def test_a_soft_limit_alone_is_no_deadline() -> None:
+    f = next(f for f in audit(make_app(task_time_limit=None, task_soft_time_limit=5)) if f.rule.id == "no-deadline")
+    assert "Only Celery's soft_time_limit (5s)" in f.consequence
