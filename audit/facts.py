@@ -231,6 +231,13 @@ def collect(app: Celery[Any], target: str) -> AppFacts:
 
 
 def _collect(app: Celery[Any], target: str) -> AppFacts:
+    try:  # what `celery worker` imports before it runs: `imports`, `include`, autodiscovered task modules
+        cast(Any, app.loader).import_default_modules()
+    except ConnectionRefusedByAudit:
+        raise
+    except Exception as exc:
+        raise AppLoadError(f"importing the app's task modules (imports, include, autodiscover) raised "
+                           f"{type(exc).__name__}: {exc}") from None
     conf: Any = app.conf
     settings = {key: conf.get(key) for key in DEFAULTS}
     changed = frozenset(str(k) for k in cast(dict[str, Any], dict(conf.changes)))

@@ -9,6 +9,7 @@ paths relative to the folder the audit ran in when they are under it).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import textwrap
@@ -20,7 +21,6 @@ from audit.facts import AppFacts
 from audit.rules import RULES, SEVERITIES, Finding, Rule
 
 TOOL = "reliable-celery-audit"
-TOOL_URI = "https://github.com/reliable-celery-lab/reliable-celery-lab/blob/main/docs/audit.md"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"high": "error", "medium": "warning", "low": "note"}
 
@@ -130,7 +130,15 @@ def _rule_sarif(r: Rule) -> dict[str, Any]:
     }
 
 
-def as_sarif(facts: AppFacts, findings: list[Finding], rules: tuple[Rule, ...] = RULES, version: str = "0.1.0") -> str:
+def tool_version() -> str:
+    """This project's version, as installed (the SARIF driver's ``version``)."""
+    try:
+        return importlib.metadata.version("reliable-celery-lab")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def as_sarif(facts: AppFacts, findings: list[Finding], rules: tuple[Rule, ...] = RULES) -> str:
     index = {r.id: i for i, r in enumerate(rules)}
     results: list[dict[str, Any]] = []
     for f in findings:
@@ -147,7 +155,7 @@ def as_sarif(facts: AppFacts, findings: list[Finding], rules: tuple[Rule, ...] =
     doc = {
         "$schema": SARIF_SCHEMA, "version": "2.1.0",
         "runs": [{
-            "tool": {"driver": {"name": TOOL, "version": version, "informationUri": TOOL_URI,
+            "tool": {"driver": {"name": TOOL, "version": tool_version(),  # the rules' page: docs/audit.md
                                 "rules": [_rule_sarif(r) for r in rules]}},
             "properties": {"app": facts.target, "celery": facts.celery_version, "kombu": facts.kombu_version,
                            "broker": facts.broker_kind, "backend": facts.backend_kind},

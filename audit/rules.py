@@ -215,16 +215,18 @@ def check_limit_without_dlx(facts: AppFacts, _: Options, rule: Rule) -> Iterable
 
 
 def check_prefetch_over_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
-    multiplier = int(facts.settings.get("worker_prefetch_multiplier") or 4)
-    if facts.broker_kind != "rabbitmq" or multiplier <= 1:
+    raw = facts.settings.get("worker_prefetch_multiplier")
+    multiplier = int(raw) if isinstance(raw, int | float) else 4
+    if facts.broker_kind != "rabbitmq" or multiplier == 1:
         return
+    held = f"up to {multiplier} messages per process" if multiplier > 1 else "every message it can get (0: no limit)"
     for name, tasks in sorted(by_queue(facts, facts.tasks).items()):
         q = facts.queues.get(name)
         if q is None or q.delivery_limit is None:
             continue
         yield queue_finding(facts, rule, q, tasks, (
-            f"With worker_prefetch_multiplier {multiplier} the worker holds up to {multiplier} messages per process, "
-            "most of them not started, and a worker lost whole (an OOM kill, a deploy's SIGKILL) returns them all; RabbitMQ 3.10 to 4.2 counts each "
+            f"With worker_prefetch_multiplier {multiplier} the worker holds {held}, most of them not started, "
+            "and a worker lost whole (an OOM kill, a deploy's SIGKILL) returns them all; RabbitMQ 3.10 to 4.2 counts each "
             f"return against x-delivery-limit {q.delivery_limit}, so {q.delivery_limit + 1} such losses dead-letter "
             "a message that never ran."), hints=("worker_prefetch_multiplier", "x-delivery-limit", "task_queues"))
 

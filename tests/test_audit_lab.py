@@ -235,3 +235,14 @@ def test_auditing_every_app_of_the_lab_opens_no_connection() -> None:
     assert result["tried"] == []
     assert set(result["codes"].values()) <= {0, 1}, result["codes"]
     assert len(result["codes"]) == len(targets)
+
+
+def test_the_task_modules_a_worker_imports_are_audited_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``include`` (and ``imports``, autodiscovery) name modules a worker imports before it runs: their tasks count."""
+    (tmp_path / "audinc_app.py").write_text(
+        "from celery import Celery\napp = Celery('audinc', broker='amqp://guest@localhost//', include=['audinc_tasks'])\n")
+    (tmp_path / "audinc_tasks.py").write_text(
+        "from audinc_app import app\n\n@app.task(acks_late=False)\ndef hello() -> None: ...\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    found = findings("audinc_app")
+    assert [f.tasks for f in found if f.rule.id == "acks-early" and "audinc_tasks.hello" in f.tasks]
