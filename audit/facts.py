@@ -4,10 +4,12 @@ Nothing here talks to a broker or a backend: Celery keeps all of it in memory (`
 ``app.amqp.queues``, ``app.amqp.router``, the task classes). ``load_app`` imports the app under
 ``audit.guard.no_connections``.
 
-A task's effective option is what a worker would use, resolved as ``celery.app.task.Task.bind``
-does it (Celery 5.5 to 5.7): the task's own option; else, for an option with a ``task_*`` setting
-(``Task.from_config``), the app's setting; else Celery's default. Once bound, the task class holds
-the result, which is what this module reads; ``source`` says where it came from: ``task`` when
+A task's effective option is what a worker would use: the task's own option; else, for an option
+with a ``task_*`` setting, the app's setting; else Celery's default. ``celery.app.task.Task.bind``
+copies most settings onto the task class (``Task.from_config``), which is what this module reads;
+``task_time_limit`` and ``task_soft_time_limit`` are among them only from 5.7.0: in 5.5 and 5.6 the
+worker gives them to its pool as the default limits (``celery.worker.worker.WorkController``), so
+a task without a limit of its own takes the setting here too; ``source`` says where it came from: ``task`` when
 it differs from the app's setting, else ``setting`` when the user set it, else ``default``.
 ``acks_on_failure`` and ``acks_on_timeout`` are Celery 5.7's; on 5.5 and 5.6 both are
 ``acks_on_failure_or_timeout`` (``celery.worker.request.Request.on_failure``).
@@ -323,6 +325,8 @@ def _task(app: Celery[Any], amqp: Any, task: Any, settings: dict[str, Any], chan
         if not hasattr(cls, attr) and not hasattr(task, attr):
             continue
         value = getattr(task, attr, None)
+        if value is None and setting is not None and settings.get(setting) is not None:
+            value = settings[setting]  # 5.5/5.6 bind no time limits to a task: the worker's pool applies the setting
         if setting is None or setting not in settings:
             own = attr in vars(cls)
             options[attr] = Option(value, "task" if own else "default", None)

@@ -68,7 +68,7 @@ def table(facts: AppFacts, findings: list[Finding], rules: tuple[Rule, ...] = RU
         lines.append("no exposure found")
         return "\n".join(lines) + "\n"
     rows = [("SEVERITY", "RULE", "WHERE", "PROVEN BY")]
-    rows += [(f.severity.upper(), f.rule.id, _short(f.where.split(" (", 1)[0], 60), f.rule.proof.cell or "no lab run yet")
+    rows += [(f.severity.upper(), f.rule.id, _short(f.where.split(" (", 1)[0], 60), f.rule.proof.cell or "read, no lab run")
              for f in findings]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines.append("")

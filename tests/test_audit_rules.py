@@ -309,3 +309,9 @@ def test_rules_by_id_covers_every_rule() -> None:
 def test_a_soft_limit_alone_is_no_deadline() -> None:
     f = next(f for f in audit(make_app(task_time_limit=None, task_soft_time_limit=5)) if f.rule.id == "no-deadline")
     assert "Only Celery's soft_time_limit (5s)" in f.consequence
+
+
+def test_the_apps_time_limit_counts_for_a_task_without_its_own() -> None:
+    """5.7 binds task_time_limit to the task; 5.5 and 5.6 give it to the worker's pool: the same limit either way."""
+    option = facts_of(make_app(task_time_limit=42)).tasks[0].options["time_limit"]
+    assert (option.value, option.source, option.setting) == (42, "setting", "task_time_limit")
