@@ -1,0 +1,469 @@
+"""The audit's rules: each failure mode the lab proves, as a check on an app's configuration.
+
+A rule has an id, the FM or case study it comes from, a severity, the lab cell whose run proves
+its consequence (``fm3 S3``, ``severity_batch SB6 write-up``, claim ``C9``), the command that shows
+it, the Celery versions on which that cell holds as stated (``make matrix``, docs/celery-versions.md),
+and the fix's settings. A rule no lab run proves yet says so in its proof (``cell`` is None).
+
+Every consequence sentence was read in Celery 5.5.3, 5.6.3 and 5.7.0 (the module and function are
+named in docs/audit.md); a rule that needs a setting the installed Celery lacks does not run
+(``since``), and a setting the app sets that the installed Celery lacks is a finding of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from audit.facts import REDIS_VISIBILITY_DEFAULT, AppFacts, Option, QueueFacts, TaskFacts, seconds
+
+Severity = Literal["high", "medium", "low"]
+SEVERITIES: tuple[Severity, ...] = ("low", "medium", "high")
+LAB_VERSIONS = ("5.5", "5.6", "5.7")
+"""The Celery minors ``make matrix`` runs every cell on."""
+
+
+@dataclass(frozen=True)
+class Proof:
+    cell: str | None  # "fm3 S3"; None: no lab run proves it yet
+    command: str | None
+    versions: tuple[str, ...] = LAB_VERSIONS  # the minors on which the cell holds as the rule states
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user tells the audit that configuration cannot: how long a chord of theirs runs."""
+
+    chord_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: Rule
+    where: str
+    consequence: str
+    severity: Severity
+    tasks: tuple[str, ...] = ()
+    queue: str | None = None
+    setting: str | None = None
+    file: str | None = None
+    line: int | None = None
+
+
+Check = Callable[[AppFacts, Options, "Rule"], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    origin: str  # "FM-2", "case study severity_batch", "research"
+    severity: Severity
+    proof: Proof
+    fix: str
+    check: Check = field(repr=False, compare=False)
+    since: tuple[int, int] | None = None  # the Celery version the rule's setting appears in
+
+    def proof_here(self, facts: AppFacts) -> str:
+        """The proof, said for the installed Celery."""
+        if self.proof.cell is None:
+            return f"no lab run proves it yet{': ' + self.proof.note if self.proof.note else ''}"
+        minor = ".".join(facts.celery_version.split(".")[:2])
+        text = f"{self.proof.cell}"
+        if minor in self.proof.versions:
+            text += f" (holds on Celery {minor} in make matrix)"
+        elif minor in LAB_VERSIONS:
+            text += f" (the lab's run does not apply on Celery {minor}: only on {', '.join(self.proof.versions)})"
+        else:
+            text += f" (run on Celery {', '.join(self.proof.versions)}; the lab does not run {facts.celery_version})"
+        return text + (f"; {self.proof.note}" if self.proof.note else "")
+
+
+# ---- helpers --------------------------------------------------------------------------
+
+
+def _fm(n: int) -> str:
+    return f".venv/bin/python run_all_fms.py --only fm{n} --prove"
+
+
+def _study(name: str) -> str:
+    return f".venv/bin/python run_all_fms.py --case-studies --only {name} --prove"
+
+
+def _claim(test: str) -> str:
+    return f".venv/bin/python -m pytest tests/test_celery_claims.py -k {test}"
+
+
+def grouped(facts: AppFacts, rule: Rule, hits: list[TaskFacts], option: str, consequence: Callable[[TaskFacts], str],
+            severity: Severity | None = None) -> Iterable[Finding]:
+    """One finding per task that set ``option`` itself; one for all that took it from the app's setting or Celery's default."""
+    shared: list[TaskFacts] = []
+    for t in hits:
+        o = t.options.get(option)
+        if o is not None and o.source == "task":
+            yield Finding(rule, f"task {t.name} ({option}={o.value!r})", consequence(t), severity or rule.severity,
+                          (t.name,), t.queue, None, t.file, t.line)
+        else:
+            shared.append(t)
+    if shared:
+        o = shared[0].options.get(option) or Option(None, "default")
+        setting = o.setting or option
+        how = "set by the app" if o.source == "setting" else "Celery's default"
+        yield Finding(rule, f"setting {setting}={o.value!r} ({how}): {len(shared)} task(s)", consequence(shared[0]),
+                      severity or rule.severity, tuple(t.name for t in shared), None, setting, facts.file,
+                      facts.line_of(setting))
+
+
+def queue_finding(facts: AppFacts, rule: Rule, q: QueueFacts, tasks: list[TaskFacts], consequence: str,
+                  severity: Severity | None = None, hints: tuple[str, ...] = ("x-delivery-limit", "task_queues")) -> Finding:
+    """A finding on queue ``q``; its line is the first of ``hints`` the app's module names."""
+    line = next((facts.setting_lines[h] for h in hints if h in facts.setting_lines), facts.line_of(""))
+    return Finding(rule, f"queue {q.name} ({_kind(q)}): {len(tasks)} task(s)", consequence, severity or rule.severity,
+                   tuple(t.name for t in tasks), q.name, None, facts.file, line)
+
+
+def _kind(q: QueueFacts) -> str:
+    kind = "quorum" if q.quorum else "classic"
+    limit = f", x-delivery-limit {q.delivery_limit}" if q.delivery_limit is not None else ""
+    return f"{kind}{limit}, {q.exchange_type} exchange"
+
+
+def by_queue(facts: AppFacts, tasks: Iterable[TaskFacts]) -> dict[str, list[TaskFacts]]:
+    found: dict[str, list[TaskFacts]] = {}
+    for t in tasks:
+        found.setdefault(t.queue or facts.default_queue, []).append(t)
+    return found
+
+
+def worker_lost_retried(facts: AppFacts, t: TaskFacts) -> bool:
+    return facts.celery_minor >= (5, 7) and bool(t.opt("retry_on_worker_lost"))
+
+
+# ---- FM-2 -----------------------------------------------------------------------------
+
+
+def check_acks_early(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    hits = [t for t in facts.tasks if not t.opt("acks_late") and not worker_lost_retried(facts, t)]
+    return grouped(facts, rule, hits, "acks_late", lambda _t: (
+        "The worker acks the message as soon as a pool process takes it, so a process that dies mid-task "
+        "(an OOM kill, a SIGKILL) loses it: the task fails with WorkerLostError and never runs again."))
+
+
+def check_acks_late_without_reject(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    hits = [t for t in facts.tasks if t.opt("acks_late") and not t.opt("reject_on_worker_lost")
+            and not worker_lost_retried(facts, t)]
+
+    def say(t: TaskFacts) -> str:
+        how = "acked" if t.opt("acks_on_failure") is not False else "rejected without requeue"
+        return (f"Acks late without reject on worker lost: a process that dies mid-task has its message {how} "
+                "and the task fails with WorkerLostError, so it never runs again.")
+
+    return grouped(facts, rule, hits, "reject_on_worker_lost", say)
+
+
+def check_retry_on_worker_lost(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    hits = [t for t in facts.tasks if worker_lost_retried(facts, t)]
+    def say(t: TaskFacts) -> str:
+        if t.opt("max_retries") is None:
+            return ("A task whose process dies is sent again as Task.retry would, and with max_retries None without "
+                    "end: a message that kills its process every time takes a pool slot on every delivery, for ever.")
+        return (f"A task whose process dies is sent again as Task.retry would, up to max_retries ({t.opt('max_retries')}); "
+                "then it fails with WorkerLostError, so a poison message in a chord fails the chord with ChordError.")
+
+    return grouped(facts, rule, hits, "retry_on_worker_lost", say)
+
+
+# ---- FM-3 -----------------------------------------------------------------------------
+
+
+def _requeued(facts: AppFacts) -> list[TaskFacts]:
+    return [t for t in facts.tasks if t.opt("acks_late") and t.opt("reject_on_worker_lost")
+            and not worker_lost_retried(facts, t)]
+
+
+REQUEUE_HINTS = ("x-delivery-limit", "task_queues", "task_reject_on_worker_lost")
+
+
+def check_unbounded_redelivery(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    for name, tasks in sorted(by_queue(facts, _requeued(facts)).items()):
+        q = facts.queues.get(name) or QueueFacts(name, {}, name, "direct", name)
+        if facts.broker_kind == "redis":
+            yield queue_finding(facts, rule, q, tasks, (
+                "Reject on worker lost requeues a message whose process died, and kombu's Redis transport has no "
+                "delivery limit: a message that kills its process on every delivery is delivered again without end, "
+                "taking a pool slot each time, and its chord never completes."), hints=REQUEUE_HINTS)
+        elif facts.broker_kind == "rabbitmq" and q.delivery_limit is None:
+            extra = (" (RabbitMQ 4.0 and later give a quorum queue a limit of 20 unless one is set)" if q.quorum
+                     else " (a classic queue has no delivery limit)")
+            yield queue_finding(facts, rule, q, tasks, (
+                "Reject on worker lost requeues a message whose process died and this queue sets no x-delivery-limit"
+                f"{extra}: a message that kills its process on every delivery is delivered again without end, "
+                "taking a pool slot each time, and its chord never completes."), hints=REQUEUE_HINTS)
+
+
+def check_limit_without_dlx(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    if facts.broker_kind != "rabbitmq":
+        return
+    for name, tasks in sorted(by_queue(facts, facts.tasks).items()):
+        q = facts.queues.get(name)
+        if q is not None and q.delivery_limit is not None and q.dead_letter_exchange is None:
+            yield queue_finding(facts, rule, q, tasks, (
+                f"A message delivered more than x-delivery-limit ({q.delivery_limit}) times is dropped, since the queue "
+                "has no x-dead-letter-exchange: the task is never stored, and a chord it belongs to never completes."))
+
+
+def check_prefetch_over_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    raw = facts.settings.get("worker_prefetch_multiplier")
+    multiplier = int(raw) if isinstance(raw, int | float) else 4
+    if facts.broker_kind != "rabbitmq" or multiplier == 1:
+        return
+    held = f"up to {multiplier} messages per process" if multiplier > 1 else "every message it can get (0: no limit)"
+    for name, tasks in sorted(by_queue(facts, facts.tasks).items()):
+        q = facts.queues.get(name)
+        if q is None or q.delivery_limit is None:
+            continue
+        yield queue_finding(facts, rule, q, tasks, (
+            f"With worker_prefetch_multiplier {multiplier} the worker holds {held}, most of them not started, "
+            "and a worker lost whole (an OOM kill, a deploy's SIGKILL) returns them all; RabbitMQ 3.10 to 4.2 counts each "
+            f"return against x-delivery-limit {q.delivery_limit}, so {q.delivery_limit + 1} such losses dead-letter "
+            "a message that never ran."), hints=("worker_prefetch_multiplier", "x-delivery-limit", "task_queues"))
+
+
+# ---- FM-5 -----------------------------------------------------------------------------
+
+
+def check_countdown_on_quorum_direct(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    if facts.broker_kind != "rabbitmq" or not any(q.quorum for q in facts.queues.values()):
+        return
+    for name, tasks in sorted(by_queue(facts, [t for t in facts.tasks if t.autoretry_for]).items()):
+        q = facts.queues.get(name) or QueueFacts(name, {}, name, "direct", name)
+        if q.exchange_type != "direct":
+            continue
+        yield queue_finding(facts, rule, q, tasks, (
+            "Celery cannot delay a countdown retry through a direct exchange by native delayed delivery, so each "
+            "retry of autoretry_for is an ETA message the worker holds unacked until it is due; with a quorum queue "
+            "the prefetch is static, and a burst of waiting retries fills it while new work waits behind them."))
+
+
+def check_retries_exhausted(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    for t in facts.tasks:
+        if t.autoretry_for:
+            yield Finding(rule, f"task {t.name} (autoretry_for={', '.join(t.autoretry_for)}, "
+                          f"max_retries={t.opt('max_retries')})", (
+                              "When its retries run out Celery raises the last error and the task ends FAILURE: "
+                              "as a chord member it fails the chord with ChordError and the body never runs; "
+                              "alone, nothing runs it again and the work is not done."),
+                          rule.severity, (t.name,), t.queue, None, t.file, t.line)
+
+
+# ---- FM-6 -----------------------------------------------------------------------------
+
+
+def check_no_deadline(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    hits = [t for t in facts.tasks if t.opt("time_limit") is None and t.body_deadline is None]
+
+    def say(t: TaskFacts) -> str:
+        if t.opt("soft_time_limit") is not None:
+            return (f"Only Celery's soft_time_limit ({t.opt('soft_time_limit')}s) asks a run of this task to stop, "
+                    "and nothing makes it: a body that catches the exception, or spins in C code, pins its pool slot "
+                    "for as long as it runs, and as a chord member it keeps the chord's body from running.")
+        return ("No time_limit or in-body deadline ends a run of this task: a body that hangs (a call with no "
+                "timeout, a lock never released) pins its pool slot for as long as it hangs, and as a chord member "
+                "it keeps the chord's body from running.")
+
+    return grouped(facts, rule, hits, "time_limit", say)
+
+
+def check_time_limit_fails_chord(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    hits = [t for t in facts.tasks if t.opt("time_limit") is not None and not t.request_handles_timeout]
+    return grouped(facts, rule, hits, "time_limit", lambda t: (
+        f"When Celery's time_limit ({t.opt('time_limit')}s) kills the process, the task is stored FAILURE "
+        "(TimeLimitExceeded): as a chord member it fails the chord with ChordError and the body never runs."))
+
+
+def check_celery_soft_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    hits = [t for t in facts.tasks if t.opt("soft_time_limit") is not None]
+    return grouped(facts, rule, hits, "soft_time_limit", lambda t: (
+        f"Celery's soft_time_limit ({t.opt('soft_time_limit')}s) is a signal sent on a timer of the main process: "
+        "it can land after the body returned, while the result is stored, and the task is then stored FAILURE "
+        "(SoftTimeLimitExceeded); a body that catches Exception swallows it."))
+
+
+# ---- Redis broker, result expiry, backend ------------------------------------------------
+
+
+def _visibility(facts: AppFacts) -> float:
+    options: object = facts.settings.get("broker_transport_options") or {}
+    found = seconds(cast(dict[str, Any], options).get("visibility_timeout")) if isinstance(options, dict) else None
+    return found if found is not None else REDIS_VISIBILITY_DEFAULT
+
+
+def check_visibility_timeout(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    if facts.broker_kind != "redis":
+        return
+    visibility = _visibility(facts)
+    for t in facts.tasks:
+        late = bool(t.opt("acks_late"))
+        limit = seconds(t.opt("time_limit"))
+        countdown = t.retry_countdown or 0.0
+        if late and limit is None:
+            yield Finding(rule, f"task {t.name} (acks late, no time_limit; visibility_timeout {visibility:g}s)", (
+                f"On a Redis broker a message not acked visibility_timeout ({visibility:g}s) after delivery is "
+                "delivered again: nothing bounds this acks-late task's run, so a run longer than that runs twice, "
+                "at once, in two processes."), "medium", (t.name,), t.queue, "visibility_timeout", t.file, t.line)
+            continue
+        need = (limit if late and limit is not None else 0.0) + countdown
+        if need and need >= visibility:
+            parts = " + ".join(p for p in (f"time_limit {limit:g}s" if late and limit else "",
+                                          f"retry countdown {countdown:g}s" if countdown else "") if p)
+            yield Finding(rule, f"task {t.name} ({parts}; visibility_timeout {visibility:g}s)", (
+                f"On a Redis broker a message not acked visibility_timeout ({visibility:g}s) after delivery is "
+                f"delivered again, and a message of this task can stay unacked for {need:g}s ({parts}: a retry "
+                "waits for its countdown in the worker, then runs before its ack): it can run twice, at once."), rule.severity, (t.name,), t.queue, "visibility_timeout", t.file, t.line)
+
+
+CHORD_COUNTER_BACKENDS = ("redis", "rediss", "sentinel")
+
+
+def check_chord_expires(facts: AppFacts, options: Options, rule: Rule) -> Iterable[Finding]:
+    if facts.backend_kind not in CHORD_COUNTER_BACKENDS or options.chord_seconds is None:
+        return
+    chord = seconds(facts.settings.get("result_chord_expires")) if facts.has_setting("result_chord_expires") else None
+    name, value = ("result_chord_expires", chord) if chord is not None else ("result_expires", seconds(facts.settings.get("result_expires")))
+    if not value or value >= options.chord_seconds:  # 0 or None: never expires
+        return
+    note = "" if facts.has_setting("result_chord_expires") else " (Celery before 5.7 has no result_chord_expires)"
+    yield Finding(rule, f"setting {name}={value:g}s, a chord runs {options.chord_seconds:g}s{note}", (
+        f"The chord's state in the result backend (its size and join keys) expires {value:g}s after it is written "
+        f"({name}), and a chord of {options.chord_seconds:g}s can outlive it: a straggling member then finds it "
+        "gone and the body never runs."),
+        rule.severity, (), None, name, facts.file, facts.line_of(name))
+
+
+def check_rpc_chords(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    if facts.backend_kind == "rpc":
+        yield Finding(rule, "setting result_backend=rpc://", (
+            "Celery refuses chords on the rpc result backend (RPCBackend.ensure_chords_allowed raises "
+            "NotImplementedError), so applying a chord, or a group chained to a task, fails."),
+            rule.severity, (), None, "result_backend", facts.file, facts.line_of("result_backend"))
+
+
+# ---- case study: per-key order ----------------------------------------------------------
+
+
+def check_per_key_order(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    concurrency = facts.settings.get("worker_concurrency")
+    if facts.broker_kind != "rabbitmq" or (isinstance(concurrency, int) and concurrency == 1):
+        return
+    for name, tasks in sorted(by_queue(facts, facts.tasks).items()):
+        q = facts.queues.get(name)
+        if q is None or q.exchange_type != "topic" or not any(c in q.routing_key for c in "#*"):
+            continue
+        slots = concurrency if isinstance(concurrency, int) else "one per CPU"
+        yield queue_finding(facts, rule, q, tasks, (
+            f"One queue bound by {q.routing_key!r} carries every key, and its messages are taken by competing pool "
+            f"processes ({slots}): two messages of one key can run at once and commit out of order, so an order "
+            "per key that the routing key suggests is not kept."), hints=("task_queues", "worker_concurrency"))
+
+
+# ---- the installed Celery ------------------------------------------------------------------
+
+NEW_IN: dict[str, str] = {
+    "result_chord_expires": "5.7.0", "task_retry_on_worker_lost": "5.7.0", "task_acks_on_failure": "5.7.0",
+    "task_acks_on_timeout": "5.7.0", "worker_eta_task_limit": "5.6.0",
+}
+
+
+def check_unknown_settings(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    for name in facts.unknown_settings:
+        since = NEW_IN.get(name, "a later release")
+        yield Finding(rule, f"setting {name}", (
+            f"Celery {facts.celery_version} has no {name} (new in {since}): it is ignored, and what it was set "
+            "for does not happen."), rule.severity, (), None, name, facts.file, facts.line_of(name))
+
+
+# ---- the catalogue -----------------------------------------------------------------------
+
+RULES: tuple[Rule, ...] = (
+    Rule("acks-early", "tasks acked before they run", "FM-2", "high",
+         Proof("fm2 S2", _fm(2)),
+         "task_acks_late = True and task_reject_on_worker_lost = True, with a delivery limit and a dead-letter "
+         "queue (FM-3)", check_acks_early),
+    Rule("acks-late-without-reject-on-worker-lost", "acks late without reject on worker lost", "FM-2", "high",
+         Proof("fm2 S2", _fm(2), note="S2 runs with both settings off; fm2_worker_crash.py records that removing "
+               "reject_on_worker_lost alone fails G2 the same way (doc3 attempted once)"),
+         "task_reject_on_worker_lost = True, with a delivery limit and a dead-letter queue (FM-3)",
+         check_acks_late_without_reject),
+    Rule("retry-on-worker-lost-fails-chord", "task_retry_on_worker_lost ends in FAILURE", "FM-3", "medium",
+         Proof("C5", _claim("test_task_retry_on_worker_lost_bounds_the_poison_loop_and_still_breaks_the_chord"),
+               versions=("5.7",)),
+         "bound redelivery in the broker instead: a quorum queue with x-delivery-limit and x-dead-letter-exchange, "
+         "and a drain that records each dead letter as a result (shared/dlq.py)",
+         check_retry_on_worker_lost, since=(5, 7)),
+    Rule("unbounded-redelivery", "a poison message is redelivered for ever", "FM-3", "high",
+         Proof("fm3 S3", _fm(3), note="the lab's broker is RabbitMQ 3.x"),
+         "the task queue a quorum queue with x-delivery-limit and x-dead-letter-exchange, and a drain that records "
+         "each dead letter as a result so its chord completes (shared/dlq.py)", check_unbounded_redelivery),
+    Rule("delivery-limit-without-dead-letter-exchange", "a delivery limit with nowhere to dead-letter", "FM-3", "high",
+         Proof(None, None, note="RabbitMQ's quorum-queue documentation; the lab always sets both (fm3 G3)"),
+         "x-dead-letter-exchange and x-dead-letter-routing-key on the queue, a dead-letter queue declared with it "
+         "(shared.dlq.DeadLetteringQueue), and a drain", check_limit_without_dlx),
+    Rule("prefetch-above-delivery-limit", "prefetched messages spend their deliveries", "research: rolling deploys (FM-7)",
+         "medium", Proof("C9", _claim("test_a_whole_worker_kill_charges_a_delivery_to_every_message_it_held"),
+                         note="FM-7 (coming) runs it as a rolling deploy"),
+         "worker_prefetch_multiplier = 1, and x-delivery-limit above the whole-worker losses a message may live "
+         "through", check_prefetch_over_limit),
+    Rule("countdown-retry-on-quorum-direct", "countdown retries held in the worker on a quorum queue", "FM-5",
+         "medium", Proof("fm5 S5 hard", _fm(5)),
+         "retries that wait in the broker (per-message TTL delay queues that dead-letter back: "
+         "shared.retry.transient_retryable(..., wait_in=QUEUE)), or a topic exchange for Celery's native delayed "
+         "delivery", check_countdown_on_quorum_direct),
+    Rule("retries-exhausted-fail", "retries that run out fail the task", "case studies severity_batch, cte_ingestion",
+         "medium", Proof("severity_batch SB5 write-up, cte_ingestion CT3 write-up",
+                         f"{_study('severity_batch')}; {_study('cte_ingestion')}"),
+         "record the last failure as a result the chord counts (shared.envelope.enveloped over "
+         "shared.retry.transient_retryable), or dead-letter it where a replay finds it", check_retries_exhausted),
+    Rule("no-deadline", "nothing ends a hung task", "FM-6", "medium", Proof("fm6 S6", _fm(6)),
+         "an in-body deadline (shared.timeouts.hard_timeout) below a time_limit kept as the backstop, with "
+         "Request=shared.timeouts.BackstopRequest", check_no_deadline),
+    Rule("time-limit-fails-chord", "Celery's time_limit stores FAILURE", "FM-6", "medium",
+         Proof("C1", _claim("test_celery_time_limit_alone_fails_the_chord")),
+         "Request=shared.timeouts.BackstopRequest (records the kill as a result and acks), and an in-body deadline "
+         "below the time_limit", check_time_limit_fails_chord),
+    Rule("celery-soft-time-limit", "Celery's soft limit lands outside the body", "FM-6", "medium",
+         Proof("fm6 S6 hard", _fm(6)),
+         "drop soft_time_limit; an in-body deadline started and cancelled with the body "
+         "(shared.timeouts.hard_timeout(seconds, soft=...))", check_celery_soft_limit),
+    Rule("visibility-timeout-below-run", "a Redis broker redelivers a task still running",
+         "case study bl_ingestion", "high", Proof("bl_ingestion BL8 write-up", _study("bl_ingestion")),
+         "broker_transport_options visibility_timeout above the longest time_limit plus the longest retry countdown, "
+         "and a time_limit on every acks-late task", check_visibility_timeout),
+    Rule("chord-outlives-result-expires", "the chord's state expires before the chord ends",
+         "case study severity_batch", "high", Proof("severity_batch SB6 write-up", _study("severity_batch")),
+         "result_chord_expires (Celery 5.7+) or, before 5.7, result_expires above the longest chord run",
+         check_chord_expires),
+    Rule("chord-on-rpc-backend", "chords on the rpc result backend", "case study severity_batch", "high",
+         Proof(None, None, note="read in celery.backends.rpc.RPCBackend.ensure_chords_allowed, 5.5.3 to 5.7.0"),
+         "a result backend that supports chords (Redis)", check_rpc_chords),
+    Rule("one-queue-per-key-order", "one queue for every key does not keep order per key",
+         "case study cte_ingestion", "medium", Proof("cte_ingestion CT2 write-up", _study("cte_ingestion")),
+         "a queue per shard of keys, each consumed by one process (worker_concurrency = 1 on its worker)",
+         check_per_key_order),
+    Rule("setting-not-in-this-celery", "a setting the installed Celery does not have", "Celery versions", "low",
+         Proof(None, None, note="the installed Celery's celery.app.defaults has no such setting"),
+         "upgrade Celery, or the fix for this version (docs/celery-versions.md)", check_unknown_settings),
+)
+
+RULES_BY_ID = {r.id: r for r in RULES}
+
+
+def run_rules(facts: AppFacts, options: Options, rules: Iterable[Rule] = RULES) -> list[Finding]:
+    found: list[Finding] = []
+    for rule in rules:
+        if rule.since is not None and facts.celery_minor < rule.since:
+            continue
+        found.extend(rule.check(facts, options, rule))
+    order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+    return sorted(found, key=lambda f: (order[f.severity], f.rule.id, f.where))

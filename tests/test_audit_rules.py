@@ -1,0 +1,317 @@
+"""Each audit rule on a small app that breaks it and on one that does not (no broker: the audit needs none)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+from audit.facts import AppFacts, collect
+from audit.rules import RULES, RULES_BY_ID, Finding, Options, run_rules
+from shared.retry import RetryPolicy, transient_retryable
+from shared.timeouts import BackstopRequest, hard_timeout
+
+RABBIT = "amqp://guest:secret@localhost:5672//"
+REDIS = "redis://localhost:6379/0"
+_names = itertools.count()
+QUORUM = {"x-queue-type": "quorum", "x-delivery-limit": 2, "x-dead-letter-exchange": "q.dlx"}
+
+
+def make_app(broker: str = RABBIT, backend: str = REDIS, **conf: Any) -> Celery[Any]:
+    """An app with one plain task, ``work``; ``conf`` are its settings (a safe baseline unless overridden)."""
+    app: Celery[Any] = Celery(f"audit_t{next(_names)}", broker=broker, backend=backend, set_as_current=False)
+    app.conf.update(task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
+                    task_time_limit=30, task_default_queue="q",
+                    task_queues=[Queue("q", Exchange("q"), routing_key="q", queue_arguments=QUORUM)])
+    app.conf.update(**conf)
+
+    @app.task(shared=False, Request=BackstopRequest)
+    def work() -> None: ...
+
+    return app
+
+
+def facts_of(app: Celery[Any]) -> AppFacts:
+    return collect(app, app.main or "app")
+
+
+def audit(app: Celery[Any], options: Options = Options()) -> list[Finding]:
+    return run_rules(facts_of(app), options)
+
+
+def ids(findings: list[Finding]) -> set[str]:
+    return {f.rule.id for f in findings}
+
+
+def test_the_baseline_app_is_clean() -> None:
+    assert audit(make_app()) == []
+
+
+def test_every_rule_has_a_proof_or_says_none_and_a_fix() -> None:
+    for rule in RULES:
+        assert rule.fix and rule.title
+        if rule.proof.cell is None:
+            assert rule.proof.note, f"{rule.id}: a rule no lab run proves must say what it rests on"
+            assert "no lab run proves it yet" in rule.proof_here(facts_of(make_app()))
+        else:
+            assert rule.proof.command and ("run_all_fms.py" in rule.proof.command or "pytest" in rule.proof.command)
+
+
+# ---- FM-2 ------------------------------------------------------------------------------------
+
+
+def test_acks_early() -> None:
+    found = audit(make_app(task_acks_late=False))
+    assert ids(found) >= {"acks-early"}
+    f = next(f for f in found if f.rule.id == "acks-early")
+    assert f.setting == "task_acks_late" and f.severity == "high" and f.rule.proof.cell == "fm2 S2"
+    assert "acks-early" not in ids(audit(make_app()))
+
+
+def test_acks_early_set_on_the_task_itself_is_reported_at_the_task() -> None:
+    app = make_app()
+
+    @app.task(shared=False, acks_late=False, Request=BackstopRequest)
+    def early() -> None: ...
+
+    found = [f for f in audit(app) if f.rule.id == "acks-early"]
+    assert [f.tasks for f in found] == [(early.name,)] and found[0].where.startswith(f"task {early.name}")
+
+
+def test_acks_late_without_reject_on_worker_lost() -> None:
+    found = audit(make_app(task_reject_on_worker_lost=False))
+    assert "acks-late-without-reject-on-worker-lost" in ids(found)
+    assert "acks-late-without-reject-on-worker-lost" not in ids(audit(make_app()))
+
+
+def test_retry_on_worker_lost_is_reported_on_57_only() -> None:
+    app = make_app(task_retry_on_worker_lost=True, task_reject_on_worker_lost=False)
+    facts = facts_of(app)
+    if facts.celery_minor >= (5, 7):
+        assert "retry-on-worker-lost-fails-chord" in ids(run_rules(facts, Options()))
+        assert "acks-late-without-reject-on-worker-lost" not in ids(run_rules(facts, Options()))
+    older = dataclasses.replace(facts, celery_version="5.5.3", unknown_settings=("task_retry_on_worker_lost",))
+    found = run_rules(older, Options())
+    assert "retry-on-worker-lost-fails-chord" not in ids(found)  # nothing reported that 5.5 does not have
+    unknown = next(f for f in found if f.rule.id == "setting-not-in-this-celery")
+    assert "Celery 5.5.3 has no task_retry_on_worker_lost (new in 5.7.0)" in unknown.consequence
+    assert "retry-on-worker-lost-fails-chord" not in ids(audit(make_app()))
+
+
+# ---- FM-3 ------------------------------------------------------------------------------------
+
+
+def test_unbounded_redelivery_on_a_classic_queue() -> None:
+    found = audit(make_app(task_queues=[Queue("q", Exchange("q"), routing_key="q")]))
+    f = next(f for f in found if f.rule.id == "unbounded-redelivery")
+    assert f.queue == "q" and "classic queue has no delivery limit" in f.consequence
+
+
+def test_unbounded_redelivery_on_a_quorum_queue_without_a_limit_names_rabbitmq_4() -> None:
+    found = audit(make_app(task_queues=[Queue("q", Exchange("q"), routing_key="q",
+                                              queue_arguments={"x-queue-type": "quorum"})]))
+    f = next(f for f in found if f.rule.id == "unbounded-redelivery")
+    assert "RabbitMQ 4.0" in f.consequence
+
+
+def test_unbounded_redelivery_on_a_redis_broker() -> None:
+    found = audit(make_app(broker=REDIS, task_queues=None))
+    assert "kombu's Redis transport has no delivery limit" in next(
+        f.consequence for f in found if f.rule.id == "unbounded-redelivery")
+
+
+def test_no_unbounded_redelivery_without_requeue_or_with_a_limit() -> None:
+    assert "unbounded-redelivery" not in ids(audit(make_app()))  # quorum, limit 2, DLX
+    early = make_app(task_acks_late=False, task_queues=[Queue("q", Exchange("q"), routing_key="q")])
+    assert "unbounded-redelivery" not in ids(audit(early))  # nothing is requeued: acks-early says what happens
+
+
+def test_delivery_limit_without_a_dead_letter_exchange() -> None:
+    found = audit(make_app(task_queues=[Queue("q", Exchange("q"), routing_key="q", queue_arguments={
+        "x-queue-type": "quorum", "x-delivery-limit": 2})]))
+    f = next(f for f in found if f.rule.id == "delivery-limit-without-dead-letter-exchange")
+    assert f.rule.proof.cell is None and "dropped" in f.consequence
+    assert "delivery-limit-without-dead-letter-exchange" not in ids(audit(make_app()))
+
+
+def test_prefetch_above_one_with_a_delivery_limit() -> None:
+    found = audit(make_app(worker_prefetch_multiplier=4))
+    f = next(f for f in found if f.rule.id == "prefetch-above-delivery-limit")
+    assert f.rule.proof.cell == "C9" and "3 such losses" in f.consequence
+    assert "prefetch-above-delivery-limit" not in ids(audit(make_app()))
+
+
+# ---- FM-5 ------------------------------------------------------------------------------------
+
+
+def add_autoretry(app: Celery[Any]) -> str:
+    @app.task(shared=False, autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=5,
+              Request=BackstopRequest)
+    def flaky() -> None: ...
+
+    return flaky.name
+
+
+def test_countdown_retries_on_a_quorum_queue_through_a_direct_exchange() -> None:
+    app = make_app()
+    name = add_autoretry(app)
+    f = next(f for f in audit(app) if f.rule.id == "countdown-retry-on-quorum-direct")
+    assert f.tasks == (name,) and f.rule.proof.cell == "fm5 S5 hard"
+    topic = make_app(task_queues=[Queue("q", Exchange("q", type="topic"), routing_key="q", queue_arguments=QUORUM)])
+    add_autoretry(topic)
+    assert "countdown-retry-on-quorum-direct" not in ids(audit(topic))  # native delayed delivery takes it
+    assert "countdown-retry-on-quorum-direct" not in ids(audit(make_app()))  # no autoretry_for
+
+
+def test_retries_that_run_out_fail_the_task() -> None:
+    app = make_app()
+    name = add_autoretry(app)
+    f = next(f for f in audit(app) if f.rule.id == "retries-exhausted-fail")
+    assert f.tasks == (name,) and "ChordError" in f.consequence
+    lab = make_app()
+
+    @lab.task(bind=True, shared=False, Request=BackstopRequest)
+    @transient_retryable(RetryPolicy(max_retries=3), wait_in="q")
+    def careful(self: Any) -> None: ...
+
+    assert "retries-exhausted-fail" not in ids(audit(lab))
+
+
+# ---- FM-6 ------------------------------------------------------------------------------------
+
+
+def test_no_deadline() -> None:
+    found = audit(make_app(task_time_limit=None))
+    assert "no-deadline" in ids(found)
+    app = make_app(task_time_limit=None)
+
+    @app.task(bind=True, shared=False)
+    @hard_timeout(2, soft=1)
+    def bounded(self: Any) -> None: ...
+
+    f = next(f for f in audit(app) if f.rule.id == "no-deadline")
+    assert bounded.name not in f.tasks  # the lab's in-body deadline counts as one
+    assert "no-deadline" not in ids(audit(make_app()))
+
+
+def test_celery_time_limit_with_celerys_request_fails_the_chord() -> None:
+    app = make_app()
+
+    @app.task(shared=False, time_limit=10)
+    def plain() -> None: ...
+
+    f = next(f for f in audit(app) if f.rule.id == "time-limit-fails-chord")
+    assert f.tasks == (plain.name,) and "TimeLimitExceeded" in f.consequence and f.rule.proof.cell == "C1"
+    assert "time-limit-fails-chord" not in ids(audit(make_app()))  # BackstopRequest
+
+
+def test_celery_soft_time_limit() -> None:
+    found = audit(make_app(task_soft_time_limit=20))
+    f = next(f for f in found if f.rule.id == "celery-soft-time-limit")
+    assert f.setting == "task_soft_time_limit" and f.rule.proof.cell == "fm6 S6 hard"
+    assert "celery-soft-time-limit" not in ids(audit(make_app()))
+
+
+# ---- Redis broker, result expiry, backend ---------------------------------------------------
+
+
+def redis_app(visibility: float | None, **conf: Any) -> Celery[Any]:
+    options = {} if visibility is None else {"visibility_timeout": visibility}
+    return make_app(broker=REDIS, task_queues=None, broker_transport_options=options, **conf)
+
+
+def test_visibility_timeout_below_a_time_limit_plus_its_countdown() -> None:
+    app = redis_app(40)
+    name = add_autoretry(app)  # backoff 1, 2, 4, 8, 16 s: the longest countdown is 16 s
+    found = [f for f in audit(app) if f.rule.id == "visibility-timeout-below-run"]
+    assert [(f.tasks, f.severity) for f in found] == [((name,), "high")]
+    assert "time_limit 30s + retry countdown 16s" in found[0].consequence
+    assert not [f for f in audit(redis_app(60)) if f.rule.id == "visibility-timeout-below-run"]
+
+
+def test_visibility_timeout_with_an_unbounded_acks_late_task_and_kombus_default() -> None:
+    found = [f for f in audit(redis_app(None, task_time_limit=None)) if f.rule.id == "visibility-timeout-below-run"]
+    assert found and found[0].severity == "medium" and "(3600s)" in found[0].consequence
+
+
+def test_no_visibility_rule_on_rabbitmq() -> None:
+    assert "visibility-timeout-below-run" not in ids(audit(make_app(task_time_limit=None)))
+
+
+def test_chord_outlives_result_expires() -> None:
+    app = make_app(result_expires=8)
+    assert "chord-outlives-result-expires" not in ids(audit(app))  # without --chord-seconds, config cannot say
+    f = next(f for f in audit(app, Options(chord_seconds=20)) if f.rule.id == "chord-outlives-result-expires")
+    assert f.setting == "result_expires" and f.rule.proof.cell == "severity_batch SB6 write-up"
+    assert "chord-outlives-result-expires" not in ids(audit(make_app(result_expires=60), Options(chord_seconds=20)))
+    assert "chord-outlives-result-expires" not in ids(audit(make_app(result_expires=0), Options(chord_seconds=20)))
+
+
+def test_result_chord_expires_decides_where_the_installed_celery_has_it() -> None:
+    facts = facts_of(make_app(result_expires=8, result_chord_expires=60))
+    found = ids(run_rules(facts, Options(chord_seconds=20)))
+    if facts.has_setting("result_chord_expires"):
+        assert "chord-outlives-result-expires" not in found
+    else:
+        assert "chord-outlives-result-expires" in found and "setting-not-in-this-celery" in found
+
+
+def test_chords_on_the_rpc_backend() -> None:
+    assert "chord-on-rpc-backend" in ids(audit(make_app(backend="rpc://")))
+    assert "chord-on-rpc-backend" not in ids(audit(make_app()))
+
+
+def test_one_topic_queue_for_every_key_with_competing_processes() -> None:
+    topic = [Queue("q", Exchange("q.lots", type="topic"), routing_key="lot.#", queue_arguments=QUORUM)]
+    assert "one-queue-per-key-order" in ids(audit(make_app(task_queues=topic, worker_concurrency=2)))
+    assert "one-queue-per-key-order" not in ids(audit(make_app(task_queues=topic, worker_concurrency=1)))
+    assert "one-queue-per-key-order" not in ids(audit(make_app(worker_concurrency=2)))
+
+
+# ---- where a task's option comes from ------------------------------------------------------
+
+
+def test_an_option_the_task_sets_itself_is_the_tasks() -> None:
+    app = make_app()
+
+    @app.task(shared=False, acks_late=False)
+    def t() -> None: ...
+
+    option = next(x for x in facts_of(app).tasks if x.name == t.name).options["acks_late"]
+    assert (option.value, option.source, option.setting) == (False, "task", "task_acks_late")
+
+
+def test_an_option_from_the_apps_setting_is_the_settings() -> None:
+    app = make_app(task_acks_late=False)
+    option = facts_of(app).tasks[0].options["acks_late"]
+    assert (option.value, option.source) == (False, "setting")
+
+
+def test_celerys_default_is_named_as_such() -> None:
+    app: Celery[Any] = Celery(f"audit_t{next(_names)}", broker=RABBIT, backend=REDIS, set_as_current=False)
+
+    @app.task(shared=False)
+    def t() -> None: ...
+
+    option = facts_of(app).tasks[0].options["acks_late"]
+    assert (option.value, option.source) == (False, "default")
+
+
+def test_rules_by_id_covers_every_rule() -> None:
+    assert set(RULES_BY_ID) == {r.id for r in RULES} and len(RULES_BY_ID) == len(RULES)
+
+
+
+
+def test_a_soft_limit_alone_is_no_deadline() -> None:
+    f = next(f for f in audit(make_app(task_time_limit=None, task_soft_time_limit=5)) if f.rule.id == "no-deadline")
+    assert "Only Celery's soft_time_limit (5s)" in f.consequence
+
+
+def test_the_apps_time_limit_counts_for_a_task_without_its_own() -> None:
+    """5.7 binds task_time_limit to the task; 5.5 and 5.6 give it to the worker's pool: the same limit either way."""
+    option = facts_of(make_app(task_time_limit=42)).tasks[0].options["time_limit"]
+    assert (option.value, option.source, option.setting) == (42, "setting", "task_time_limit")
