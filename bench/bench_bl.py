@@ -18,7 +18,8 @@ from the manifest's text:
 
 A run counts only if it is exact: every parsable consignment booked once, the
 rest rejected (fixed) or dead-lettered (write-up); anything else is printed as
-FAILED. It runs in namespace ``rclbench`` and cleans it when it ends. A
+FAILED. It runs in the namespace ``RCL_NAMESPACE`` names (``rclbench`` when it is
+not set) and cleans that namespace when it ends: give it one of its own. A
 measurement, not a test: nothing fails on time.
 """
 
@@ -36,7 +37,7 @@ from typing import Any, cast
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-os.environ["RCL_NAMESPACE"] = "rclbench"  # before anything from lab is imported; the workers inherit it
+os.environ.setdefault("RCL_NAMESPACE", "rclbench")  # the user's, else rclbench; before lab is imported (workers inherit it)
 
 from celery.result import AsyncResult  # noqa: E402
 from celery.states import READY_STATES  # noqa: E402
