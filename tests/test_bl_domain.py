@@ -26,7 +26,8 @@ from case_studies.bl_ingestion.manifest import (DEVIATION_KINDS, BadContainerNum
                                                 Manifest, MalformedInterchange, MalformedSegment,
                                                 MissingBillOfLading, Unit, UnitRejected, bill_of_lading,
                                                 check_containers, consignment_key, envelope, generate, parse_unit,
-                                                split, unit_key, writeup_bl_number, writeup_key)
+                                                split, unit_key)
+from case_studies.bl_ingestion import writeup
 
 SEED = 20_250_101
 BIG = 4_000
@@ -121,9 +122,37 @@ def test_4000_consignments_split_into_4000_units_in_order(big: Manifest, big_uni
 def test_a_naive_split_on_cni_text_finds_consignments_that_are_not_there(big: Manifest,
                                                                           big_units: list[Unit]) -> None:
     escaped = sum(1 for e in big.truth if e.deviation == "escaped_text")
-    naive = len(big.text.split("CNI+")) - 1
+    naive = writeup.split_units(big.text)  # the write-up's split
     assert escaped == BIG // EVERY // len(DEVIATION_KINDS) and escaped > 0
-    assert naive == BIG + escaped != len(big_units)
+    assert len(naive) == BIG + escaped != len(big_units)
+
+
+def test_the_writeups_split_of_the_studys_manifest_makes_a_phantom_unit_booked_under_a_made_up_number() -> None:
+    from case_studies.bl_ingestion import study
+
+    manifest = generate(study.SEED, study.MANIFEST_UNITS, Deviations(every=study.DEVIATE_EVERY))
+    pieces = writeup.split_units(manifest.text)
+    assert len(pieces) == 41 and study.naive_pieces(manifest) == (41, {6, 13, 28})
+    assert manifest.truth[27].deviation == "escaped_text"
+    assert pieces[27].endswith("NAD+CZ+++SERVEIS D?'ENGINYERIA TE")  # the consignment's own piece: no container
+    assert writeup.validate_containers(pieces[27]) == [] and writeup.bl_number_of(pieces[27], "B", 27) == \
+        manifest.truth[27].bl_number
+    phantom = pieces[28]  # starts inside the shipper's street address, holds the consignment's containers
+    assert phantom.startswith("12 HARBOUR ROAD+ROTTERDAM++3011+NL'NAD+CN+++") and "RFF+BM" not in phantom
+    assert writeup.bl_number_of(phantom, "B", 28) == "B-28" and len(writeup.validate_containers(phantom)) >= 1
+    assert [writeup.bl_number_of(p, "B", i) for i, p in enumerate(pieces)].count("B-28") == 1
+
+
+def test_the_writeups_regex_truncates_a_bl_number_with_a_space_and_makes_one_up_for_an_empty_one() -> None:
+    assert writeup.bl_number_of("1'RFF+BM:MEDU 1234567'EQD+CN+BLTU1234568+22G1'", "B", 0) == "MEDU"
+    assert writeup.bl_number_of("1'RFF+BM'EQD+CN+BLTU1234568+22G1'", "B", 4) == "B-4"  # no exception: the fallback
+    with pytest.raises(ValueError, match="invalid container number 'BLTU1234567'"):
+        writeup.validate_containers("1'RFF+BM:X'EQD+CN+BLTU1234567+22G1'")
+
+
+def test_the_writeups_dispatch_decodes_the_bytes_with_replacement() -> None:
+    latin1 = "NAD+CZ+++MÜLLER GMBH'".encode("latin-1")  # what a UNOC (ISO 8859-1) sender's bytes hold
+    assert latin1.decode("utf-8", errors="replace") == "NAD+CZ+++M\ufffdLLER GMBH'"  # the name is lost
 
 
 def test_release_characters_do_not_break_a_unit() -> None:
@@ -264,10 +293,9 @@ def test_the_consignment_key_is_the_same_in_a_resent_manifest_and_the_writeup_ke
         if expected.bl_number is None:
             continue
         assert consignment_key(a) == consignment_key(b) == consignment_key(first.carrier, expected.bl_number)
-        assert writeup_key(first.batch_id, expected.bl_number, a.raw) != writeup_key(resent.batch_id,
-                                                                                      expected.bl_number, b.raw)
-        assert writeup_key(first.batch_id, expected.bl_number, a.raw) != writeup_key(first.batch_id,
-                                                                                      expected.bl_number, b.raw)
+        key = writeup.idempotency_key
+        assert key(first.batch_id, expected.bl_number, a.raw) != key(resent.batch_id, expected.bl_number, b.raw)
+        assert key(first.batch_id, expected.bl_number, a.raw) != key(first.batch_id, expected.bl_number, b.raw)
     keys = {consignment_key(u) for u, e in zip(units, first.truth) if e.bl_number}
     assert len(keys) == sum(1 for e in first.truth if e.bl_number)  # one key per consignment
 
@@ -288,10 +316,9 @@ def test_a_unit_without_a_bill_of_lading_has_no_consignment_key_and_the_writeup_
     with pytest.raises(MissingBillOfLading):
         consignment_key(units[index])
     assert bill_of_lading(units[index]) is None
-    assert writeup_bl_number(units[index], first.batch_id) == f"{first.batch_id}-{index}"
-    assert writeup_bl_number(again[index], resent.batch_id) == f"{resent.batch_id}-{index}"
-    assert writeup_bl_number(units[index].raw, first.batch_id, index) == f"{first.batch_id}-{index}"
-    assert writeup_bl_number(units[0], first.batch_id) == first.truth[0].bl_number
+    assert writeup.bl_number_of(units[index].raw, first.batch_id, index) == f"{first.batch_id}-{index}"
+    assert writeup.bl_number_of(again[index].raw, resent.batch_id, index) == f"{resent.batch_id}-{index}"
+    assert writeup.bl_number_of(units[0].raw, first.batch_id, 0) == first.truth[0].bl_number
 
 
 # --- the log lines ------------------------------------------------------------------------------------------------

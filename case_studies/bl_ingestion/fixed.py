@@ -28,13 +28,20 @@ mistake of the write-up by a run of its code, and its fix by a run of this file.
 - ``replay``: the replayer is killed between its pop and the re-enqueue; the
   write-up loses the unit, and the unit it does replay is parsed and never
   forwarded (``parse_bl.delay`` has no chord, so no aggregate sees it);
-- ``resend``: the carrier re-sends the manifest under a new batch id; the
-  write-up's key (sha256 of batch id, B/L and raw segment) is new, so the TOS
-  books every B/L twice;
+- ``resend``: the carrier re-sends the manifest under a new batch id. The
+  write-up's forward is keyed on the B/L number, so a real B/L is booked once;
+  every unit it made a number up for is booked again under the new batch's
+  made-up number: the two consignments without ``RFF+BM`` and the phantom unit
+  of its split (its split on ``CNI+`` text makes 41 units of the 40
+  consignments: a shipper's name ending in ``TECNI`` is followed by ``+``, and
+  the piece from there carries that consignment's containers under
+  ``<batch>-28``; its own B/L is booked from a piece with no container);
 - ``aggregate_crash``: ``aggregate_batch`` is killed after its ``SET NX``; its
   redelivery finds the key and skips, and the batch is never forwarded;
 - ``slow_parse``: a parse that takes longer than ``visibility_timeout`` runs
-  twice at once, and its dead-letter is pushed twice;
+  again while it still runs (twice in most runs; a copy that waits unacked past
+  the timeout in turn is handed out a third time), and its dead-letter is pushed
+  once per run;
 - in every run, a unit with ``RFF+BN`` only or no reference is booked by the
   write-up's code under a made-up ``<batch>-<index>`` number, although its text
   says such a unit is dead-lettered with a precise reason.

@@ -32,10 +32,11 @@ starts at a ``CNI`` segment and runs to the next ``CNI`` or to the message's
   manifest comes under a new one. Not the raw segment: a re-send may differ in a
   segment that does not change the consignment (here the ETA's ``DTM``).
   ``unit_key`` (carrier and raw text) names a unit that has no B/L to key on.
-- The write-up's versions, run as published: ``writeup_key`` (sha256 of batch id,
-  B/L number and raw segment: a re-sent manifest books every B/L twice),
-  ``writeup_bl_number`` (``RFF+BM``, else a made-up ``<batch>-<index>``),
-  ``check_containers`` (its only validation).
+- ``check_containers(unit)``: every ``EQD+CN`` number of a unit checked with ISO
+  6346, nothing else (``BadContainerNumber`` naming the first bad one).
+
+The write-up's own split, B/L regular expression and key are in ``writeup.py``,
+as it publishes them.
 
 Why a parser and not ``text.split("CNI+")``: text is free to contain ``CNI+``. A
 shipper's name that ends in ``...TECNI`` is followed by the ``+`` that separates it
@@ -503,24 +504,8 @@ def unit_key(item: Unit | str, raw: str | None = None, /) -> str:
     return _digest(item, raw)
 
 
-def writeup_key(batch_id: str, bl_number: str, raw: str) -> str:
-    """The write-up's idempotency key: sha256 of batch id, B/L number and raw segment. A re-sent manifest has a new
-    batch id (and may differ in a DTM), so each of its consignments gets a new key and is booked again."""
-    return _digest(batch_id, bl_number, raw)
-
-
-def writeup_bl_number(unit: Unit | str, batch_id: str, index: int | None = None) -> str:
-    """The write-up's B/L number: ``RFF+BM``, else a made-up ``<batch>-<index>`` (``index`` is needed, and only
-    used, when ``unit`` is raw text). The made-up number names no bill of lading, and another one in every batch."""
-    if isinstance(unit, Unit):
-        index = unit.index
-    elif index is None:
-        raise TypeError("writeup_bl_number(raw, batch_id, index): the unit's index is missing")
-    return bill_of_lading(unit) or f"{batch_id}-{index}"
-
-
 def check_containers(unit: Unit | str) -> tuple[str, ...]:
-    """The write-up's validation: every ``EQD+CN`` number passes ISO 6346, else ``BadContainerNumber``."""
+    """Every ``EQD+CN`` number of the unit passes ISO 6346, else ``BadContainerNumber``."""
     segments = _unit_segments(unit if isinstance(unit, str) else unit.raw)
     bl_number = _references(segments)[0]
     return tuple(_container(_part(s, 1), bl_number) for s in segments if s.tag == "EQD" and _part(s, 0) == "CN")

@@ -48,6 +48,14 @@ class UnknownContainer(Exception):
     """The registry does not know a container of the unit (yet)."""
 
 
+class UnitName(TypedDict):
+    """What the stand-ins need of a unit, of either program: its ``doc``, batch and index."""
+
+    doc: str  # <run>/<batch>-blNNNN
+    batch: str  # the manifest's batch id
+    index: int  # the unit's position in the manifest (0-based)
+
+
 class UnitRef(TypedDict):
     doc: str  # <run>/<batch>-blNNNN
     batch: str  # the manifest's batch id
@@ -60,12 +68,12 @@ def unit_name(batch: str, index: int) -> str:
     return f"{batch}-bl{index:04d}"
 
 
-def run_of(unit: UnitRef) -> str:
+def run_of(unit: UnitName) -> str:
     found = split_doc_id(unit["doc"])
     return found[0] if found else ""
 
 
-def registry(unit: UnitRef) -> None:
+def registry(unit: UnitName) -> None:
     """Ask the container registry about the unit's containers (the lab: misbehave as planned)."""
     run = RunRecorder(run_of(unit))
     name = unit_name(unit["batch"], unit["index"])
