@@ -73,7 +73,11 @@ Fix:
 - ``visibility_timeout`` sized above the hard deadline (FM-6's ``time_limit``)
   and the longest retry countdown, and every side effect keyed
   (``DeadLetters.put`` once per key; the TOS once per key);
-- a unit with no B/L is rejected with its reason (``manifest.parse_unit``).
+- a unit with no B/L is rejected with its reason (``manifest.parse_unit``); a
+  container with a bad check digit is refused alone (one ``container_rejected``
+  line), and its B/L is booked with its other containers;
+- the manifest's bytes are decoded in the character set its ``UNB`` names
+  (``manifest.decode_interchange``), never with replacement.
 
 Two lists: ``dead`` holds what a replay can mend (a registry down past the
 retries, a container the registry did not know yet); ``rejected`` holds what
@@ -110,8 +114,8 @@ from celery.result import AsyncResult
 
 from case_studies.bl_ingestion.dead_letters import DeadLetters
 from case_studies.bl_ingestion.logs import event_log
-from case_studies.bl_ingestion.manifest import (UnitRejected, bill_of_lading, consignment_key, parse_unit, split,
-                                                unit_key)
+from case_studies.bl_ingestion.manifest import (MalformedInterchange, UnitRejected, bill_of_lading, consignment_key,
+                                                encode_interchange, parse_unit, split, unit_key)
 from case_studies.bl_ingestion.stand_ins import (RegistryUnavailable, Terminal, UnitRef, UnknownContainer, crash_point,
                                                  registry, run_of, unit_name)
 from lab.app import lab_app
@@ -185,6 +189,10 @@ def parse_one(unit: UnitRef) -> Parsed:
         consignment = parse_unit(unit["raw"])  # pydifact segments, ISO 6346 check digits (python-stdnum)
     except UnitRejected as exc:  # fix: a precise reason, in the rejected list (only the carrier can mend it)
         return park(unit, rejected, exc.reason, str(exc), exc.bl_number)
+    for refused in consignment.rejected_containers:  # fix: a bad container is refused alone, the B/L goes on
+        event_log(run_of(unit)).warning("container_rejected", batch_id=unit["batch"], bl_number=consignment.bl_number,
+                                         unit=unit["index"], container=refused.number, reason=refused.reason,
+                                         detail=refused.detail)
     return {"doc": unit_name(unit["batch"], unit["index"]), "batch": unit["batch"], "status": "ok",
             "bl": consignment.bl_number,
             "key": consignment_key(unit["carrier"], consignment.bl_number)}  # fix: the consignment, not the batch
@@ -267,10 +275,20 @@ def replay_dead_letters(self: Task[Any, Any], limit: int = 1000) -> str | None:
 
 
 @app.task(bind=True)
-def dispatch_manifest(self: Task[Any, Any], text: str, batch_id: str, run_id: str, chunk_size: int = CHUNK_SIZE) -> str:
-    """Split the manifest (pydifact) and send the chord; returns the chord body's task id."""
+def dispatch_manifest(self: Task[Any, Any], payload: bytes, batch_id: str, run_id: str,
+                      chunk_size: int = CHUNK_SIZE) -> str:
+    """Decode the manifest's bytes in the character set its UNB names, split it (pydifact) and send the chord;
+    returns the chord body's task id. A manifest that cannot be read whole is refused whole, with its reason."""
+    try:
+        found = split(payload)  # fix: the UNB's character set, not UTF-8 with replacement
+    except MalformedInterchange as exc:
+        event_log(run_id).error("manifest_rejected", batch_id=batch_id, bl_number=None, reason=exc.reason,
+                                detail=exc.detail, size=len(payload))
+        raise
     units = [UnitRef(doc=f"{run_id}/{unit_name(batch_id, u.index)}", batch=batch_id, carrier=u.carrier, index=u.index,
-                     raw=u.raw) for u in split(text)]
+                     raw=u.raw) for u in found]
+    event_log(run_id).info("manifest_dispatched", batch_id=batch_id, bl_number=None, units=len(units),
+                           chunks=-(-len(units) // chunk_size), size=len(payload))
     return str(dispatch(units, batch_id, run_id, chunk_size).id)
 
 
@@ -294,9 +312,11 @@ def dispatch(units: list[UnitRef], batch_id: str, run_id: str, chunk_size: int =
     return chord(header)(aggregate_batch.s(batch_id, run_id))
 
 
-def submit(text: str, batch_id: str, run_id: str, chunk_size: int = CHUNK_SIZE) -> AsyncResult[Any]:
-    """Send the manifest to ``dispatch_manifest``; its result is the chord body's task id."""
-    return dispatch_manifest.delay(text, batch_id, run_id, chunk_size)
+def submit(manifest: str | bytes, batch_id: str, run_id: str, chunk_size: int = CHUNK_SIZE) -> AsyncResult[Any]:
+    """Send the manifest's bytes (text is encoded in the character set its UNB names) to ``dispatch_manifest``;
+    its result is the chord body's task id."""
+    payload = encode_interchange(manifest) if isinstance(manifest, str) else manifest
+    return dispatch_manifest.delay(payload, batch_id, run_id, chunk_size)
 
 
 def replay() -> AsyncResult[Any]:

@@ -24,8 +24,8 @@ Guarantees (fixed), in every scenario, exact:
   manifest and the faults say, each rejection with its precise reason;
 - BL2: each B/L is booked by the terminal exactly once (across retries,
   redeliveries, replays and the re-sent manifest);
-- BL3: one JSON log line per dead-letter and rejection, per replayed unit and
-  per aggregate, with ``batch_id`` and ``bl_number``;
+- BL3: one JSON log line per dead-letter and rejection, per refused container,
+  per replayed unit and per aggregate, with ``batch_id`` and ``bl_number``;
 - BL4..BL8, one per scenario: what its fault needs (the attempts; the lists empty
   after the replay; the second batch booked nothing; the crashed aggregate's
   redelivery forwarded; the slow parse ran once).
@@ -383,6 +383,9 @@ def _logged(run: CaseRun) -> Check:
     c.expect(set(letters) == want and all(n == 1 for n in letters.values()),
              f"dead-letter/rejection lines for {len(letters)} records, max {max(letters.values(), default=0)} each",
              f"one per record dead-lettered or rejected ({len(want)})")
+    refused = sum(1 for e in lines if e.get("event") == "container_rejected" and e.get("reason") == "bad_check_digit")
+    bad = sum(1 for t in run.manifest.truth if t.deviation == "bad_check_digit") * (2 if run.scenario.resend else 1)
+    c.expect(refused == bad, f"{refused} container_rejected lines", f"{bad}: one per bad container per manifest sent")
     aggregates = sum(1 for e in lines if e.get("event") == "batch_aggregated")
     c.expect(aggregates == len(run.bodies), f"{aggregates} aggregate lines", f"{len(run.bodies)} (one per batch)")
     return c.result()
