@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pytest
 
+from case_studies.logs import read_events
 from case_studies.severity_batch import study
 from case_studies.severity_batch.claims import generate
 from case_studies.severity_batch.ledger import Ledger, LedgerCounts
@@ -34,11 +35,33 @@ def test_the_batch_is_signed_with_exact_counts_through_retries_a_kill_and_a_resu
     assert BATCH.scorable == 1958 and len(BATCH.poison_ids) == 20 and len(BATCH.featureless_ids) == 22
     assert report.observations is not None
     assert report.observations.attempts["chunk001"] == 3 and report.observations.attempts["chunk003"] == 2
+    lines = read_events("sb", report.observations.run_id)
+    assert lines and all({"timestamp", "level", "event", "run_id", "model_version"} <= set(e) for e in lines)
+    assert {e["run_id"] for e in lines} == {report.observations.run_id}
+
+    def of(event: str) -> list[dict[str, Any]]:
+        return [e for e in lines if e["event"] == event]
+
+    assert {e["claim_id"] for e in of("claim_quarantined")} == BATCH.poison_ids  # each decision, with its reason
+    assert all(e["reason"] and e["chunk"].startswith("chunk") for e in of("claim_quarantined"))
+    assert {e["claim_id"] for e in of("claim_skipped")} == BATCH.featureless_ids
+    assert {e["reason"] for e in of("claim_skipped")} == {"no_features"}
+    assert len(of("run_dispatched")) == 2 and of("run_dispatched")[0]["chunks"] == 8  # the run, then its resubmission
+    assert [e["first_signature"] for e in of("run_signed")] == [True, False]
+    assert (of("run_signed")[0]["scored"], of("run_signed")[0]["quarantined"], of("run_signed")[0]["skipped"]) == (
+        1958, 20, 22)
+    chunk001 = [e["retries"] for e in of("chunk_scored") if e["chunk"] == "chunk001"]
+    assert chunk001[0] == 2  # scored on its third attempt (two 503s), then once more in the resubmission
 
 
 def test_a_chunk_that_never_succeeds_fails_the_run_closed() -> None:
     report = cell("dead_chunk", "fixed")
     assert [c.label for c in report.checks] == ["SB5"]
+    assert report.observations is not None
+    [imbalance] = [e for e in read_events("sb", report.observations.run_id) if e["event"] == "run_imbalance"]
+    assert imbalance["level"] == "error" and imbalance["failed_chunks"] == ["chunk002"]
+    assert imbalance["dispatched"] == 2000 and imbalance["accounted"] == 2000 - 250
+    assert imbalance["scored"] + imbalance["quarantined"] + imbalance["skipped"] == imbalance["accounted"]
 
 
 def test_the_writeups_dead_chunk_leaves_the_run_neither_signed_nor_flagged() -> None:
