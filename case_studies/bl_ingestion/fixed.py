@@ -42,6 +42,13 @@ mistake of the write-up by a run of its code, and its fix by a run of this file.
   again while it still runs (twice in most runs; a copy that waits unacked past
   the timeout in turn is handed out a third time), and its dead-letter is pushed
   once per run;
+- ``outage``: the whole container registry is down until every unit has used
+  its 1 + 4 attempts, longer than the write-up's whole backoff (1.5 s at the
+  lab's scale, 150 s as published); every unit's retries re-raise, the chord
+  fails and nothing is dead-lettered, so the replay has nothing to mend: the
+  manifest is lost until the carrier sends it again. Here every unit is
+  dead-lettered ``retries_exhausted``, the chord completes, and one replay
+  once the registry is back books every valid B/L once;
 - in every run, a unit with ``RFF+BN`` only or no reference is booked by the
   write-up's code under a made-up ``<batch>-<index>`` number, although its text
   says such a unit is dead-lettered with a precise reason.

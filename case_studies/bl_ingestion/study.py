@@ -15,7 +15,10 @@ container check digit, release characters) and plays one fault:
   consignments, the check is exact on every unit it makes up);
 - ``aggregate_crash``: ``aggregate_batch`` is killed after claiming the batch
   (write-up) or in the middle of forwarding (fixed: the harder crash);
-- ``slow_parse``: a unit with a bad check digit takes 2.5 s at the registry.
+- ``slow_parse``: a unit with a bad check digit takes 2.5 s at the registry;
+- ``outage``: the whole container registry refuses every connection for
+  ``OUTAGE_SECONDS``, longer than either program's whole backoff; once it is
+  back, the operator runs the replay once.
 
 Guarantees (fixed), in every scenario, exact:
 
@@ -28,7 +31,8 @@ Guarantees (fixed), in every scenario, exact:
   per replayed unit and per aggregate, with ``batch_id`` and ``bl_number``;
 - BL4..BL8, one per scenario: what its fault needs (the attempts; the lists empty
   after the replay; the second batch booked nothing; the crashed aggregate's
-  redelivery forwarded; the slow parse ran once).
+  redelivery forwarded; the slow parse ran once; every unit of the outage
+  dead-lettered, then booked by the replay).
 
 ``run_one(cell, kind, on_stage)`` is what the harness calls for a cell
 ``bl_ingestion/<scenario>``: kind ``fixed`` runs ``fixed.py``, ``broken`` the
@@ -55,7 +59,8 @@ from case_studies.bl_ingestion.dead_letters import DeadLetters
 from case_studies.bl_ingestion.fixed import VISIBILITY_SECONDS
 from case_studies.bl_ingestion.logs import event_log_path, read_events
 from case_studies.bl_ingestion.manifest import Deviations, Manifest, generate
-from case_studies.bl_ingestion.stand_ins import CrashStep, Terminal, plan_crash, registry_calls, unit_name
+from case_studies.bl_ingestion.stand_ins import (CrashStep, Terminal, end_outage, plan_crash, plan_outage,
+                                                 registry_calls, unit_name)
 from lab import harness
 from lab.checks import Check, Collector
 from lab.faults import FAIL, FLAKY, SOFT_HANG, Fault, document_text
@@ -72,6 +77,10 @@ SCENARIO_CHUNK = 8  # fixed.py's chunks in the scenarios: five of them
 DEVIATE_EVERY = 7  # units 6, 13, 20, 27, 34: booking only, no reference, bad check digit, escaped text, malformed
 RUN_TIMEOUT = 45.0
 STALE_SECONDS = 2.0  # fixed.STALE_SECONDS: the operator's second replay comes after it
+WRITEUP_BACKOFF = 0.1 + 0.2 + 0.4 + 0.8
+"""The write-up's whole backoff at the lab's scale (its 10 + 20 + 40 + 80 s)."""
+FIXED_BACKOFF_MAX = 3.0
+"""The fixed program's whole backoff at most: four jittered delays below 0.2, 0.4, 0.8 and 1.6 s."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,7 @@ class Scenario:
     deviations: bool = True
     resend: bool = False
     replays: int = 0
+    outage: bool = False  # the whole registry refuses connections until every unit has used its attempts
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -94,6 +104,7 @@ SCENARIOS: dict[str, Scenario] = {
     "aggregate_crash": Scenario("aggregate_crash", 4, crash={"fixed": "aggregate:mid_forward",
                                                              "broken": "aggregate:after_claim"}),
     "slow_parse": Scenario("slow_parse", 5, {"slow": SOFT_HANG}),
+    "outage": Scenario("outage", 6, outage=True, replays=1),
 }
 WRITEUP_SHOWS = tuple(SCENARIOS)
 """The scenarios ``--prove`` also runs on the write-up's code: each shows one of its mistakes."""
@@ -141,6 +152,7 @@ class CaseRun:
     events: tuple[Mapping[str, Any], ...]  # the JSON log lines
     bodies: tuple[Outcome, ...]  # every aggregate's outcome (the first submission's first)
     aggregate_runs: int
+    outage_seconds: float = 0.0  # how long the registry was down (``outage``)
 
 
 def _roles(sc: Scenario, manifest: Manifest) -> dict[str, int]:
@@ -195,11 +207,18 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
         wait_until(ready(body), RUN_TIMEOUT)
         return body
 
+    if sc.outage:
+        plan_outage(run_id)
     bodies: list[AsyncResult[Any]] = [sent(manifest)]
     if sc.resend:
         bodies.append(sent(_manifest(sc, run_id, resend=1)))
     if sc.name == "slow_parse":  # the write-up's first copy may still run after the chord: until every start ended
         wait_until(lambda: _settled(reader), SLOW_SETTLE)
+    down = 0.0
+    if sc.outage:  # the registry comes back once every unit has used all its attempts; then the operator replays
+        pieces = naive_pieces(manifest)[0] if kind == "broken" else MANIFEST_UNITS
+        wait_until(lambda: _all_exhausted(reader, pieces, fm), RUN_TIMEOUT)
+        down = end_outage(run_id)
     for n in range(sc.replays):
         if n:  # the operator's second replay, once a dead replayer's record is stale (fixed) or at once
             wait_until(lambda: _stale_or_none(fm), STALE_SECONDS + 2)
@@ -230,7 +249,7 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
     return CaseRun(obs, sc, kind, manifest, roles, calls, tuple(tos.bookings()), tos.calls(),
                    tuple(dead.records()), tuple(rejected.records()), dead.in_processing(),
                    tuple(read_events(run_id)), tuple(Outcome.of(b) for b in bodies),
-                   sum(1 for e in reader.events() if e.kind == "notify_start"))
+                   sum(1 for e in reader.events() if e.kind == "notify_start"), down)
 
 
 SLOW_SETTLE = 6.0
@@ -248,6 +267,15 @@ def sweep(fm: Fm, visibility: float) -> int:
         channel.visibility_timeout = visibility  # the worker's, which the harness's copy of the app may not hold
         channel.qos.restore_visible(num=100, interval=1)
         return int(channel.client.zcard(channel.unacked_index_key))
+
+
+def _all_exhausted(reader: Reader, units: int, fm: Fm) -> bool:
+    """Every unit has ended its last attempt (1 + 4 retries): the write-up's parses, one per unit; the fixed
+    program's chunks, which end only once each of their units has had its attempts (their aggregate returned)."""
+    if fm.short == "bl":
+        return reader.has_event("notify_end")
+    ended = {e.get("doc") for e in reader.events() if e.kind == "attempt_end" and e.get("attempt") == "5"}
+    return len(ended) >= units
 
 
 def _done(fm: Fm, task_id: str, watch: Callable[[], None] | None) -> bool:
@@ -317,6 +345,15 @@ def replay_process(watch: Callable[[], None] | None, timeout: float = RUN_TIMEOU
     return child.returncode
 
 
+def _waited(run: CaseRun) -> float:
+    """The longest a unit (write-up) or chunk (fixed) waited in backoff, by the retries' own delays."""
+    waited: dict[str, float] = {}
+    for e in run.obs.events:
+        if e.kind == "retry":
+            waited[e.get("doc")] = waited.get(e.get("doc"), 0.0) + float(e.get("delay") or 0)
+    return max(waited.values(), default=0.0)
+
+
 def _doc(run: CaseRun, role: str) -> str:
     """The unit name of the scenario's ``role`` (``B<run>-bl0008``)."""
     return unit_name(run.manifest.batch_id, run.roles[role])
@@ -375,11 +412,13 @@ def _logged(run: CaseRun) -> Check:
     lines = list(run.events)
     missing = [e for e in lines if not need <= set(e)]
     c.expect(not missing, f"{len(missing)} of {len(lines)} log lines without {sorted(need)}", "every line has them")
-    letters = Counter((str(e["batch_id"]), int(e["unit"])) for e in lines
+    letters = Counter((str(e["event"]), str(e["batch_id"]), int(e["unit"])) for e in lines
                       if e.get("event") in ("unit_dead_lettered", "unit_rejected"))
-    want = {(str(r["unit"]["batch"]), int(r["unit"]["index"])) for r in (*run.dead, *run.rejected)}
+    want = {("unit_dead_lettered", str(r["unit"]["batch"]), int(r["unit"]["index"])) for r in run.dead}
+    want |= {("unit_rejected", str(r["unit"]["batch"]), int(r["unit"]["index"])) for r in run.rejected}
     if run.scenario.replays:  # dead-lettered, then replayed: the records are gone, the lines stay
-        want |= {(run.manifest.batch_id, i) for i in run.roles.values()}
+        replayed = range(MANIFEST_UNITS) if run.scenario.outage else run.roles.values()
+        want |= {("unit_dead_lettered", run.manifest.batch_id, i) for i in replayed}
     c.expect(set(letters) == want and all(n == 1 for n in letters.values()),
              f"dead-letter/rejection lines for {len(letters)} records, max {max(letters.values(), default=0)} each",
              f"one per record dead-lettered or rejected ({len(want)})")
@@ -423,6 +462,22 @@ def _scenario_guarantee(run: CaseRun) -> Check:
         c.expect(run.aggregate_runs == 2, f"aggregate started {run.aggregate_runs}x", "2 (killed mid-forward, redelivered)")
         c.expect(run.tos_calls > len(run.bookings), f"terminal calls {run.tos_calls}, bookings {len(run.bookings)}",
                  "more calls than bookings: the redelivery resent, the key held")
+        return c.result()
+    if sc.name == "outage":
+        c = Collector("BL9")
+        first = run.manifest.batch_id
+        c.expect(run.outage_seconds > _waited(run), f"registry down {run.outage_seconds:.1f}s",
+                 f"longer than the whole backoff a chunk waited ({_waited(run):.1f}s of at most {FIXED_BACKOFF_MAX}s)")
+        exhausted = {int(e["unit"]) for e in run.events if e.get("event") == "unit_dead_lettered"
+                     and e.get("batch_id") == first and e.get("reason") == "retries_exhausted"}
+        c.expect(exhausted == set(range(MANIFEST_UNITS)), f"{len(exhausted)} units dead-lettered retries_exhausted",
+                 f"all {MANIFEST_UNITS}: the outage outlasted every retry")
+        aggregated = [(e.get("batch_id"), e.get("booked")) for e in run.events if e.get("event") == "batch_aggregated"]
+        c.expect(len(aggregated) == 2 and aggregated[0] == (first, 0) and aggregated[1][1] == len(_valid(run)),
+                 f"aggregates (batch, booked) {aggregated}",
+                 f"the batch completes booking 0, then the replay's chord books {len(_valid(run))}")
+        c.expect(not run.dead and run.processing == 0, f"dead {len(run.dead)}, processing {run.processing}",
+                 "both empty after the replay")
         return c.result()
     c = Collector("BL8")
     starts = run.calls["slow"]
@@ -469,6 +524,14 @@ def _writeup_symptom(run: CaseRun) -> Check:
         c.expect(run.aggregate_runs == 2 and not run.bookings,
                  f"aggregate started {run.aggregate_runs}x, booked {len(run.bookings)}",
                  "2 starts, 0 booked: the redelivery found SET NX taken")
+    elif sc.name == "outage":
+        ch = run.bodies[0]
+        c.expect(run.outage_seconds > _waited(run) >= WRITEUP_BACKOFF - 1e-9, f"registry down {run.outage_seconds:.1f}s",
+                 f"longer than the whole backoff a unit waited ({_waited(run):.1f}s, {WRITEUP_BACKOFF:.1f}s planned)")
+        c.expect(ch.state == "FAILURE" and ch.error_type == "ChordError", f"chord {ch.state} {ch.error_type}",
+                 "FAILURE ChordError: each unit's retries ran out inside the outage and re-raised")
+        c.expect(not run.bookings and not run.dead, f"booked {len(run.bookings)}, dead list {len(run.dead)}",
+                 "0 and 0: nothing booked and nothing for the replay to mend; the manifest is lost until re-sent")
     else:
         slow = _doc(run, "slow")
         starts = run.calls["slow"]
@@ -493,14 +556,17 @@ def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
 
 
 WRITEUP_VISIBILITY = "1"
-"""The write-up's ``visibility_timeout`` in its scenarios (``BULK_VISIBILITY_TIMEOUT``, which its worker reads)."""
+"""The write-up's ``visibility_timeout`` in its scenarios (``BULK_VISIBILITY_TIMEOUT``, which its worker reads),
+but ``outage``, which keeps its default hour: at 1 s the retries a worker holds for their countdown are handed
+out again too, and the lesson of a parse that outlives the timeout is ``slow_parse``'s."""
 
 
 @contextmanager
-def writeup_scale() -> Generator[None]:
-    """The write-up's worker, started inside, reads ``BULK_VISIBILITY_TIMEOUT=1`` (the lab's scale of its hour)."""
+def writeup_scale(scenario: str = "") -> Generator[None]:
+    """The write-up's worker, started inside, reads ``BULK_VISIBILITY_TIMEOUT=1`` (the lab's scale of its hour;
+    in ``outage`` its default, 3,600 s)."""
     before = os.environ.get("BULK_VISIBILITY_TIMEOUT")
-    os.environ["BULK_VISIBILITY_TIMEOUT"] = WRITEUP_VISIBILITY
+    os.environ["BULK_VISIBILITY_TIMEOUT"] = "3600" if scenario == "outage" else WRITEUP_VISIBILITY
     try:
         yield
     finally:
@@ -516,7 +582,7 @@ def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness
     return harness.run_case(
         harness.RunReport(cell, kind, code_of(kind), sc.number), lambda: program(kind), f"{NAME}-{name}-{kind}",
         on_stage, lambda fm, run_id, watch: run_scenario(fm, sc, kind, run_id, watch), lambda run: run.obs,
-        lambda run: checks_of(kind, run), around=writeup_scale)
+        lambda run: checks_of(kind, run), around=lambda: writeup_scale(name))
 
 
 def run_by_hand(kind: harness.Kind) -> int:
