@@ -11,7 +11,7 @@ import pytest
 
 from case_studies.logs import read_events
 from case_studies.severity_batch import study
-from case_studies.severity_batch.claims import generate
+from case_studies.severity_batch.claims import THRESHOLDS, TIERS, generate
 from case_studies.severity_batch.ledger import Ledger, LedgerCounts
 from lab import harness
 from lab.harness import RunReport
@@ -50,6 +50,10 @@ def test_the_batch_is_signed_with_exact_counts_through_retries_a_kill_and_a_resu
     assert [e["first_signature"] for e in of("run_signed")] == [True, False]
     assert (of("run_signed")[0]["scored"], of("run_signed")[0]["quarantined"], of("run_signed")[0]["skipped"]) == (
         1958, 20, 22)
+    first_run = of("chunk_scored")[:8]  # before the resubmission (chunk003's redelivery may add one)
+    tiered = {c: e["tiers"] for e in of("chunk_scored") for c in [e["chunk"]]}  # the last line of each chunk
+    assert sum(sum(t.values()) for t in tiered.values()) == 1958 and set().union(*tiered.values()) <= set(TIERS)
+    assert all(e["thresholds"] == THRESHOLDS.version for e in first_run)
     chunk001 = [e["retries"] for e in of("chunk_scored") if e["chunk"] == "chunk001"]
     assert chunk001[0] == 2  # scored on its third attempt (two 503s), then once more in the resubmission
 
@@ -104,6 +108,8 @@ def test_the_watch_flags_a_run_that_nobody_reconciled_by_its_deadline() -> None:
         took = time.monotonic() - started
     flags = book.flags(run_id)
     assert [(f.reason, f.detail) for f in flags] == [("not reconciled", "no manifest and no flag 20s after submission")]
-    assert took <= 2.5 and not cast(Any, r).zscore(f"{prefix}runs:open", run_id)
+    assert took <= 2.5 and wait_until(lambda: not cast(Any, r).zscore(f"{prefix}runs:open", run_id), 2)
+    [line] = [e for e in read_events("sb", run_id) if e["event"] == "run_not_reconciled"]
+    assert (line["run_id"], line["deadline_seconds"], line["level"]) == (run_id, 20, "error")
     harness.reset(fm)
 

@@ -81,6 +81,7 @@ or ``.venv/bin/python run_all_fms.py --only severity_batch``.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any, TypedDict, cast
 
 from celery import Task, chord, group
@@ -90,7 +91,7 @@ from kombu import Exchange, Queue
 from structlog.typing import FilteringBoundLogger
 
 from case_studies.logs import event_log
-from case_studies.severity_batch.claims import MODEL_VERSION, PoisonClaim, parse, score
+from case_studies.severity_batch.claims import MODEL_VERSION, THRESHOLDS, PoisonClaim, assess, parse
 from case_studies.severity_batch.ledger import Ledger
 from case_studies.severity_batch.stand_ins import (ChunkRef, FeatureStoreUnavailable, RunSpec, chunk_name, chunks,
                                                    extract, feature_store, lab_chunk_fault)
@@ -151,7 +152,7 @@ def score_chunk(self: Task[Any, Any], chunk: ChunkRef) -> ChunkCounts:
     log = decisions(chunk["run"]).bind(chunk=chunk["doc"].rsplit("/", 1)[-1], retries=self.request.retries)  # fix
     scored: list[tuple[str, Any]] = []
     quarantined: list[tuple[str, str]] = []
-    skipped = 0
+    skipped, tiers = 0, Counter[str]()
     for raw in rows:
         try:
             claim = parse(raw)
@@ -163,12 +164,17 @@ def score_chunk(self: Task[Any, Any], chunk: ChunkRef) -> ChunkCounts:
             skipped += 1
             log.info("claim_skipped", claim_id=raw["claim_id"], reason="no_features")  # fix
             continue
-        scored.append((claim.claim_id, score(claim)))
+        severity = assess(claim)  # the score, and its tier under the versioned thresholds
+        scored.append((claim.claim_id, severity.score))
+        tiers[severity.tier] += 1
+        if severity.excess_of_limit:  # fix: an excess-of-limit claim is scored and flagged, not quarantined
+            log.warning("claim_excess_of_limit", claim_id=claim.claim_id, score=str(severity.score), tier=severity.tier,
+                        loss=str(claim.loss_amount), limit=str(claim.coverage_limit))
     ledger.upsert_scores(chunk["run"], scored, MODEL_VERSION)  # write-up: keyed on (claim_id, run_id)
     ledger.quarantine(chunk["run"], quarantined)
     lab_chunk_fault(self, chunk)  # the lab: what the scenario does to this chunk after its writes
     log.info("chunk_scored", dispatched=len(rows), scored=len(scored), quarantined=len(quarantined),
-             skipped=skipped)  # fix
+             skipped=skipped, tiers=dict(tiers), thresholds=THRESHOLDS.version)  # fix
     return {"chunk": chunk["doc"], "dispatched": len(rows), "scored": len(scored),
             "quarantined": len(quarantined), "skipped": skipped}
 
@@ -197,10 +203,12 @@ def reconcile(self: Task[Any, Any], results: list[Wire], dispatched: int, run_id
 def watch_runs() -> None:  # fix: on beat; a run past its deadline with no manifest and no flag is flagged
     r, prefix = backend_redis(app)
     for run_id in cast(list[str], cast(Any, r).zrangebyscore(f"{prefix}runs:open", 0, time.time())):
-        if ledger.manifest(run_id) is None and not ledger.flags(run_id):
+        flagged = ledger.manifest(run_id) is None and not ledger.flags(run_id)
+        if flagged:
             ledger.flag(run_id, "not reconciled", f"no manifest and no flag {DEADLINE_SECONDS}s after submission")
-            decisions(run_id).error("run_not_reconciled", deadline_seconds=DEADLINE_SECONDS)  # fix
         r.zrem(f"{prefix}runs:open", run_id)
+        if flagged:
+            decisions(run_id).error("run_not_reconciled", deadline_seconds=DEADLINE_SECONDS)  # fix
 
 
 @app.task(ignore_result=True)
