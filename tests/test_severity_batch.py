@@ -71,6 +71,14 @@ def test_a_chunk_that_never_succeeds_fails_the_run_closed() -> None:
 def test_the_writeups_dead_chunk_leaves_the_run_neither_signed_nor_flagged() -> None:
     report = cell("dead_chunk", "broken")
     assert report.code == "sbw" and [c.label for c in report.checks] == ["SB5 write-up"]
+    assert report.observations is not None
+    lines = read_events("sbw", report.observations.run_id)  # the write-up's own four kinds of line
+    assert all({"timestamp", "level", "event", "run_id"} <= set(e) for e in lines)
+    events = {e["event"] for e in lines}
+    assert "batch_dispatched" in events and "claim_poison" in events
+    assert not events & {"batch_imbalance", "batch_complete"}  # reconcile never ran: no imbalance, no completion
+    poisoned = {e["claim_id"] for e in lines if e["event"] == "claim_poison"}
+    assert poisoned and poisoned <= BATCH.poison_ids  # chunk002's rows never reached the loop
 
 
 def test_a_straggler_past_the_writeups_result_expires() -> None:
