@@ -49,6 +49,11 @@ mistake of the write-up by a run of its code, and its fix by a run of this file.
   manifest is lost until the carrier sends it again. Here every unit is
   dead-lettered ``retries_exhausted``, the chord completes, and one replay
   once the registry is back books every valid B/L once;
+- ``poison_replay``: one run of the write-up's replay pops its bad-check-digit
+  unit, re-enqueues it, the unit is dead-lettered again and popped again: 200
+  times, its bound, and the record is back in the list at the end. Here that
+  unit is booked (its container refused alone) and what only the carrier can
+  mend goes to the rejected list, which no replay reads;
 - in every run, a unit with ``RFF+BN`` only or no reference is booked by the
   write-up's code under a made-up ``<batch>-<index>`` number, although its text
   says such a unit is dead-lettered with a precise reason.

@@ -16,9 +16,12 @@ container check digit, release characters) and plays one fault:
 - ``aggregate_crash``: ``aggregate_batch`` is killed after claiming the batch
   (write-up) or in the middle of forwarding (fixed: the harder crash);
 - ``slow_parse``: a unit with a bad check digit takes 2.5 s at the registry;
-- ``outage``: the whole container registry refuses every connection for
-  ``OUTAGE_SECONDS``, longer than either program's whole backoff; once it is
-  back, the operator runs the replay once.
+- ``outage``: the whole container registry refuses every connection until
+  every unit has used its attempts, longer than either program's whole
+  backoff; once it is back, the operator runs the replay once;
+- ``poison_replay``: the operator runs the replay once after the batch; the
+  write-up's dead list holds a unit with a bad check digit, which no replay
+  can mend.
 
 Guarantees (fixed), in every scenario, exact:
 
@@ -87,7 +90,7 @@ FIXED_BACKOFF_MAX = 3.0
 class Scenario:
     name: str
     number: int
-    faults: Mapping[str, Fault] = field(default_factory=lambda: {})  # role -> fault, the role's unit chosen per manifest
+    faults: Mapping[str, Fault | None] = field(default_factory=lambda: {})  # role -> fault (None: a unit to follow)
     crash: Mapping[str, CrashStep] = field(default_factory=lambda: {})  # kind -> crash step
     deviations: bool = True
     resend: bool = False
@@ -105,6 +108,7 @@ SCENARIOS: dict[str, Scenario] = {
                                                              "broken": "aggregate:after_claim"}),
     "slow_parse": Scenario("slow_parse", 5, {"slow": SOFT_HANG}),
     "outage": Scenario("outage", 6, outage=True, replays=1),
+    "poison_replay": Scenario("poison_replay", 7, {"poison": None}, replays=1),
 }
 WRITEUP_SHOWS = tuple(SCENARIOS)
 """The scenarios ``--prove`` also runs on the write-up's code: each shows one of its mistakes."""
@@ -157,12 +161,12 @@ class CaseRun:
 
 def _roles(sc: Scenario, manifest: Manifest) -> dict[str, int]:
     """The unit each role of the scenario's faults falls on: clean units for the registry's faults,
-    a bad check digit for the slow one (its side effect is a dead-letter)."""
+    a bad check digit for the slow one and the poison one (the write-up dead-letters it)."""
     clean = [t.index for t in manifest.truth if t.deviation is None]
     bad_digit = [t.index for t in manifest.truth if t.deviation == "bad_check_digit"]
     roles: dict[str, int] = {}
     for i, role in enumerate(sc.faults):
-        roles[role] = bad_digit[0] if role == "slow" else clean[3 + 5 * i]
+        roles[role] = bad_digit[0] if role in ("slow", "poison") else clean[3 + 5 * i]
     return roles
 
 
@@ -417,7 +421,8 @@ def _logged(run: CaseRun) -> Check:
     want = {("unit_dead_lettered", str(r["unit"]["batch"]), int(r["unit"]["index"])) for r in run.dead}
     want |= {("unit_rejected", str(r["unit"]["batch"]), int(r["unit"]["index"])) for r in run.rejected}
     if run.scenario.replays:  # dead-lettered, then replayed: the records are gone, the lines stay
-        replayed = range(MANIFEST_UNITS) if run.scenario.outage else run.roles.values()
+        replayed = {"replay": tuple(run.roles.values()), "outage": tuple(range(MANIFEST_UNITS))}.get(
+            run.scenario.name, ())  # the units a replay took from the dead list
         want |= {("unit_dead_lettered", run.manifest.batch_id, i) for i in replayed}
     c.expect(set(letters) == want and all(n == 1 for n in letters.values()),
              f"dead-letter/rejection lines for {len(letters)} records, max {max(letters.values(), default=0)} each",
@@ -479,6 +484,15 @@ def _scenario_guarantee(run: CaseRun) -> Check:
         c.expect(not run.dead and run.processing == 0, f"dead {len(run.dead)}, processing {run.processing}",
                  "both empty after the replay")
         return c.result()
+    if sc.name == "poison_replay":
+        c = Collector("BL10")
+        calls = run.calls["poison"]
+        c.expect(calls == 1, f"the bad-check-digit unit asked the registry {calls}x", "1: booked, its container "
+                 "refused; nothing in the dead list for the replay to spin on")
+        c.expect(not run.dead and len(run.rejected) == len(_invalid(run)),
+                 f"dead {len(run.dead)}, rejected {len(run.rejected)}",
+                 f"0 and {len(_invalid(run))}: what only the carrier can mend is never replayed")
+        return c.result()
     c = Collector("BL8")
     starts = run.calls["slow"]
     c.expect(starts == 1, f"slow unit parse started {starts}x", "1 (visibility_timeout above the deadline)")
@@ -524,6 +538,13 @@ def _writeup_symptom(run: CaseRun) -> Check:
         c.expect(run.aggregate_runs == 2 and not run.bookings,
                  f"aggregate started {run.aggregate_runs}x, booked {len(run.bookings)}",
                  "2 starts, 0 booked: the redelivery found SET NX taken")
+    elif sc.name == "poison_replay":
+        calls = run.calls["poison"]
+        replayed = sum(1 for e in run.events if e.get("event") == "bl_replayed")
+        c.expect(replayed == 200 and calls == 201, f"one replay run re-enqueued {replayed} records; the "
+                 f"bad-check-digit unit was parsed {calls}x", "200 and 201: the same poison record popped, parsed, "
+                 "dead-lettered again and popped again, up to the run's bound")
+        c.expect(len(run.dead) == 1, f"dead list {len(run.dead)} after the replay", "1: the poison record, back")
     elif sc.name == "outage":
         ch = run.bodies[0]
         c.expect(run.outage_seconds > _waited(run) >= WRITEUP_BACKOFF - 1e-9, f"registry down {run.outage_seconds:.1f}s",
