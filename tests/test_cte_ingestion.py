@@ -176,6 +176,10 @@ def test_the_writeup_reorders_lots_and_loses_the_exhausted_event() -> None:
     assert report.code == "ctw" and [c.label for c in report.checks] == ["CT2 write-up", "CT3 write-up"]
     counts = Ledger().counts()
     assert counts.committed == 1914 and counts.dead_lettered == 0 and counts.out_of_order_commits > 0
+    lines = read_events("ctw", "decisions")  # the write-up's line per decision; the lost event has none
+    assert all({"timestamp", "level", "event", "event_id", "lot_code", "supplier"} <= set(e) for e in lines)
+    committed = {e["event_id"] for e in lines if e["event"] == "cte_ingested" and e["outcome"] == "committed"}
+    assert len(committed) == 1914 and len({e["event_id"] for e in lines if e["event"] == "cte_quarantined"}) == 37
 
 
 @pytest.mark.usefixtures("real_services")

@@ -117,6 +117,7 @@ def clear_ledger() -> None:
     """Delete this namespace's rows from the CTE ledger and its decision log (``run_all_fms.py --clean``)."""
     open_ledger(clear=True)
     clear_event_logs("ct")
+    clear_event_logs("ctw")
 
 
 # ---- the burst and its faults ------------------------------------------------------
@@ -277,7 +278,8 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
     plan = choose_faults(s, shards, int(getattr(module, "BATCH", 1))) if sc.faults else None
     stand_ins.plan_faults(fm.app, plan.faults(s) if plan else {})
     ledger = open_ledger()
-    clear_event_logs("ct")  # the fixed program's decision log: this run's lines only (its workers open it later)
+    clear_event_logs("ct")  # the programs' decision logs: this run's lines only (their workers open them later)
+    clear_event_logs("ctw")
     gauges = CteMetrics()  # the runner's: queue depth per shard, dead-letter depth
     drain = Drain(fm, gauges, say)
 
