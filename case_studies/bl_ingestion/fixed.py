@@ -66,10 +66,11 @@ Fix:
   backoff and jitter); a unit whose retries run out is dead-lettered with the
   reason ``retries_exhausted`` and the chunk returns: the chord completes. One
   task per unit, the write-up's shape, is the chord's own cost:
-  ``bench/bench_bl.py`` on a quiet two-core machine booked a 4,000
-  consignment manifest end to end in 10.3 to 10.6 s in chunks of 50, against
-  32.8 to 33.5 s for the write-up's one task per unit (Celery's publish and
-  round trips per task; splitting the text with pydifact is 5.2 s of both);
+  ``bench/bench_bl.py`` on the lab's two-core machine, shared with other
+  runs (load average about 4), took a 4,000 consignment manifest end to end
+  in 12.8 s in chunks of 50 (4.7 s of it the dispatch: pydifact's split and
+  the chord), against 57.2 s for the write-up's one task per unit (19.5 s of
+  it sending 4,114 messages; Celery's publish and round trips per task);
 - ``@enveloped`` (FM-1) on ``parse_units``: a chunk that fails for good (its
   ``time_limit``, FM-6) is an envelope, the chord completes, and
   ``aggregate_batch`` dead-letters its units with the envelope's reason;
