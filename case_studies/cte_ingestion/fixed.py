@@ -196,6 +196,8 @@ def settle(raw: RawPayload, event: CriticalTrackingEvent, outcome: str, replay: 
     if replay:
         ledger.mark_replayed(key)
     metrics.count(cast(Any, outcome), event.supplier_id)
+    if event.unknown_fields:  # fix: kept in the ledger's payload as sent, and reported, never fatal
+        decisions().warning("event_unknown_fields", **_event_fields(event), fields=list(event.unknown_fields))
     log = decisions().warning if outcome == "dead_lettered" else decisions().info
     log("event_" + outcome, **_event_fields(event), replay=replay,  # fix: committed, deduplicated, dead_lettered
         **({"reason": "held behind its lot's dead letter"} if outcome == "dead_lettered" else {}))
