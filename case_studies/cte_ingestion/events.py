@@ -55,8 +55,8 @@ from stdnum import ean
 
 CteType = Literal["harvesting", "cooling", "initial_packing", "first_land_based_receiving", "shipping", "receiving",
                   "transformation"]
-"""The rule's Critical Tracking Events (21 CFR 1.1325 to 1.1350): harvesting, cooling, initial packing, first
-land-based receiving (of food obtained from a fishing vessel), shipping, receiving, transformation."""
+"""The Food Traceability Rule's Critical Tracking Events: harvesting, cooling, initial packing, first land-based
+receiving (of food obtained from a fishing vessel), shipping, receiving, transformation."""
 CTE_TYPES: tuple[CteType, ...] = get_args(CteType)
 
 CLOCK_SKEW = timedelta(minutes=5)
