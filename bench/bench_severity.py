@@ -27,9 +27,10 @@ Figures:
    (500 .. 5,000 claims, seconds per 1,000 claims);
 3. a chunk-size sweep on 20,000 claims: chunks of 50, 500, 5,000.
 
-It runs in namespace ``rclbench`` (queues ``rclbench.sb.*``, Redis keys
-``rclbench:*``, ledger ``.lab/rclbench/severity-ledger.sqlite``) and cleans that
-namespace when it ends. A measurement, not a test: nothing fails on time.
+It runs in the namespace ``RCL_NAMESPACE`` names, ``rclbench`` when it is not set
+(queues ``<namespace>.sb.*``, Redis keys ``<namespace>:*``, ledger
+``.lab/<namespace>/severity-ledger.sqlite``), and cleans that namespace when it
+ends: give it one of its own. A measurement, not a test: nothing fails on time.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from typing import Any, cast
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-os.environ["RCL_NAMESPACE"] = "rclbench"  # before anything from lab is imported; the workers inherit it
+os.environ.setdefault("RCL_NAMESPACE", "rclbench")  # the user's, else rclbench; before lab is imported (workers inherit it)
 
 from celery.result import AsyncResult  # noqa: E402
 
@@ -308,7 +309,7 @@ def main() -> int:
         harness.clean(say=lambda line: print(f"cleanup: {line}"))
         if args.postgres:
             pg = Ledger(POSTGRES_URL)
-            pg.metadata.drop_all(pg.engine)  # the namespace's own tables only (rclbench_severity_*)
+            pg.metadata.drop_all(pg.engine)  # the namespace's own tables only (<namespace>_severity_*)
             pg.dispose()
             print(f"cleanup: dropped the {NAMESPACE}_severity_* tables in {mask_url(POSTGRES_URL)}")
     print(f"whole bench: {time.monotonic() - bench_started:.1f}s; {failed} run(s) not exact")

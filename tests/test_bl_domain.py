@@ -26,7 +26,8 @@ from case_studies.bl_ingestion.manifest import (DEVIATION_KINDS, BadContainerNum
                                                 Manifest, MalformedInterchange, MalformedSegment,
                                                 MissingBillOfLading, Unit, UnitRejected, bill_of_lading,
                                                 check_containers, consignment_key, envelope, generate, parse_unit,
-                                                split, unit_key, writeup_bl_number, writeup_key)
+                                                split, unit_key)
+from case_studies.bl_ingestion import writeup
 
 SEED = 20_250_101
 BIG = 4_000
@@ -121,9 +122,37 @@ def test_4000_consignments_split_into_4000_units_in_order(big: Manifest, big_uni
 def test_a_naive_split_on_cni_text_finds_consignments_that_are_not_there(big: Manifest,
                                                                           big_units: list[Unit]) -> None:
     escaped = sum(1 for e in big.truth if e.deviation == "escaped_text")
-    naive = len(big.text.split("CNI+")) - 1
+    naive = writeup.split_units(big.text)  # the write-up's split
     assert escaped == BIG // EVERY // len(DEVIATION_KINDS) and escaped > 0
-    assert naive == BIG + escaped != len(big_units)
+    assert len(naive) == BIG + escaped != len(big_units)
+
+
+def test_the_writeups_split_of_the_studys_manifest_makes_a_phantom_unit_booked_under_a_made_up_number() -> None:
+    from case_studies.bl_ingestion import study
+
+    manifest = generate(study.SEED, study.MANIFEST_UNITS, Deviations(every=study.DEVIATE_EVERY))
+    pieces = writeup.split_units(manifest.text)
+    assert len(pieces) == 41 and study.naive_pieces(manifest) == (41, {6, 13, 28})
+    assert manifest.truth[27].deviation == "escaped_text"
+    assert pieces[27].endswith("NAD+CZ+++SERVEIS D?'ENGINYERIA TE")  # the consignment's own piece: no container
+    assert writeup.validate_containers(pieces[27]) == [] and writeup.bl_number_of(pieces[27], "B", 27) == \
+        manifest.truth[27].bl_number
+    phantom = pieces[28]  # starts inside the shipper's street address, holds the consignment's containers
+    assert phantom.startswith("12 HARBOUR ROAD+ROTTERDAM++3011+NL'NAD+CN+++") and "RFF+BM" not in phantom
+    assert writeup.bl_number_of(phantom, "B", 28) == "B-28" and len(writeup.validate_containers(phantom)) >= 1
+    assert [writeup.bl_number_of(p, "B", i) for i, p in enumerate(pieces)].count("B-28") == 1
+
+
+def test_the_writeups_regex_truncates_a_bl_number_with_a_space_and_makes_one_up_for_an_empty_one() -> None:
+    assert writeup.bl_number_of("1'RFF+BM:MEDU 1234567'EQD+CN+BLTU1234568+22G1'", "B", 0) == "MEDU"
+    assert writeup.bl_number_of("1'RFF+BM'EQD+CN+BLTU1234568+22G1'", "B", 4) == "B-4"  # no exception: the fallback
+    with pytest.raises(ValueError, match="invalid container number 'BLTU1234567'"):
+        writeup.validate_containers("1'RFF+BM:X'EQD+CN+BLTU1234567+22G1'")
+
+
+def test_the_writeups_dispatch_decodes_the_bytes_with_replacement() -> None:
+    latin1 = "NAD+CZ+++MÜLLER GMBH'".encode("latin-1")  # what a UNOC (ISO 8859-1) sender's bytes hold
+    assert latin1.decode("utf-8", errors="replace") == "NAD+CZ+++M\ufffdLLER GMBH'"  # the name is lost
 
 
 def test_release_characters_do_not_break_a_unit() -> None:
@@ -170,7 +199,9 @@ def test_each_unit_parses_or_is_rejected_as_its_ground_truth_says(big: Manifest,
         if expected.reason is None:
             assert isinstance(result, Consignment), (expected, result)
             assert (result.bl_number, result.carrier, result.index) == (expected.bl_number, big.carrier, unit.index)
-            assert result.containers and result.goods_items >= 1 and result.gross_weight_kg > 0
+            assert result.containers or result.rejected_containers
+            assert result.goods_items >= 1 and result.gross_weight_kg > 0
+            assert bool(result.rejected_containers) == (expected.deviation == "bad_check_digit")
             assert result.party("CZ") is not None and result.party("CN") is not None
         else:
             assert isinstance(result, UnitRejected) and result.reason == expected.reason, (expected, result)
@@ -192,17 +223,20 @@ def test_no_reference_at_all_is_rejected_with_its_reason() -> None:
     assert str(error) == "no RFF+BM bill of lading reference"
 
 
-def test_a_bad_check_digit_names_the_container_and_the_digit_iso_6346_gives() -> None:
+def test_a_bad_check_digit_refuses_that_container_naming_the_digit_iso_6346_gives_and_not_the_bl() -> None:
     manifest = generate(SEED, 3, Deviations(at={1: "bad_check_digit"}))
     unit = split(manifest.text)[1]
-    error = rejection(unit)
-    number = re.findall(r"EQD\+CN\+(\w+)\+", unit.raw)[0]
+    numbers = re.findall(r"EQD\+CN\+(\w+)\+", unit.raw)
+    number = numbers[0]
     assert not iso6346.is_valid(number)
-    assert isinstance(error, BadContainerNumber) and error.reason == "bad_check_digit"
-    assert error.bl_number == manifest.truth[1].bl_number
-    assert number in error.detail and f"gives {iso6346.calc_check_digit(number[:10])}" in error.detail
-    with pytest.raises(BadContainerNumber):
-        check_containers(unit)  # the write-up's check finds it too
+    consignment = parse_unit(unit)
+    assert consignment.bl_number == manifest.truth[1].bl_number and consignment.containers == tuple(numbers[1:])
+    [refused] = consignment.rejected_containers
+    assert (refused.number, refused.reason) == (number, "bad_check_digit")
+    assert number in refused.detail and f"gives {iso6346.calc_check_digit(number[:10])}" in refused.detail
+    with pytest.raises(BadContainerNumber) as caught:
+        check_containers(unit)  # the container check alone still refuses it, with the B/L named
+    assert caught.value.bl_number == manifest.truth[1].bl_number
 
 
 def test_each_malformed_segment_is_named() -> None:
@@ -210,7 +244,8 @@ def test_each_malformed_segment_is_named() -> None:
     units = split(manifest.text)
     details = [rejection(u) for u, e in zip(units, manifest.truth) if e.deviation == "malformed"]
     assert all(isinstance(e, MalformedSegment) and e.reason == "malformed_segment" and e.bl_number for e in details)
-    assert sorted(re.sub(r"'.*'", "...", e.detail).split(" ")[0] for e in details) == ["EQD+CN", "GID+1:", "MEA"]
+    assert sorted(re.sub(r"'.*'", "...", e.detail).split(" ")[0] for e in details) == ["EQD+CN", "GID+1:",
+                                                                                       "MEA+AAE+G"]
 
 
 def test_a_released_apostrophe_before_una_in_free_text_is_data() -> None:
@@ -225,7 +260,7 @@ def test_text_that_is_not_a_unit_is_malformed() -> None:
 
 
 def test_every_container_of_a_good_unit_passes_iso_6346(big: Manifest, big_units: list[Unit]) -> None:
-    good = [u for u, e in zip(big_units[:400], big.truth) if e.reason is None]
+    good = [u for u, e in zip(big_units[:400], big.truth) if e.deviation is None]
     numbers = [n for u in good for n in check_containers(u)]
     assert len(numbers) >= len(good) and all(iso6346.is_valid(n) for n in numbers)
 
@@ -264,10 +299,9 @@ def test_the_consignment_key_is_the_same_in_a_resent_manifest_and_the_writeup_ke
         if expected.bl_number is None:
             continue
         assert consignment_key(a) == consignment_key(b) == consignment_key(first.carrier, expected.bl_number)
-        assert writeup_key(first.batch_id, expected.bl_number, a.raw) != writeup_key(resent.batch_id,
-                                                                                      expected.bl_number, b.raw)
-        assert writeup_key(first.batch_id, expected.bl_number, a.raw) != writeup_key(first.batch_id,
-                                                                                      expected.bl_number, b.raw)
+        key = writeup.idempotency_key
+        assert key(first.batch_id, expected.bl_number, a.raw) != key(resent.batch_id, expected.bl_number, b.raw)
+        assert key(first.batch_id, expected.bl_number, a.raw) != key(first.batch_id, expected.bl_number, b.raw)
     keys = {consignment_key(u) for u, e in zip(units, first.truth) if e.bl_number}
     assert len(keys) == sum(1 for e in first.truth if e.bl_number)  # one key per consignment
 
@@ -288,10 +322,9 @@ def test_a_unit_without_a_bill_of_lading_has_no_consignment_key_and_the_writeup_
     with pytest.raises(MissingBillOfLading):
         consignment_key(units[index])
     assert bill_of_lading(units[index]) is None
-    assert writeup_bl_number(units[index], first.batch_id) == f"{first.batch_id}-{index}"
-    assert writeup_bl_number(again[index], resent.batch_id) == f"{resent.batch_id}-{index}"
-    assert writeup_bl_number(units[index].raw, first.batch_id, index) == f"{first.batch_id}-{index}"
-    assert writeup_bl_number(units[0], first.batch_id) == first.truth[0].bl_number
+    assert writeup.bl_number_of(units[index].raw, first.batch_id, index) == f"{first.batch_id}-{index}"
+    assert writeup.bl_number_of(again[index].raw, resent.batch_id, index) == f"{resent.batch_id}-{index}"
+    assert writeup.bl_number_of(units[0].raw, first.batch_id, 0) == first.truth[0].bl_number
 
 
 # --- the log lines ------------------------------------------------------------------------------------------------

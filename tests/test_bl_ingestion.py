@@ -36,10 +36,10 @@ def test_each_scenario_holds_on_the_fixed_program_and_shows_its_symptom_on_the_w
 def test_the_writeups_scale_is_only_for_its_own_worker() -> None:
     import os
 
-    before = os.environ.get("BL_VISIBILITY_TIMEOUT")
+    before = os.environ.get("BULK_VISIBILITY_TIMEOUT")
     with study.writeup_scale():
-        assert os.environ["BL_VISIBILITY_TIMEOUT"] == "1"
-    assert os.environ.get("BL_VISIBILITY_TIMEOUT") == before
+        assert os.environ["BULK_VISIBILITY_TIMEOUT"] == "1"
+    assert os.environ.get("BULK_VISIBILITY_TIMEOUT") == before
 
 
 # ---- DeadLetters, on the real Redis ------------------------------------------------

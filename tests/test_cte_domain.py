@@ -120,7 +120,10 @@ def test_gtins_of_12_13_and_14_digits_with_their_check_digit_pass() -> None:
     ({"seq": True}, ("seq", "int_type")),
     ({"seq": 0}, ("seq", "greater_than_equal")),
     ({"supplier_id": "SUP 001"}, ("supplier_id", "string_pattern_mismatch")),
-    ({"shipper": "ACME"}, ("shipper", "extra_forbidden")),
+    ({"unit_of_measure": "x" * 65}, ("unit_of_measure", "string_pattern_mismatch")),
+    ({"tlc_source_gln": "0614141000013"}, ("tlc_source_gln", "gln_check_digit")),
+    ({"event_type": "transformation", "input_lot_codes": ["SUP001-250601-0001", "SUP002-250601-0007"]},
+     ("", "transformation_keeps_input_lot")),
 ])
 def test_a_broken_payload_is_quarantined_naming_the_field_and_rule(changes: dict[str, Any],
                                                                     expected: tuple[str, str]) -> None:
@@ -670,3 +673,23 @@ def test_the_alerts_name_the_series_the_metrics_export() -> None:
     exported = {"cte_events_total", "cte_commit_latency_seconds_bucket", "cte_queue_depth"}
     for expression in metrics.ALERTS.values():
         assert set(re.findall(r"\bcte_[a-z_]+", expression)) <= exported, expression
+
+
+def test_an_unknown_field_is_kept_and_reported_not_fatal() -> None:
+    cte = event(shipper="ACME", carrier_ref={"scac": "ABCD"})
+    assert cte.unknown_fields == ("carrier_ref", "shipper")
+    assert cte.model_dump(mode="json")["shipper"] == "ACME"  # the ledger stores the payload as sent
+    assert event().unknown_fields == ()
+
+
+def test_the_rules_other_kdes_and_ctes_are_accepted_when_sent() -> None:
+    shipped = event(event_type="shipping", product_description="Romaine lettuce, whole head, 24 ct",
+                    tlc_source_gln="0614141000012", reference_document_type="BOL", reference_document_number="BOL-77812",
+                    subsequent_recipient_gln="0614141000012", unit_of_measure="cases (24 heads)")
+    assert (shipped.reference_document_type, shipped.subsequent_recipient_gln) == ("BOL", "0614141000012")
+    received = event(event_type="receiving", previous_source_gln="0614141000012", tlc_source_reference="farm-7 portal")
+    assert received.previous_source_gln == "0614141000012" and received.unknown_fields == ()
+    for kind in ("initial_packing", "first_land_based_receiving"):
+        assert event(event_type=kind).event_type == kind
+    made = event(event_type="transformation", lot_code="SUP001-250601-T001", input_lot_codes=["SUP001-250601-0001"])
+    assert made.input_lot_codes == ("SUP001-250601-0001",)

@@ -12,9 +12,10 @@ from celery.exceptions import Reject
 from sqlalchemy import func, select
 
 from case_studies.cte_ingestion import fixed, stand_ins, study
-from case_studies.cte_ingestion.events import CriticalTrackingEvent, Quarantined, generate, validate
+from case_studies.cte_ingestion.events import CriticalTrackingEvent, Quarantined, generate, idempotency_key, validate
 from case_studies.cte_ingestion.ledger import Ledger, LedgerCounts, TransientLedgerError
 from case_studies.cte_ingestion.metrics import CteMetrics, outcomes, read
+from case_studies.logs import read_events
 from lab import harness
 from lab.settings import amqp_name
 from lab.harness import RunReport
@@ -152,6 +153,21 @@ def test_the_burst_commits_every_valid_event_once_in_each_lots_order() -> None:
     counts = Ledger().counts()
     assert counts == LedgerCounts(committed=1915, quarantined=37, dead_lettered=4, dead_letters_pending=0,
                                   out_of_order_attempts=0, out_of_order_commits=0)
+    lines = read_events("ct", fixed.DECISIONS)  # every decision of the run, one JSON line each
+    assert all({"timestamp", "level", "event", "event_id", "lot_code", "supplier", "dry_run"} <= set(e) for e in lines)
+    assert not any(e["dry_run"] for e in lines)
+
+    def ids(event: str, **where: object) -> list[str]:
+        return [e["event_id"] for e in lines if e["event"] == event and all(e.get(k) == v for k, v in where.items())]
+
+    valid = {idempotency_key(e) for p in STREAM.payloads if isinstance(e := validate(p), CriticalTrackingEvent)}
+    assert len(set(ids("event_committed"))) == 1915 and set(ids("event_committed")) == valid
+    assert len(set(ids("event_quarantined"))) == 37
+    exhausted = ids("event_dead_lettered", reason="retries_exhausted")
+    held = ids("event_dead_lettered", reason="held behind its lot's dead letter")
+    assert len(exhausted) == 1 and len(held) == 3
+    assert set(ids("event_committed", replay=True)) == {*exhausted, *held}  # the replay commits the 4 once
+    assert len(ids("commit_retried")) + len([e for e in lines if e["event"] == "message_rolled_back"]) == 12
 
 
 @pytest.mark.usefixtures("real_services")
@@ -160,12 +176,19 @@ def test_the_writeup_reorders_lots_and_loses_the_exhausted_event() -> None:
     assert report.code == "ctw" and [c.label for c in report.checks] == ["CT2 write-up", "CT3 write-up"]
     counts = Ledger().counts()
     assert counts.committed == 1914 and counts.dead_lettered == 0 and counts.out_of_order_commits > 0
+    lines = read_events("ctw", "decisions")  # the write-up's line per decision; the lost event has none
+    assert all({"timestamp", "level", "event", "event_id", "lot_code", "supplier"} <= set(e) for e in lines)
+    committed = {e["event_id"] for e in lines if e["event"] == "cte_ingested" and e["outcome"] == "committed"}
+    assert len(committed) == 1914 and len({e["event_id"] for e in lines if e["event"] == "cte_quarantined"}) == 37
 
 
 @pytest.mark.usefixtures("real_services")
 def test_the_dry_run_cell_leaves_the_ledger_untouched() -> None:
     report = cell("dry_run", "fixed")
     assert [c.label for c in report.checks] == ["CT5"]
+    lines = read_events("ct", fixed.DECISIONS)
+    assert lines and all(e["dry_run"] is True for e in lines)  # each decision logged, marked as a dry run's
+    assert len({e["event_id"] for e in lines if e["event"] == "event_committed"}) == 1915
     assert Ledger().counts() == LedgerCounts(0, 0, 0, 0, 0, 0)
 
 

@@ -21,7 +21,8 @@ from pydantic import ValidationError
 from sqlalchemy.exc import StatementError
 
 from case_studies.severity_batch import claims, ledger
-from case_studies.severity_batch.claims import COLUMNS, MODEL_VERSION, POISON_KINDS, PoisonClaim, generate, parse, score
+from case_studies.severity_batch.claims import (COLUMNS, MODEL_VERSION, POISON_KINDS, THRESHOLDS, TIERS, PoisonClaim,
+                                                Thresholds, assess, generate, parse, score)
 from case_studies.severity_batch.ledger import Ledger, LedgerCounts
 from lab import settings
 from tests.namespaces import derived
@@ -88,7 +89,7 @@ def test_every_row_parses_to_what_the_batch_says() -> None:
     ({"coverage_limit": "-100000.00"}, "coverage_limit"),
     ({"coverage_limit": "0.00", "loss_amount": "0.00"}, "coverage_limit"),
     ({"peril": "earthquake"}, "peril"),
-    ({"loss_amount": "100000.01"}, "loss_amount 100000.01 exceeds coverage_limit 100000.00"),
+    ({"loss_amount": "-120.00"}, "loss_amount"),
     ({"reported_at": "2025-02-30"}, "reported_at"),
     ({"region_risk": "1.35"}, "region_risk"),
     ({"region_risk": ""}, "region_risk"),  # some features but not all: malformed, not featureless
@@ -140,7 +141,42 @@ def test_the_score_rises_with_the_loss_and_stays_in_bounds_at_the_extremes() -> 
     best = parse(clean_row(peril="theft", loss_amount="0.00", prior_claims="0", property_age_years="0",
                            region_risk="0.00"))
     assert worst is not None and best is not None
-    assert score(worst) == Decimal("0.9750") and score(best) == Decimal("0.1000")
+    assert score(worst) == Decimal("0.9183") and score(best) == Decimal("0.0600")
+
+
+def test_the_size_of_the_loss_counts_not_only_its_ratio_to_the_limit() -> None:
+    small = parse(clean_row(coverage_limit="10000.00", loss_amount="9000.00"))  # 90% of a small limit
+    large = parse(clean_row(coverage_limit="1000000.00", loss_amount="900000.00"))  # 90% of a large one
+    assert small is not None and large is not None
+    assert (assess(small).score, assess(small).tier) == (Decimal("0.5886"), "medium")
+    assert (assess(large).score, assess(large).tier) == (Decimal("0.7219"), "high")  # and a large loss: at least high
+
+
+def test_a_loss_above_its_limit_is_an_excess_of_limit_claim_scored_not_quarantined() -> None:
+    claim = parse(clean_row(coverage_limit="100000.00", loss_amount="100000.01"))
+    assert claim is not None
+    severity = assess(claim)
+    assert severity.excess_of_limit and severity.tier in ("high", "severe")
+    assert (severity.thresholds, severity.model) == (THRESHOLDS.version, MODEL_VERSION)
+    small = parse(clean_row(peril="theft", coverage_limit="1000.00", loss_amount="1500.00", prior_claims="0",
+                            property_age_years="0", region_risk="0.00"))
+    assert small is not None and assess(small).score < THRESHOLDS.medium and assess(small).tier == "high"  # floor
+
+
+def test_tiers_follow_the_versioned_thresholds_and_the_absolute_floors() -> None:
+    batch = generate(8, 2_000, poison_every=50, featureless_every=20)
+    parsed = [claim for row in batch.rows if row["claim_id"] not in batch.poison_ids
+              if (claim := parse(row)) is not None]
+    for claim in parsed:
+        s = assess(claim)
+        by_score = sum(1 for cut in (THRESHOLDS.medium, THRESHOLDS.high, THRESHOLDS.severe) if s.score >= cut)
+        floor = 3 if claim.loss_amount >= THRESHOLDS.catastrophic_loss else 2 if (
+            s.excess_of_limit or claim.loss_amount >= THRESHOLDS.large_loss) else 0
+        assert TIERS.index(s.tier) == (3 if floor == 3 else max(by_score, floor)), (claim, s)
+    stricter = Thresholds("tiers-test", Decimal("0.9"), Decimal("0.95"), Decimal("0.99"), Decimal(10**9),
+                          Decimal(10**9))
+    assert {assess(c, stricter).tier for c in parsed} == {"low"} and assess(parsed[0], stricter).thresholds == \
+        "tiers-test"
 
 
 # The ledger, on SQLite and PostgreSQL.

@@ -28,13 +28,32 @@ mistake of the write-up by a run of its code, and its fix by a run of this file.
 - ``replay``: the replayer is killed between its pop and the re-enqueue; the
   write-up loses the unit, and the unit it does replay is parsed and never
   forwarded (``parse_bl.delay`` has no chord, so no aggregate sees it);
-- ``resend``: the carrier re-sends the manifest under a new batch id; the
-  write-up's key (sha256 of batch id, B/L and raw segment) is new, so the TOS
-  books every B/L twice;
+- ``resend``: the carrier re-sends the manifest under a new batch id. The
+  write-up's forward is keyed on the B/L number, so a real B/L is booked once;
+  every unit it made a number up for is booked again under the new batch's
+  made-up number: the two consignments without ``RFF+BM`` and the phantom unit
+  of its split (its split on ``CNI+`` text makes 41 units of the 40
+  consignments: a shipper's name ending in ``TECNI`` is followed by ``+``, and
+  the piece from there carries that consignment's containers under
+  ``<batch>-28``; its own B/L is booked from a piece with no container);
 - ``aggregate_crash``: ``aggregate_batch`` is killed after its ``SET NX``; its
   redelivery finds the key and skips, and the batch is never forwarded;
 - ``slow_parse``: a parse that takes longer than ``visibility_timeout`` runs
-  twice at once, and its dead-letter is pushed twice;
+  again while it still runs (twice in most runs; a copy that waits unacked past
+  the timeout in turn is handed out a third time), and its dead-letter is pushed
+  once per run;
+- ``outage``: the whole container registry is down until every unit has used
+  its 1 + 4 attempts, longer than the write-up's whole backoff (1.5 s at the
+  lab's scale, 150 s as published); every unit's retries re-raise, the chord
+  fails and nothing is dead-lettered, so the replay has nothing to mend: the
+  manifest is lost until the carrier sends it again. Here every unit is
+  dead-lettered ``retries_exhausted``, the chord completes, and one replay
+  once the registry is back books every valid B/L once;
+- ``poison_replay``: one run of the write-up's replay pops its bad-check-digit
+  unit, re-enqueues it, the unit is dead-lettered again and popped again: 200
+  times, its bound, and the record is back in the list at the end. Here that
+  unit is booked (its container refused alone) and what only the carrier can
+  mend goes to the rejected list, which no replay reads;
 - in every run, a unit with ``RFF+BN`` only or no reference is booked by the
   write-up's code under a made-up ``<batch>-<index>`` number, although its text
   says such a unit is dead-lettered with a precise reason.
@@ -47,10 +66,11 @@ Fix:
   backoff and jitter); a unit whose retries run out is dead-lettered with the
   reason ``retries_exhausted`` and the chunk returns: the chord completes. One
   task per unit, the write-up's shape, is the chord's own cost:
-  ``bench/bench_bl.py`` on a quiet two-core machine booked a 4,000
-  consignment manifest end to end in 10.3 to 10.6 s in chunks of 50, against
-  32.8 to 33.5 s for the write-up's one task per unit (Celery's publish and
-  round trips per task; splitting the text with pydifact is 5.2 s of both);
+  ``bench/bench_bl.py`` on the lab's two-core machine, shared with other
+  runs (load average about 4), took a 4,000 consignment manifest end to end
+  in 12.8 s in chunks of 50 (4.7 s of it the dispatch: pydifact's split and
+  the chord), against 57.2 s for the write-up's one task per unit (19.5 s of
+  it sending 4,114 messages; Celery's publish and round trips per task);
 - ``@enveloped`` (FM-1) on ``parse_units``: a chunk that fails for good (its
   ``time_limit``, FM-6) is an envelope, the chord completes, and
   ``aggregate_batch`` dead-letters its units with the envelope's reason;
@@ -66,7 +86,11 @@ Fix:
 - ``visibility_timeout`` sized above the hard deadline (FM-6's ``time_limit``)
   and the longest retry countdown, and every side effect keyed
   (``DeadLetters.put`` once per key; the TOS once per key);
-- a unit with no B/L is rejected with its reason (``manifest.parse_unit``).
+- a unit with no B/L is rejected with its reason (``manifest.parse_unit``); a
+  container with a bad check digit is refused alone (one ``container_rejected``
+  line), and its B/L is booked with its other containers;
+- the manifest's bytes are decoded in the character set its ``UNB`` names
+  (``manifest.decode_interchange``), never with replacement.
 
 Two lists: ``dead`` holds what a replay can mend (a registry down past the
 retries, a container the registry did not know yet); ``rejected`` holds what
@@ -103,8 +127,8 @@ from celery.result import AsyncResult
 
 from case_studies.bl_ingestion.dead_letters import DeadLetters
 from case_studies.bl_ingestion.logs import event_log
-from case_studies.bl_ingestion.manifest import (UnitRejected, bill_of_lading, consignment_key, parse_unit, split,
-                                                unit_key)
+from case_studies.bl_ingestion.manifest import (MalformedInterchange, UnitRejected, bill_of_lading, consignment_key,
+                                                encode_interchange, parse_unit, split, unit_key)
 from case_studies.bl_ingestion.stand_ins import (RegistryUnavailable, Terminal, UnitRef, UnknownContainer, crash_point,
                                                  registry, run_of, unit_name)
 from lab.app import lab_app
@@ -178,6 +202,10 @@ def parse_one(unit: UnitRef) -> Parsed:
         consignment = parse_unit(unit["raw"])  # pydifact segments, ISO 6346 check digits (python-stdnum)
     except UnitRejected as exc:  # fix: a precise reason, in the rejected list (only the carrier can mend it)
         return park(unit, rejected, exc.reason, str(exc), exc.bl_number)
+    for refused in consignment.rejected_containers:  # fix: a bad container is refused alone, the B/L goes on
+        event_log(run_of(unit)).warning("container_rejected", batch_id=unit["batch"], bl_number=consignment.bl_number,
+                                         unit=unit["index"], container=refused.number, reason=refused.reason,
+                                         detail=refused.detail)
     return {"doc": unit_name(unit["batch"], unit["index"]), "batch": unit["batch"], "status": "ok",
             "bl": consignment.bl_number,
             "key": consignment_key(unit["carrier"], consignment.bl_number)}  # fix: the consignment, not the batch
@@ -260,10 +288,20 @@ def replay_dead_letters(self: Task[Any, Any], limit: int = 1000) -> str | None:
 
 
 @app.task(bind=True)
-def dispatch_manifest(self: Task[Any, Any], text: str, batch_id: str, run_id: str, chunk_size: int = CHUNK_SIZE) -> str:
-    """Split the manifest (pydifact) and send the chord; returns the chord body's task id."""
+def dispatch_manifest(self: Task[Any, Any], payload: bytes, batch_id: str, run_id: str,
+                      chunk_size: int = CHUNK_SIZE) -> str:
+    """Decode the manifest's bytes in the character set its UNB names, split it (pydifact) and send the chord;
+    returns the chord body's task id. A manifest that cannot be read whole is refused whole, with its reason."""
+    try:
+        found = split(payload)  # fix: the UNB's character set, not UTF-8 with replacement
+    except MalformedInterchange as exc:
+        event_log(run_id).error("manifest_rejected", batch_id=batch_id, bl_number=None, reason=exc.reason,
+                                detail=exc.detail, size=len(payload))
+        raise
     units = [UnitRef(doc=f"{run_id}/{unit_name(batch_id, u.index)}", batch=batch_id, carrier=u.carrier, index=u.index,
-                     raw=u.raw) for u in split(text)]
+                     raw=u.raw) for u in found]
+    event_log(run_id).info("manifest_dispatched", batch_id=batch_id, bl_number=None, units=len(units),
+                           chunks=-(-len(units) // chunk_size), size=len(payload))
     return str(dispatch(units, batch_id, run_id, chunk_size).id)
 
 
@@ -287,9 +325,11 @@ def dispatch(units: list[UnitRef], batch_id: str, run_id: str, chunk_size: int =
     return chord(header)(aggregate_batch.s(batch_id, run_id))
 
 
-def submit(text: str, batch_id: str, run_id: str, chunk_size: int = CHUNK_SIZE) -> AsyncResult[Any]:
-    """Send the manifest to ``dispatch_manifest``; its result is the chord body's task id."""
-    return dispatch_manifest.delay(text, batch_id, run_id, chunk_size)
+def submit(manifest: str | bytes, batch_id: str, run_id: str, chunk_size: int = CHUNK_SIZE) -> AsyncResult[Any]:
+    """Send the manifest's bytes (text is encoded in the character set its UNB names) to ``dispatch_manifest``;
+    its result is the chord body's task id."""
+    payload = encode_interchange(manifest) if isinstance(manifest, str) else manifest
+    return dispatch_manifest.delay(payload, batch_id, run_id, chunk_size)
 
 
 def replay() -> AsyncResult[Any]:

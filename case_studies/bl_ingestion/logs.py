@@ -1,59 +1,21 @@
-"""One JSON object per line: the structured log of case study 2 (structlog).
-
-Every line holds ``timestamp`` (ISO 8601, UTC), ``level``, ``event`` (the name the
-caller logs, ``unit_dead_lettered``) and what is bound or passed: the case study
-gives each line ``batch_id`` and ``bl_number`` (null for a unit without a B/L).
-Checks read the lines back and assert on keys, never on wording.
-
-- ``json_logger(file=None, **context)``: a logger writing to ``file`` (stderr by
-  default, looked up when called, so pytest's capture sees it);
-- ``bl_logger(batch_id, bl_number, file=None, **context)``: the same, bound to one
-  consignment;
-- ``event_log(run_id, folder=None)``: a lab run's log, the file
-  ``event_log_path(run_id)`` (``.lab/<namespace>/events/bl-<run>.jsonl`` unless
-  ``folder`` is given) opened for appending: each line is a single ``write`` of
-  the whole line, so the worker processes of a run share the file without
-  interleaving lines. ``close_event_logs()`` closes this process's handles;
-- ``read_json_lines(source)``: the objects of such a file or stream, in order; a
-  line that is not a JSON object raises ``ValueError`` naming it.
-
-No global configuration: each logger is built by ``structlog.wrap_logger`` with
-its own processors and wrapper class, so ``structlog.configure`` elsewhere does
-not change these lines, and nothing here changes anyone else's logging.
-"""
+"""Case study 2's structured log (``case_studies.logs``): every line carries ``batch_id`` and ``bl_number``
+(null for a unit without a B/L); a lab run's lines are ``.lab/<namespace>/events/bl-<run>.jsonl``."""
 
 from __future__ import annotations
 
-import json
-import logging
-import sys
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
-import structlog
-from structlog.typing import FilteringBoundLogger, Processor
+from structlog.typing import FilteringBoundLogger
 
-from lab.settings import NAMESPACE
+from case_studies import logs
+from case_studies.logs import close_event_logs, json_logger, read_json_lines
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-LOG_KEYS = ("timestamp", "level", "event", "batch_id", "bl_number")
+__all__ = ["LOG_KEYS", "bl_logger", "close_event_logs", "event_log", "event_log_path", "json_logger", "read_events",
+           "read_json_lines"]
+
+LOG_KEYS = (*logs.BASE_KEYS, "batch_id", "bl_number")
 """The keys every line of the case study carries."""
-
-_PROCESSORS: list[Processor] = [
-    structlog.processors.add_log_level,
-    structlog.processors.TimeStamper(fmt="iso", utc=True),
-    structlog.processors.format_exc_info,  # log.exception(...): the traceback as a string field
-    structlog.processors.JSONRenderer(),
-]
-_WRAPPER = structlog.make_filtering_bound_logger(logging.DEBUG)
-_EVENT_FILES: dict[Path, TextIO] = {}
-
-
-def json_logger(file: TextIO | None = None, **context: Any) -> FilteringBoundLogger:
-    """A logger that writes one JSON object per line to ``file`` (default: ``sys.stderr``), ``context`` bound."""
-    logger = structlog.wrap_logger(structlog.WriteLogger(sys.stderr if file is None else file), processors=_PROCESSORS,
-                                   wrapper_class=_WRAPPER, context_class=dict, cache_logger_on_first_use=False)
-    return cast(FilteringBoundLogger, logger).bind(**context)  # wrap_logger is typed Any: its wrapper is _WRAPPER
 
 
 def bl_logger(batch_id: str, bl_number: str | None, file: TextIO | None = None, **context: Any) -> FilteringBoundLogger:
@@ -62,50 +24,12 @@ def bl_logger(batch_id: str, bl_number: str | None, file: TextIO | None = None, 
 
 
 def event_log_path(run_id: str, folder: Path | None = None) -> Path:
-    """Where ``event_log(run_id, folder)`` writes."""
-    return (folder or ROOT / ".lab" / NAMESPACE / "events") / f"bl-{run_id}.jsonl"
+    return logs.event_log_path("bl", run_id, folder)
 
 
 def event_log(run_id: str, folder: Path | None = None) -> FilteringBoundLogger:
-    """The logger of lab run ``run_id`` (stderr for an empty ``run_id``: a unit outside the lab's runs)."""
-    if not run_id:
-        return json_logger()
-    path = event_log_path(run_id, folder)
-    file = _EVENT_FILES.get(path)
-    if file is None or file.closed:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        file = _EVENT_FILES[path] = path.open("a", encoding="utf-8")
-    return json_logger(file)
-
-
-def close_event_logs() -> None:
-    """Close the files ``event_log`` opened in this process (the next ``event_log`` opens them again)."""
-    while _EVENT_FILES:
-        _, file = _EVENT_FILES.popitem()
-        file.close()
-
-
-def read_json_lines(source: Path | str | TextIO) -> list[dict[str, Any]]:
-    """The JSON objects of ``source`` (a path or an open text stream), one per non-blank line, in order."""
-    if isinstance(source, (str, Path)):
-        with Path(source).open(encoding="utf-8") as file:
-            return read_json_lines(file)
-    name = getattr(source, "name", "<stream>")
-    records: list[dict[str, Any]] = []
-    for number, line in enumerate(source, start=1):
-        if not line.strip():
-            continue
-        try:
-            value: object = json.loads(line)
-        except json.JSONDecodeError:
-            value = None
-        if not isinstance(value, dict):
-            raise ValueError(f"{name}:{number}: not a JSON object: {line.strip()[:80]!r}")
-        records.append(cast(dict[str, Any], value))
-    return records
+    return logs.event_log("bl", run_id, folder)
 
 
 def read_events(run_id: str, folder: Path | None = None) -> list[dict[str, Any]]:
-    """The lines ``event_log(run_id, folder)`` wrote, in order; [] when it wrote none."""
-    path = event_log_path(run_id, folder)
-    return read_json_lines(path) if path.exists() else []
+    return logs.read_events("bl", run_id, folder)

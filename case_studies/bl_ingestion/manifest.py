@@ -23,19 +23,29 @@ starts at a ``CNI`` segment and runs to the next ``CNI`` or to the message's
   dispatched.
 - ``parse_unit(unit)``: a ``Consignment``, or ``UnitRejected`` with a short
   ``reason`` code and a sentence (``detail``): the B/L reference first (without it
-  nothing can be booked), then each segment's shape, then the ISO 6346 check
-  digits (``python-stdnum``). Every rejection is the carrier's to mend: retrying
-  it cannot help.
+  nothing can be booked: ``RFF+BM``, else the ``CNI``'s document number), then
+  each segment's shape. Every rejection is the carrier's to mend: retrying it
+  cannot help. A container whose ISO 6346 check digit (``python-stdnum``) is
+  wrong is refused on its own (``Consignment.rejected_containers``, with its
+  reason): the B/L and its other containers are not.
+- What real senders send, and this module reads: an ``NAD`` that names its party
+  by a code alone or by unstructured lines alone; a B/L in the ``CNI``; gross
+  weights as ``MEA+AAE+G``, ``MEA+WT+G`` (a goods item's) or ``MEA+WT+AAD`` (the
+  consignment's total, which wins over the items' sum), in KGM or TNE; bytes in
+  the character set the ``UNB`` syntax identifier names (``CHARSETS``: UNOA/UNOB
+  ASCII, UNOC ISO 8859-1, ..., UNOW/UNOY UTF-8; ``decode_interchange``) with or
+  without a UTF-8 byte order mark; segments one per line.
 - ``consignment_key``: sha256 of the carrier (the ``UNB`` sender) and the B/L
   number. A B/L number is unique for the carrier that issued it, so the pair names
   the consignment in every manifest that carries it. Not the batch id: a re-sent
   manifest comes under a new one. Not the raw segment: a re-send may differ in a
   segment that does not change the consignment (here the ETA's ``DTM``).
   ``unit_key`` (carrier and raw text) names a unit that has no B/L to key on.
-- The write-up's versions, run as published: ``writeup_key`` (sha256 of batch id,
-  B/L number and raw segment: a re-sent manifest books every B/L twice),
-  ``writeup_bl_number`` (``RFF+BM``, else a made-up ``<batch>-<index>``),
-  ``check_containers`` (its only validation).
+- ``check_containers(unit)``: every ``EQD+CN`` number of a unit checked with ISO
+  6346, nothing else (``BadContainerNumber`` naming the first bad one).
+
+The write-up's own split, B/L regular expression and key are in ``writeup.py``,
+as it publishes them.
 
 Why a parser and not ``text.split("CNI+")``: text is free to contain ``CNI+``. A
 shipper's name that ends in ``...TECNI`` is followed by the ``+`` that separates it
@@ -58,7 +68,7 @@ import functools
 import hashlib
 import random
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -77,7 +87,7 @@ from stdnum.exceptions import InvalidChecksum
 from stdnum.exceptions import ValidationError as NumberInvalid
 
 Reason = Literal["booking_only", "no_reference", "bad_check_digit", "bad_container", "malformed_segment",
-                 "malformed_interchange"]
+                 "malformed_interchange", "bad_encoding"]
 """Why input was refused, as a code to count and route by; the sentence is the error's ``detail``."""
 
 
@@ -144,16 +154,31 @@ class Unit(BaseModel):
 
 
 class Party(BaseModel):
-    """An ``NAD`` party: ``CZ`` shipper (consignor), ``CN`` consignee, ``N1`` notify party."""
+    """An ``NAD`` party: ``CZ`` shipper (consignor), ``CN`` consignee, ``N1`` notify party.
+
+    A sender identifies a party by a code (C082, ``NAD+CZ+5412345000013::9``), by unstructured name-and-address
+    lines (C058, ``NAD+CN++ACME LTD:1 DOCK ROAD:HULL``), by a structured name and address (C080 and on), or by
+    several of them; one is enough. ``name`` is the structured name, else the C058 lines; '' when only a code."""
 
     model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
 
     role: str = Field(pattern=r"^[A-Z0-9]{1,3}$")
-    name: str = Field(min_length=1, max_length=350)
+    code: str | None = Field(default=None, max_length=35)
+    name: str = Field(max_length=350)
     street: str
     city: str
     postcode: str
     country: str = Field(pattern=r"^([A-Z]{2})?$")
+
+
+class RejectedContainer(BaseModel):
+    """A container of a consignment that failed ISO 6346: the container is refused, the B/L is not."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+    number: str
+    reason: Literal["bad_check_digit", "bad_container"]
+    detail: str
 
 
 class Consignment(BaseModel):
@@ -169,6 +194,7 @@ class Consignment(BaseModel):
     booking: str | None
     parties: tuple[Party, ...]
     containers: tuple[ContainerNumber, ...]
+    rejected_containers: tuple[RejectedContainer, ...] = ()  # refused one by one, each with its reason
     goods_items: int = Field(ge=0)
     packages: int = Field(ge=0)
     gross_weight_kg: Decimal = Field(ge=0)
@@ -241,6 +267,67 @@ def _part(segment: _Segment, element: int, component: int = 0) -> str:
     return parts[component] if component < len(parts) else ""
 
 
+# --- bytes to text ------------------------------------------------------------------------------------------------
+
+CHARSETS: Mapping[str, str] = {
+    "UNOA": "ascii", "UNOB": "ascii",  # ISO 646 subsets (A: upper case only; not enforced here)
+    "UNOC": "iso8859-1", "UNOD": "iso8859-2", "UNOE": "iso8859-5", "UNOF": "iso8859-7", "UNOG": "iso8859-3",
+    "UNOH": "iso8859-4", "UNOI": "iso8859-6", "UNOJ": "iso8859-8", "UNOK": "iso8859-9",
+    "UNOW": "utf-8", "UNOY": "utf-8",  # ISO 10646-1; senders encode UNOY as UTF-8
+}
+"""The character set each ``UNB`` syntax identifier (0001) names, as Python's codec."""
+UTF8_BOM = b"\xef\xbb\xbf"
+_SYNTAX_ID = re.compile(rb"UNB(.)(UNO[A-Z])")  # after UNB, its data separator, then the syntax identifier
+
+
+def charset(data: bytes | str) -> tuple[str, str]:
+    """``(syntax identifier, codec)`` the interchange's ``UNB`` names; ``MalformedInterchange`` when it names
+    none (``malformed_interchange``) or one this parser does not know (``bad_encoding``)."""
+    head = data[:512] if isinstance(data, bytes) else data[:512].encode("ascii", errors="replace")
+    found = _SYNTAX_ID.search(head)
+    if found is None:
+        raise MalformedInterchange("malformed_interchange", "no UNB syntax identifier (UNOA, UNOC, ...) in the "
+                                   "interchange's first 512 bytes")
+    syntax = found.group(2).decode("ascii")
+    if syntax not in CHARSETS:
+        raise MalformedInterchange("bad_encoding", f"the UNB syntax identifier {syntax} names a character set this "
+                                   f"parser does not read (it reads {', '.join(CHARSETS)})")
+    return syntax, CHARSETS[syntax]
+
+
+def decode_interchange(data: bytes) -> str:
+    """The interchange's text, decoded in the character set its ``UNB`` names, a leading UTF-8 byte order mark
+    dropped (editors and some senders' tools write one whatever the character set). A byte that is not in that
+    character set refuses the whole interchange (``bad_encoding``, naming the byte and where it is): decoding with
+    replacement would book a name the sender did not send."""
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM):]
+    syntax, codec = charset(data)
+    try:
+        return data.decode(codec)
+    except UnicodeDecodeError as error:
+        byte = data[error.start]
+        raise MalformedInterchange("bad_encoding", f"byte 0x{byte:02X} at offset {error.start} is not {syntax} "
+                                   f"({codec}), the character set the UNB names") from None
+
+
+def encode_interchange(text: str) -> bytes:
+    """``text`` as the bytes a sender sends: in the character set its ``UNB`` names (the inverse of
+    ``decode_interchange``)."""
+    syntax, codec = charset(text)
+    try:
+        return text.encode(codec)
+    except UnicodeEncodeError as error:
+        raise MalformedInterchange("bad_encoding", f"{text[error.start]!r} at {error.start} cannot be sent as "
+                                   f"{syntax} ({codec})") from None
+
+
+def _as_text(data: str | bytes) -> str:
+    if isinstance(data, bytes):
+        return decode_interchange(data)
+    return data[1:] if data.startswith("\ufeff") else data  # a BOM decoded along with the text
+
+
 # --- the split ----------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -265,8 +352,9 @@ def _envelope(unb: _Segment) -> Envelope:
     return env
 
 
-def envelope(text: str) -> Envelope:
-    """The interchange's ``UNB``, read without tokenising the rest."""
+def envelope(text: str | bytes) -> Envelope:
+    """The interchange's ``UNB``, read without tokenising the rest (bytes are decoded as ``split`` does)."""
+    text = _as_text(text)
     try:
         for segment in _read(text):
             if segment.tag == "UNB":
@@ -277,10 +365,11 @@ def envelope(text: str) -> Envelope:
     raise MalformedInterchange("malformed_interchange", "the interchange does not start with a UNB header")
 
 
-def split(text: str) -> list[Unit]:
-    """One ``Unit`` per ``CNI`` group of every message, in order, indices from 0."""
+def split(text: str | bytes) -> list[Unit]:
+    """One ``Unit`` per ``CNI`` group of every message, in order, indices from 0. Bytes are decoded in the character
+    set the ``UNB`` names (``decode_interchange``); a leading byte order mark is dropped."""
     try:
-        return _split(text)
+        return _split(_as_text(text))
     except _Unreadable as error:
         raise MalformedInterchange("malformed_interchange", f"not an EDIFACT interchange: {error}") from None
 
@@ -356,7 +445,9 @@ def _unit_segments(raw: str) -> list[_Segment]:
 
 
 def _references(segments: list[_Segment]) -> tuple[str | None, str | None]:
-    """``(RFF+BM, RFF+BN)``: the bill of lading and the booking number, None when absent."""
+    """``(bill of lading, booking number)``, None when absent. The B/L is ``RFF+BM``'s number, else the document
+    number of the group's ``CNI`` (``CNI+1+MEDU1234567``: some senders carry the transport document there); the
+    booking number is ``RFF+BN``'s."""
     found: dict[str, str] = {}
     for segment in segments:
         if segment.tag == "RFF" and (qualifier := _part(segment, 0)) in ("BM", "BN"):
@@ -366,14 +457,15 @@ def _references(segments: list[_Segment]) -> tuple[str | None, str | None]:
             if found.setdefault(qualifier, number) != number:
                 raise MalformedSegment("malformed_segment", f"two RFF+{qualifier} numbers in one consignment: "
                                        f"{found[qualifier]} and {number}", found.get("BM"))
-    return found.get("BM"), found.get("BN")
+    cni = _part(segments[0], 1) if segments and segments[0].tag == "CNI" else ""
+    return found.get("BM") or cni or None, found.get("BN")
 
 
 def _missing_bl(booking: str | None) -> MissingBillOfLading:
     if booking is not None:
         return MissingBillOfLading("booking_only", "booking reference RFF+BN but no bill of lading RFF+BM "
                                    f"(booking {booking})")
-    return MissingBillOfLading("no_reference", "no RFF+BM bill of lading reference")
+    return MissingBillOfLading("no_reference", "no RFF+BM bill of lading reference")  # nor a CNI document number
 
 
 def _container(number: str, bl_number: str | None) -> str:
@@ -403,43 +495,77 @@ def parse_unit(unit: Unit | str) -> Consignment:
     parties: list[Party] = []
     numbers: list[str] = []
     goods_items = packages = 0
-    weight = Decimal(0)
+    item_weight, total_weight = Decimal(0), None  # the goods items' gross weights; the consignment's own total
     for segment in segments[1:]:
         match segment.tag:
             case "CNI":
                 raise malformed("a second CNI segment inside one consignment unit")
             case "NAD":
-                role, name = _part(segment, 0), " ".join(c for c in _components(segment, 3) if c)  # name lines
-                if not name:
-                    raise malformed(f"NAD+{role} has no party name")
-                try:
-                    parties.append(Party(role=role, name=name, street=_part(segment, 4), city=_part(segment, 5),
-                                         postcode=_part(segment, 7), country=_part(segment, 8)))
-                except ValidationError as error:  # a country or role of the wrong shape
-                    raise malformed(f"NAD+{role}: {_problem(error)}") from None
+                parties.append(_party(segment, malformed))
             case "GID":
                 count = _part(segment, 1)
                 if not _COUNT.fullmatch(count):
                     raise malformed(f"GID+{_part(segment, 0)}: number of packages {count!r} is not a whole number")
                 goods_items, packages = goods_items + 1, packages + int(count)
-            case "MEA" if _part(segment, 0) == "AAE" and _part(segment, 1) == "G":
-                unit_code, value = _part(segment, 2, 0), _part(segment, 2, 1)
-                if unit_code != "KGM" or not _WEIGHT.fullmatch(value):
-                    raise malformed(f"MEA gross weight {value!r} {unit_code!r} is not kilograms as a number "
-                                    "(KGM; one decimal mark, no thousands separator)")
-                weight += Decimal(value.replace(",", "."))
+            case "MEA" if (kind := _weight_kind(segment)) is not None:
+                kilograms = _kilograms(segment, malformed)
+                if kind == "item":
+                    item_weight += kilograms
+                else:
+                    total_weight = (total_weight or Decimal(0)) + kilograms
             case "EQD" if _part(segment, 0) == "CN":
                 if not (number := _part(segment, 1)):
                     raise malformed("EQD+CN has no container number")
                 numbers.append(number)
             case _:  # DTM, FTX, ...: nothing this pipeline forwards
                 pass
-    containers = tuple(_container(number, bl_number) for number in numbers)
+    containers: list[str] = []
+    refused: list[RejectedContainer] = []
+    for number in numbers:  # a bad container is refused on its own; the B/L and its other containers go on
+        try:
+            containers.append(_container(number, bl_number))
+        except BadContainerNumber as error:
+            refused.append(RejectedContainer(number=number, reason=cast(Literal["bad_check_digit", "bad_container"],
+                                                                        error.reason), detail=error.detail))
     try:
         return Consignment(carrier=carrier, index=index, bl_number=bl_number, booking=booking, parties=tuple(parties),
-                           containers=containers, goods_items=goods_items, packages=packages, gross_weight_kg=weight)
+                           containers=tuple(containers), rejected_containers=tuple(refused), goods_items=goods_items,
+                           packages=packages,
+                           gross_weight_kg=total_weight if total_weight is not None else item_weight)
     except ValidationError as error:  # a B/L number longer than RFF's 70 characters
         raise malformed(_problem(error)) from None
+
+
+_ITEM_WEIGHTS = {("AAE", "G"), ("WT", "G"), ("WT", "AAB")}  # a goods item's gross weight (G; AAB: its item weight)
+_TOTAL_WEIGHTS = {("WT", "AAD"), ("AAE", "AAD")}  # the consignment's gross weight (AAD)
+_TO_KILOGRAMS = {"KGM": Decimal(1), "TNE": Decimal(1000)}
+
+
+def _weight_kind(segment: _Segment) -> Literal["item", "total"] | None:
+    """Which gross weight an ``MEA`` gives: a goods item's, the consignment's total, or none (None)."""
+    pair = (_part(segment, 0), _part(segment, 1))
+    return "item" if pair in _ITEM_WEIGHTS else "total" if pair in _TOTAL_WEIGHTS else None
+
+
+def _kilograms(segment: _Segment, malformed: Callable[[str], MalformedSegment]) -> Decimal:
+    unit_code, value = _part(segment, 2, 0), _part(segment, 2, 1)
+    if unit_code not in _TO_KILOGRAMS or not _WEIGHT.fullmatch(value):
+        raise malformed(f"MEA+{_part(segment, 0)}+{_part(segment, 1)} gross weight {value!r} {unit_code!r} is not "
+                        "a number of KGM or TNE (one decimal mark, no thousands separator)")
+    return Decimal(value.replace(",", ".")) * _TO_KILOGRAMS[unit_code]
+
+
+def _party(segment: _Segment, malformed: Callable[[str], MalformedSegment]) -> Party:
+    """An ``NAD``: identified by a code (C082), unstructured lines (C058), a structured name (C080), or several."""
+    role, code = _part(segment, 0), _part(segment, 1) or None
+    name = " ".join(c for c in _components(segment, 3) if c) or " ".join(c for c in _components(segment, 2) if c)
+    if not name and not code:
+        raise malformed(f"NAD+{role} identifies no party: no party code (C082), no name and address (C058, C080)")
+    try:
+        return Party(role=role, code=code, name=name, street=_part(segment, 4), city=_part(segment, 5),
+                     postcode=_part(segment, 7), country=_part(segment, 8))
+    except ValidationError as error:  # a country or role of the wrong shape
+        raise malformed(f"NAD+{role}: {_problem(error)}") from None
 
 
 def _problem(error: ValidationError) -> str:
@@ -503,24 +629,8 @@ def unit_key(item: Unit | str, raw: str | None = None, /) -> str:
     return _digest(item, raw)
 
 
-def writeup_key(batch_id: str, bl_number: str, raw: str) -> str:
-    """The write-up's idempotency key: sha256 of batch id, B/L number and raw segment. A re-sent manifest has a new
-    batch id (and may differ in a DTM), so each of its consignments gets a new key and is booked again."""
-    return _digest(batch_id, bl_number, raw)
-
-
-def writeup_bl_number(unit: Unit | str, batch_id: str, index: int | None = None) -> str:
-    """The write-up's B/L number: ``RFF+BM``, else a made-up ``<batch>-<index>`` (``index`` is needed, and only
-    used, when ``unit`` is raw text). The made-up number names no bill of lading, and another one in every batch."""
-    if isinstance(unit, Unit):
-        index = unit.index
-    elif index is None:
-        raise TypeError("writeup_bl_number(raw, batch_id, index): the unit's index is missing")
-    return bill_of_lading(unit) or f"{batch_id}-{index}"
-
-
 def check_containers(unit: Unit | str) -> tuple[str, ...]:
-    """The write-up's validation: every ``EQD+CN`` number passes ISO 6346, else ``BadContainerNumber``."""
+    """Every ``EQD+CN`` number of the unit passes ISO 6346, else ``BadContainerNumber``."""
     segments = _unit_segments(unit if isinstance(unit, str) else unit.raw)
     bl_number = _references(segments)[0]
     return tuple(_container(_part(s, 1), bl_number) for s in segments if s.tag == "EQD" and _part(s, 0) == "CN")
@@ -536,7 +646,8 @@ ends in ``CNI``, or one where ``?'`` comes right before ``CNI``; ``malformed``: 
 the letter O for a zero, a weight with a thousands separator, an ``EQD+CN`` without its number."""
 DEVIATION_KINDS: tuple[DeviationKind, ...] = get_args(DeviationKind)
 EXPECTED_REASON: Mapping[DeviationKind, Reason | None] = {
-    "booking_only": "booking_only", "no_reference": "no_reference", "bad_check_digit": "bad_check_digit",
+    "booking_only": "booking_only", "no_reference": "no_reference",
+    "bad_check_digit": None,  # the container is refused (``Consignment.rejected_containers``), not the B/L
     "escaped_text": None, "malformed": "malformed_segment",
 }
 

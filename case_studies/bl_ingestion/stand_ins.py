@@ -15,7 +15,8 @@ Not the lesson and not a fix: what production has outside the Celery program.
   four retries and a replay finds the registry back); ``FAIL`` answers "unknown
   container" on the first call (a registry that lags behind the carrier's
   booking: a replay finds it); ``SOFT_HANG`` answers after ``SLOW_SECONDS`` on
-  the first call;
+  the first call; and an outage of the whole registry (``plan_outage``): every
+  call refused, whatever the unit, until the runner ends it (``end_outage``);
 - ``Terminal``: the terminal operating system that books each B/L. It records
   every call, and books an idempotency key once (``book``). It stands in for the
   real one's booking API, which takes a client reference it deduplicates on;
@@ -48,6 +49,14 @@ class UnknownContainer(Exception):
     """The registry does not know a container of the unit (yet)."""
 
 
+class UnitName(TypedDict):
+    """What the stand-ins need of a unit, of either program: its ``doc``, batch and index."""
+
+    doc: str  # <run>/<batch>-blNNNN
+    batch: str  # the manifest's batch id
+    index: int  # the unit's position in the manifest (0-based)
+
+
 class UnitRef(TypedDict):
     doc: str  # <run>/<batch>-blNNNN
     batch: str  # the manifest's batch id
@@ -60,12 +69,12 @@ def unit_name(batch: str, index: int) -> str:
     return f"{batch}-bl{index:04d}"
 
 
-def run_of(unit: UnitRef) -> str:
+def run_of(unit: UnitName) -> str:
     found = split_doc_id(unit["doc"])
     return found[0] if found else ""
 
 
-def registry(unit: UnitRef) -> None:
+def registry(unit: UnitName) -> None:
     """Ask the container registry about the unit's containers (the lab: misbehave as planned)."""
     run = RunRecorder(run_of(unit))
     name = unit_name(unit["batch"], unit["index"])
@@ -73,7 +82,10 @@ def registry(unit: UnitRef) -> None:
     pipe.incr(run.prefix + f"registry-calls:{name}")
     pipe.expire(run.prefix + f"registry-calls:{name}", TTL_SECONDS)
     pipe.get(run.prefix + f"doc:{name}")  # the scenario's fault, in the lab's document store
-    attempt, _, text = cast(tuple[int, bool, str | None], tuple(pipe.execute()))
+    pipe.get(run.prefix + "registry-down")  # an outage of the whole registry (``plan_outage``)
+    attempt, _, text, down = cast(tuple[int, bool, str | None, str | None], tuple(pipe.execute()))
+    if down is not None:
+        raise RegistryUnavailable(f"connection refused by the container registry: it is down (attempt {attempt})")
     fault = fault_in(str(text or ""))
     if fault is None:
         return
@@ -83,6 +95,20 @@ def registry(unit: UnitRef) -> None:
         raise UnknownContainer("the container registry does not know this unit's containers yet")
     if fault.kind == "SOFT_HANG" and attempt == 1:
         time.sleep(SLOW_SECONDS)
+
+
+def plan_outage(run_id: str) -> None:
+    """The whole container registry refuses every connection, whatever the unit, until ``end_outage``."""
+    run = RunRecorder(run_id)
+    run.r.set(run.prefix + "registry-down", repr(time.time()), ex=TTL_SECONDS)
+
+
+def end_outage(run_id: str) -> float:
+    """The registry answers again; how long it was down (seconds)."""
+    run = RunRecorder(run_id)
+    since = run.get("registry-down")
+    run.r.delete(run.prefix + "registry-down")
+    return time.time() - float(since) if since else 0.0
 
 
 def registry_calls(run_id: str, name: str) -> int:

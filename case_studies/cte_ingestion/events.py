@@ -8,7 +8,8 @@ r"""Critical Tracking Events (FSMA 204): the contract, its idempotency key, and 
 - ``generate(seed, events, ...)``: what producers send (JSON-shaped dicts) and the ground truth a
   check needs: which payloads are invalid and why, which are resends, each lot's order.
 
-The contract is strict (pydantic strict mode, unknown fields refused, frozen) and the wire format
+The contract is strict (pydantic strict mode, frozen; an unknown field is kept as sent and named by
+``unknown_fields``, for the caller to report, never fatal) and the wire format
 is JSON: ``validate`` reads a dict as the JSON it stands for, so ``"2025-03-03T05:00:00Z"`` is a
 time, ``"12.50"`` a quantity and ``"1"`` is not a sequence number.
 
@@ -48,11 +49,14 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal, TypeAlias, TypedDict, cast, get_args
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, \
-    ValidationInfo, field_validator
+    ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from stdnum import ean
 
-CteType = Literal["harvesting", "cooling", "shipping", "receiving", "transformation"]
+CteType = Literal["harvesting", "cooling", "initial_packing", "first_land_based_receiving", "shipping", "receiving",
+                  "transformation"]
+"""The Food Traceability Rule's Critical Tracking Events: harvesting, cooling, initial packing, first land-based
+receiving (of food obtained from a fishing vessel), shipping, receiving, transformation."""
 CTE_TYPES: tuple[CteType, ...] = get_args(CteType)
 
 CLOCK_SKEW = timedelta(minutes=5)
@@ -124,7 +128,7 @@ class Clock:
 class CriticalTrackingEvent(BaseModel):
     """One CTE with its Key Data Elements. Strict: a value of the wrong shape is an error, not a guess."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)  # an unknown field is kept and reported
 
     supplier_id: str = Field(pattern=SUPPLIER_PATTERN)
     lot_code: KeyPart  # the traceability lot code
@@ -133,9 +137,30 @@ class CriticalTrackingEvent(BaseModel):
     gtin: Gtin  # what the lot is
     event_time: AwareDatetime  # a naive time is refused: "05:00" where?
     quantity: Quantity
-    unit_of_measure: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9 ./_-]{0,15}$")
+    unit_of_measure: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 .,/()_-]{0,63}$")  # "cases (12 x 1 lb bags)"
     source_event_id: KeyPart  # the producer's own id for the event
     seq: int = Field(ge=1)  # the producer's order of the events of one lot
+    # The rule's other KDEs, optional here (the stream's producers do not send them), typed when sent:
+    product_description: str | None = Field(default=None, min_length=1, max_length=200)
+    tlc_source_gln: Gln | None = None  # the traceability lot code source (where the lot code was assigned)
+    tlc_source_reference: str | None = Field(default=None, min_length=1, max_length=200)  # or a reference to it
+    reference_document_type: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9 _-]{0,31}$")  # BOL, ASN
+    reference_document_number: str | None = Field(default=None, min_length=1, max_length=64)
+    previous_source_gln: Gln | None = None  # receiving: the immediate previous source
+    subsequent_recipient_gln: Gln | None = None  # shipping: the immediate subsequent recipient
+    input_lot_codes: tuple[KeyPart, ...] | None = None  # transformation: the lots that went in
+
+    @property
+    def unknown_fields(self) -> tuple[str, ...]:
+        """Fields the contract does not know, kept as sent (``model_extra``) for the caller to report."""
+        return tuple(sorted(self.model_extra or {}))
+
+    @model_validator(mode="after")
+    def _transformation_makes_a_new_lot(self) -> CriticalTrackingEvent:
+        if self.event_type == "transformation" and self.input_lot_codes and self.lot_code in self.input_lot_codes:
+            raise PydanticCustomError("transformation_keeps_input_lot", "a transformation assigns a new traceability "
+                                      "lot code; {lot} is one of its inputs", {"lot": self.lot_code})
+        return self
 
     @field_validator("event_time")
     @classmethod

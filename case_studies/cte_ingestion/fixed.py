@@ -128,11 +128,14 @@ from celery import Task
 from celery.exceptions import Reject
 from kombu import Exchange, Queue
 
+from structlog.typing import FilteringBoundLogger
+
 from case_studies.cte_ingestion.events import (CriticalTrackingEvent, Quarantined, RawEvent, RawPayload, idempotency_key,
                                                validate)
 from case_studies.cte_ingestion.ledger import Ledger, TransientLedgerError
 from case_studies.cte_ingestion.metrics import CteMetrics
 from case_studies.cte_ingestion.stand_ins import LedgerFaults, batches, shard_of
+from case_studies.logs import event_log
 from lab.app import lab_app
 from lab.settings import amqp_name
 from shared.backend import backend_redis
@@ -144,6 +147,7 @@ SHARDS = int(os.environ.get("CTE_SHARDS", "4"))  # fix: lots spread over this ma
 BATCH = 50  # payloads of one shard per message
 DRY_RUN = os.environ.get("CTE_DRY_RUN", "") == "1"  # write-up: validate and log, write nothing
 RETRY = RetryPolicy(max_retries=5, base=0.05, cap=1.0, retry_on=(TransientLedgerError,))  # write-up: 5 retries
+DECISIONS = "decisions"  # the lab: the decision log's name (these messages carry no run id)
 
 app = lab_app(__name__, short="ct")  # JSON only; queues, exchanges and result keys under the namespace
 app.conf.task_acks_late = True  # write-up: a message is acked once its events are in the ledger
@@ -162,10 +166,24 @@ ledger = Ledger(dry_run=DRY_RUN, hold_lots=True, fault=LedgerFaults(app))  # fix
 metrics = CteMetrics()  # one per process; PROMETHEUS_MULTIPROC_DIR gathers the processes' values
 
 
+def decisions() -> FilteringBoundLogger:
+    """fix: one JSON line (structlog) per decision, each with ``event_id`` (the idempotency key; a quarantined
+    payload's own key), ``lot_code``, ``supplier`` and ``dry_run`` (``case_studies.logs``; in the lab the file
+    ``.lab/<namespace>/events/ct-decisions.jsonl``)."""
+    return event_log("ct", DECISIONS).bind(dry_run=DRY_RUN)
+
+
+def _event_fields(event: CriticalTrackingEvent) -> dict[str, Any]:
+    return {"event_id": idempotency_key(event), "lot_code": event.lot_code, "supplier": event.supplier_id,
+            "seq": event.seq, "cte_type": event.event_type, "source_event_id": event.source_event_id}
+
+
 def set_aside(bad: Quarantined) -> str:
     """Quarantine an invalid payload with every problem (write-up: never retried)."""
     outcome = "quarantined" if ledger.quarantine(bad) else "deduplicated"  # a redelivery keeps it once
     metrics.count(outcome, bad.supplier)
+    decisions().warning("event_quarantined", event_id=bad.key, lot_code=None, supplier=bad.supplier, outcome=outcome,
+                        problems=[f"{'.'.join(str(x) for x in p['loc'])}: {p['type']}" for p in bad.errors])  # fix
     return outcome
 
 
@@ -178,6 +196,11 @@ def settle(raw: RawPayload, event: CriticalTrackingEvent, outcome: str, replay: 
     if replay:
         ledger.mark_replayed(key)
     metrics.count(cast(Any, outcome), event.supplier_id)
+    if event.unknown_fields:  # fix: kept in the ledger's payload as sent, and reported, never fatal
+        decisions().warning("event_unknown_fields", **_event_fields(event), fields=list(event.unknown_fields))
+    log = decisions().warning if outcome == "dead_lettered" else decisions().info
+    log("event_" + outcome, **_event_fields(event), replay=replay,  # fix: committed, deduplicated, dead_lettered
+        **({"reason": "held behind its lot's dead letter"} if outcome == "dead_lettered" else {}))
     return outcome
 
 
@@ -191,12 +214,18 @@ def ingest_one(raw: RawPayload, replay: bool = False) -> str:
         with metrics.time_commit():
             return ledger.commit(event, replay=replay)  # dry run: decides and logs, writes nothing
 
+    def retried(k: int, exc: Exception) -> None:
+        metrics.retried()
+        decisions().warning("commit_retried", **_event_fields(event), retry=k + 1, error=type(exc).__name__)  # fix
+
     try:
-        outcome = retry_in_place(commit, RETRY, on_retry=lambda _k, _e: metrics.retried())  # fix: in place
+        outcome = retry_in_place(commit, RETRY, on_retry=retried)  # fix: in place
     except RetriesExhausted as exc:  # fix: set aside with its payload; its lot is held behind it
         fresh = ledger.dead_letter(idempotency_key(event), raw, f"retries_exhausted: {exc.__cause__}",
                                    event.supplier_id, event.lot_code)
         metrics.count("dead_lettered" if fresh else "deduplicated", event.supplier_id)
+        decisions().error("event_dead_lettered", **_event_fields(event), replay=replay, reason="retries_exhausted",
+                          detail=str(exc), first=fresh)  # fix
         return "dead_lettered"
     return settle(raw, event, outcome, replay)
 
@@ -209,8 +238,10 @@ def ingest(payloads: Sequence[RawPayload], replay: bool = False) -> dict[str, in
     try:
         with metrics.time_commit():
             decided = iter(ledger.commit_many(events, replay=replay))  # fix: one commit per message
-    except TransientLedgerError:  # rolled back whole: nothing of it was written
+    except TransientLedgerError as exc:  # rolled back whole: nothing of it was written
         metrics.retried()
+        decisions().warning("message_rolled_back", event_id=None, lot_code=None, supplier=None, events=len(events),
+                            error=type(exc).__name__)  # fix: its events go on one at a time
         return dict(Counter(ingest_one(raw, replay) for raw in payloads))
     return dict(Counter(set_aside(e) if isinstance(e, Quarantined) else settle(raw, e, next(decided), replay)
                         for raw, e in checked))  # quarantined after the commit: a redelivery keeps nothing twice
@@ -223,6 +254,8 @@ def turns() -> Turns:
 def in_turn(shard: int, number: int) -> None:
     """fix: message ``number`` of its shard runs after ``number - 1``, even when that one was requeued behind it."""
     if turns().early(queue_name(shard), number):
+        decisions().info("message_requeued", event_id=None, lot_code=None, supplier=None, shard=shard,
+                         number=number, reason="its predecessor is not done")  # fix
         raise Reject(f"shard {shard} message {number} came before {number - 1}", requeue=True)
 
 

@@ -157,7 +157,7 @@ class Ledger(SqlLedger):
             Column("seq", Integer, nullable=False),
             Column("commit_no", Integer, nullable=False),  # the event's place in its lot's commit order: 1, 2, ...
             Column("supplier", String(32), nullable=False, index=True),
-            Column("event_type", String(16), nullable=False),
+            Column("event_type", String(32), nullable=False),  # first_land_based_receiving: 26
             Column("event_time", DateTime(timezone=True), nullable=False),
             Column("payload", JSON().with_variant(postgresql.JSONB(), "postgresql"), nullable=False),
             Column("committed_at", DateTime(timezone=True), nullable=False),

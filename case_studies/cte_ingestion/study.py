@@ -48,6 +48,7 @@ from case_studies.cte_ingestion import stand_ins
 from case_studies.cte_ingestion.events import RawEvent, Stream, generate, idempotency_key, validate
 from case_studies.cte_ingestion.ledger import DeadLetter, Ledger, LedgerCounts
 from case_studies.cte_ingestion.metrics import CteMetrics, exporter_registry, outcomes, read, render, reset_dir
+from case_studies.logs import clear_event_logs
 from lab import harness
 from lab.checks import Check, Collector
 from lab.faults import CRASH_ONCE, FLAKE_FOREVER, FLAKY, Fault
@@ -113,8 +114,10 @@ def open_ledger(clear: bool = False) -> Ledger:
 
 
 def clear_ledger() -> None:
-    """Delete this namespace's rows from the CTE ledger (``run_all_fms.py --clean``)."""
+    """Delete this namespace's rows from the CTE ledger and its decision log (``run_all_fms.py --clean``)."""
     open_ledger(clear=True)
+    clear_event_logs("ct")
+    clear_event_logs("ctw")
 
 
 # ---- the burst and its faults ------------------------------------------------------
@@ -275,6 +278,8 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
     plan = choose_faults(s, shards, int(getattr(module, "BATCH", 1))) if sc.faults else None
     stand_ins.plan_faults(fm.app, plan.faults(s) if plan else {})
     ledger = open_ledger()
+    clear_event_logs("ct")  # the programs' decision logs: this run's lines only (their workers open them later)
+    clear_event_logs("ctw")
     gauges = CteMetrics()  # the runner's: queue depth per shard, dead-letter depth
     drain = Drain(fm, gauges, say)
 

@@ -7,8 +7,21 @@
   of ``POISON_KINDS``, taken in turn, with a variation drawn per row.
 - ``parse(raw)``: a ``Claim``, or None for a featureless row (the caller skips it), or
   ``PoisonClaim`` for a malformed row (the caller quarantines it: retrying cannot help).
-- ``score(claim)``: the severity in [0, 1] to 4 decimal places; the same function the
-  real-time path calls, so the batch and the live score never disagree.
+- ``assess(claim)``: the claim's ``Severity``: a score in [0, 1] to 4 decimal places,
+  its tier (low, medium, high, severe) under a versioned set of thresholds, and
+  whether the loss exceeds the policy's limit; ``score(claim)`` is its score. The
+  same function the real-time path calls, so the batch and the live score never
+  disagree.
+
+The model (``MODEL_VERSION``), as a claims actuary would read it: the size of the
+loss counts in money, on a log scale up to ``REFERENCE_LOSS`` (a 9,000 loss is not a
+900,000 one, whatever their limits), and the loss against its limit counts beside it;
+then peril, claim history, building age and region. A loss above its limit is no
+data error but an excess-of-limit claim, among the most severe there are: it scores
+with its ratio capped at 1 and its tier is at least ``high``. Tiers come from the
+score's cut-offs and from absolute floors (a large loss is at least ``high``, a
+catastrophic one ``severe``), all in ``Thresholds``, whose ``version`` is recorded
+with every tier so a re-tiered book can say which thresholds each claim met.
 
 Pure and deterministic: no I/O, no clock, no global random state (``random.Random(seed)``).
 """
@@ -20,12 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from decimal import ROUND_HALF_EVEN, Context, Decimal, localcontext
-from typing import Literal, Self, TypeAlias, get_args
+from typing import Literal, TypeAlias, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-MODEL_VERSION = "severity-1.0.0"
+MODEL_VERSION = "severity-2.0.0"
 
 Peril = Literal["fire", "flood", "theft", "liability", "storm"]
 PERILS: tuple[Peril, ...] = get_args(Peril)
@@ -60,13 +72,6 @@ class Claim(BaseModel):
     property_age_years: int = Field(ge=0, le=300)
     region_risk: Decimal = Field(ge=0, le=1, decimal_places=2)
 
-    @model_validator(mode="after")
-    def _loss_within_cover(self) -> Self:
-        if self.loss_amount > self.coverage_limit:
-            raise PydanticCustomError("loss_over_limit", "loss_amount {loss} exceeds coverage_limit {limit}",
-                                      {"loss": str(self.loss_amount), "limit": str(self.coverage_limit)})
-        return self
-
 
 def parse(raw: RawClaim) -> Claim | None:
     """The row as a ``Claim``; None when it has no features at all; ``PoisonClaim`` when malformed."""
@@ -94,20 +99,64 @@ PERIL_WEIGHT: dict[Peril, Decimal] = {
     "fire": Decimal("0.90"), "flood": Decimal("0.80"), "liability": Decimal("0.70"),
     "storm": Decimal("0.60"), "theft": Decimal("0.40"),
 }
-W_LOSS, W_PERIL, W_HISTORY, W_AGE, W_REGION = (Decimal(w) for w in ("0.40", "0.25", "0.15", "0.10", "0.10"))
+W_SIZE, W_RATIO, W_PERIL, W_HISTORY, W_AGE, W_REGION = (
+    Decimal(w) for w in ("0.40", "0.10", "0.15", "0.15", "0.10", "0.10"))
+REFERENCE_LOSS = Decimal(1_000_000)
+"""A loss this large or larger has the full size term (the book's currency)."""
 _ZERO, _ONE, _PLACES = Decimal(0), Decimal(1), Decimal("0.0001")
 _CONTEXT = Context(prec=28, rounding=ROUND_HALF_EVEN)  # fixed, so the caller's decimal context cannot change a score
 
+Tier = Literal["low", "medium", "high", "severe"]
+TIERS: tuple[Tier, ...] = get_args(Tier)
 
-def score(claim: Claim) -> Decimal:
-    """Severity in [0, 1], 4 decimal places: loss ratio, peril, claim history, building age, region."""
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where the tiers start, versioned: the score's cut-offs and the absolute floors."""
+
+    version: str
+    medium: Decimal  # score at which a claim is at least medium
+    high: Decimal
+    severe: Decimal
+    large_loss: Decimal  # a loss of at least this is at least high, whatever its score
+    catastrophic_loss: Decimal  # and of at least this, severe
+
+
+THRESHOLDS = Thresholds("tiers-2026.1", medium=Decimal("0.50"), high=Decimal("0.65"), severe=Decimal("0.80"),
+                        large_loss=Decimal(250_000), catastrophic_loss=Decimal(1_000_000))
+
+
+@dataclass(frozen=True)
+class Severity:
+    score: Decimal  # [0, 1], 4 places
+    tier: Tier
+    excess_of_limit: bool  # the loss is above the policy's limit
+    thresholds: str  # Thresholds.version
+    model: str  # MODEL_VERSION
+
+
+def assess(claim: Claim, thresholds: Thresholds = THRESHOLDS) -> Severity:
+    """The claim's score, tier and excess-of-limit flag (see the module docstring)."""
     with localcontext(_CONTEXT):
+        size = min((claim.loss_amount + 1).log10() / (REFERENCE_LOSS + 1).log10(), _ONE)
         loss_ratio = min(claim.loss_amount / claim.coverage_limit, _ONE)
         history = Decimal(min(claim.prior_claims, 5)) / 5
         age = Decimal(min(claim.property_age_years, 100)) / 100
-        total = (W_LOSS * loss_ratio + W_PERIL * PERIL_WEIGHT[claim.peril] + W_HISTORY * history
+        total = (W_SIZE * size + W_RATIO * loss_ratio + W_PERIL * PERIL_WEIGHT[claim.peril] + W_HISTORY * history
                  + W_AGE * age + W_REGION * claim.region_risk)
-        return min(max(total, _ZERO), _ONE).quantize(_PLACES)
+        value = min(max(total, _ZERO), _ONE).quantize(_PLACES)
+    excess = claim.loss_amount > claim.coverage_limit
+    rank = sum(1 for cut in (thresholds.medium, thresholds.high, thresholds.severe) if value >= cut)
+    if excess or claim.loss_amount >= thresholds.large_loss:
+        rank = max(rank, TIERS.index("high"))
+    if claim.loss_amount >= thresholds.catastrophic_loss:
+        rank = TIERS.index("severe")
+    return Severity(value, TIERS[rank], excess, thresholds.version, MODEL_VERSION)
+
+
+def score(claim: Claim) -> Decimal:
+    """Severity in [0, 1], 4 decimal places (``assess(claim).score``)."""
+    return assess(claim).score
 
 
 @dataclass(frozen=True)
@@ -164,9 +213,8 @@ def _unknown_peril(rng: random.Random, row: RawClaim) -> None:
     row["peril"] = rng.choice(("earthquake", "FIRE", "hail", "WTR", "fire "))
 
 
-def _loss_over_cover(rng: random.Random, row: RawClaim) -> None:
-    cover = int(row["coverage_limit"].replace(".", ""))
-    row["loss_amount"] = _money(cover + rng.randrange(1, 5_000_000))
+def _negative_loss(rng: random.Random, row: RawClaim) -> None:
+    row["loss_amount"] = _money(-rng.randrange(1, 5_000_000))  # a recovery booked as a loss: no loss to score
 
 
 def _bad_feature(rng: random.Random, row: RawClaim) -> None:
@@ -184,7 +232,7 @@ def _sub_cent_amount(rng: random.Random, row: RawClaim) -> None:
 
 
 POISON_KINDS: tuple[Callable[[random.Random, RawClaim], None], ...] = (
-    _loss_not_a_number, _negative_cover, _unknown_peril, _loss_over_cover, _bad_feature, _bad_date,
+    _loss_not_a_number, _negative_cover, _unknown_peril, _negative_loss, _bad_feature, _bad_date,
     _sub_cent_amount,
 )
 

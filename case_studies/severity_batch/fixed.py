@@ -81,13 +81,17 @@ or ``.venv/bin/python run_all_fms.py --only severity_batch``.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any, TypedDict, cast
 
 from celery import Task, chord, group
 from celery.result import AsyncResult
 from kombu import Exchange, Queue
 
-from case_studies.severity_batch.claims import MODEL_VERSION, PoisonClaim, parse, score
+from structlog.typing import FilteringBoundLogger
+
+from case_studies.logs import event_log
+from case_studies.severity_batch.claims import MODEL_VERSION, THRESHOLDS, PoisonClaim, assess, parse
 from case_studies.severity_batch.ledger import Ledger
 from case_studies.severity_batch.stand_ins import (ChunkRef, FeatureStoreUnavailable, RunSpec, chunk_name, chunks,
                                                    extract, feature_store, lab_chunk_fault)
@@ -129,6 +133,12 @@ class ChunkCounts(TypedDict):
     skipped: int
 
 
+def decisions(run_id: str) -> FilteringBoundLogger:
+    """fix: the run's decision log, one JSON line (structlog) per decision, each with ``run_id`` and
+    ``model_version`` (``case_studies.logs``; a lab run's file is ``.lab/<namespace>/events/sb-<run>.jsonl``)."""
+    return event_log("sb", run_id).bind(run_id=run_id, model_version=MODEL_VERSION)
+
+
 class BatchImbalance(Exception):
     """The chunks do not account for every claim dispatched: the run is not signed."""
 
@@ -139,22 +149,32 @@ class BatchImbalance(Exception):
 def score_chunk(self: Task[Any, Any], chunk: ChunkRef) -> ChunkCounts:
     rows = extract(chunk)  # the staged extract of open claims
     feature_store(self, chunk)  # the feature service; a 503 is retried with backoff and jitter
+    log = decisions(chunk["run"]).bind(chunk=chunk["doc"].rsplit("/", 1)[-1], retries=self.request.retries)  # fix
     scored: list[tuple[str, Any]] = []
     quarantined: list[tuple[str, str]] = []
-    skipped = 0
+    skipped, tiers = 0, Counter[str]()
     for raw in rows:
         try:
             claim = parse(raw)
         except PoisonClaim as exc:  # write-up: a bad row is quarantined, the chunk goes on
             quarantined.append((raw["claim_id"], exc.reason))
+            log.warning("claim_quarantined", claim_id=raw["claim_id"], reason=exc.reason)  # fix: every decision
             continue
         if claim is None:  # write-up: no features, nothing to score
             skipped += 1
+            log.info("claim_skipped", claim_id=raw["claim_id"], reason="no_features")  # fix
             continue
-        scored.append((claim.claim_id, score(claim)))
+        severity = assess(claim)  # the score, and its tier under the versioned thresholds
+        scored.append((claim.claim_id, severity.score))
+        tiers[severity.tier] += 1
+        if severity.excess_of_limit:  # fix: an excess-of-limit claim is scored and flagged, not quarantined
+            log.warning("claim_excess_of_limit", claim_id=claim.claim_id, score=str(severity.score), tier=severity.tier,
+                        loss=str(claim.loss_amount), limit=str(claim.coverage_limit))
     ledger.upsert_scores(chunk["run"], scored, MODEL_VERSION)  # write-up: keyed on (claim_id, run_id)
     ledger.quarantine(chunk["run"], quarantined)
     lab_chunk_fault(self, chunk)  # the lab: what the scenario does to this chunk after its writes
+    log.info("chunk_scored", dispatched=len(rows), scored=len(scored), quarantined=len(quarantined),
+             skipped=skipped, tiers=dict(tiers), thresholds=THRESHOLDS.version)  # fix
     return {"chunk": chunk["doc"], "dispatched": len(rows), "scored": len(scored),
             "quarantined": len(quarantined), "skipped": skipped}
 
@@ -171,8 +191,11 @@ def reconcile(self: Task[Any, Any], results: list[Wire], dispatched: int, run_id
         detail = (f"dispatched {dispatched}, scored {totals['scored']} + quarantined {totals['quarantined']} + "
                   f"skipped {totals['skipped']} = {accounted}; failed chunks {len(failed)}: {', '.join(failed)}")
         ledger.flag(run_id, "imbalance", detail)
+        decisions(run_id).error("run_imbalance", dispatched=dispatched, accounted=accounted, **totals,
+                                failed_chunks=[f.rsplit("/", 1)[-1] for f in failed])  # fix: every decision
         raise BatchImbalance(detail)
-    ledger.sign(run_id, MODEL_VERSION, dispatched, totals["scored"], totals["quarantined"], totals["skipped"])
+    new = ledger.sign(run_id, MODEL_VERSION, dispatched, totals["scored"], totals["quarantined"], totals["skipped"])
+    decisions(run_id).info("run_signed", dispatched=dispatched, **totals, first_signature=new)  # fix
     return {"dispatched": dispatched, **totals}
 
 
@@ -180,9 +203,12 @@ def reconcile(self: Task[Any, Any], results: list[Wire], dispatched: int, run_id
 def watch_runs() -> None:  # fix: on beat; a run past its deadline with no manifest and no flag is flagged
     r, prefix = backend_redis(app)
     for run_id in cast(list[str], cast(Any, r).zrangebyscore(f"{prefix}runs:open", 0, time.time())):
-        if ledger.manifest(run_id) is None and not ledger.flags(run_id):
+        flagged = ledger.manifest(run_id) is None and not ledger.flags(run_id)
+        if flagged:
             ledger.flag(run_id, "not reconciled", f"no manifest and no flag {DEADLINE_SECONDS}s after submission")
         r.zrem(f"{prefix}runs:open", run_id)
+        if flagged:
+            decisions(run_id).error("run_not_reconciled", deadline_seconds=DEADLINE_SECONDS)  # fix
 
 
 @app.task(ignore_result=True)
@@ -194,7 +220,10 @@ def submit(spec: RunSpec) -> AsyncResult[Any]:
     """A chord of ``score_chunk`` over the run's chunks, ``reconcile`` once all have returned."""
     runs, prefix = backend_redis(app)
     runs.zadd(f"{prefix}runs:open", {spec["run"]: time.time() + DEADLINE_SECONDS})  # fix: watched until its deadline
-    return chord(group(score_chunk.s(c) for c in chunks(spec)))(reconcile.s(spec["claims"], spec["run"]))
+    parts = chunks(spec)
+    decisions(spec["run"]).info("run_dispatched", claims=spec["claims"], chunks=len(parts),
+                                chunk_size=spec["chunk_size"], deadline_seconds=DEADLINE_SECONDS)  # fix
+    return chord(group(score_chunk.s(c) for c in parts))(reconcile.s(spec["claims"], spec["run"]))
 
 
 if __name__ == "__main__":  # submit the scenario to a worker you started, then check it

@@ -32,6 +32,7 @@ from typing import Any, cast
 
 from celery.result import AsyncResult
 
+from case_studies.logs import clear_event_logs
 from case_studies.severity_batch.claims import generate
 from case_studies.severity_batch.ledger import Flag, Ledger, LedgerCounts, Manifest
 from case_studies.severity_batch.stand_ins import RunSpec, chunk_name
@@ -85,8 +86,9 @@ def code_of(kind: harness.Kind) -> str:
 
 
 def clear_ledger() -> None:
-    """Delete this namespace's rows from the ledger (``run_all_fms.py --clean``)."""
+    """Delete this namespace's rows from the ledger and its decision logs (``run_all_fms.py --clean``)."""
     open_ledger(clear=True)
+    clear_event_logs("sb")
 
 
 # ---- one run --------------------------------------------------------------------
