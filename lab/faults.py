@@ -6,7 +6,7 @@ into the lab's document store), so the same task code meets every fault
 unchanged and no task signature carries the lab. On the wire a fault is a short
 string: ``FAIL``, ``CRASH_ONCE``, ``POISON``, ``FETCH_POISON``, ``FLAKY:2``,
 ``FLAKE_FOREVER``, ``THROTTLED``, ``SOFT_HANG``, ``HARD_HANG``, ``SWALLOW_HANG``,
-``C_HANG``, ``LATE_FINISH``, ``STALL_PAST_LIMIT``, ``FETCH_HANG``. ``THROTTLED`` is a 429 with ``Retry-After`` on the first attempt
+``C_HANG``, ``LATE_FINISH``, ``STALL_PAST_LIMIT``, ``FETCH_HANG``, ``SLOW``. ``THROTTLED`` is a 429 with ``Retry-After`` on the first attempt
 (``TransientError(retry_after=THROTTLE_SECONDS)``), then success: a burst of
 them is a burst of waiting retries.
 
@@ -32,6 +32,9 @@ soft deadline, and then the result store stalls for 1 s, as a slow Redis (a larg
 result, a snapshot's fork, a network hiccup) would; ``STALL_PAST_LIMIT`` stalls past
 ``time_limit``. A Celery limit that fires then lands outside the body.
 
+``SLOW`` is no fault at all: a healthy document that takes ``SLOW_SECONDS`` to parse, under
+fm6's soft deadline (scenario 7's rolling deploys meet it running and waiting prefetched).
+
 Limits: ``CRASH_ONCE``, ``POISON`` and ``FETCH_POISON`` SIGKILL the current process, which under
 the prefork pool is one pool child. Under ``--pool solo`` they would kill the
 worker itself; the lab always runs prefork.
@@ -53,7 +56,7 @@ from lab.observe import current_attempt, short_doc
 from shared.retry import TransientError
 
 Kind = Literal["FAIL", "CRASH_ONCE", "POISON", "FETCH_POISON", "FLAKY", "FLAKE_FOREVER", "THROTTLED", "SOFT_HANG",
-               "HARD_HANG", "SWALLOW_HANG", "C_HANG", "LATE_FINISH", "STALL_PAST_LIMIT", "FETCH_HANG"]
+               "HARD_HANG", "SWALLOW_HANG", "C_HANG", "LATE_FINISH", "STALL_PAST_LIMIT", "FETCH_HANG", "SLOW"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 SOFT_HANG_SECONDS = 2.0
@@ -69,6 +72,9 @@ C_HANG_ITERATIONS = 5 * 10**9
 LATE_FINISH_SECONDS = 0.7
 """``LATE_FINISH`` and ``STALL_PAST_LIMIT``: how long the body works before it returns (under fm6's
 soft deadline of 1 s)."""
+SLOW_SECONDS = 0.8
+"""``SLOW``: how long a slow but healthy document's parse works (under fm6's soft deadline of 1 s, longer
+than scenario 7's grace period, ``lab.deploys.GRACE_SECONDS``)."""
 STORE_STALLS: dict[str, float] = {"LATE_FINISH": 1.0, "STALL_PAST_LIMIT": 6.0}
 """How long the result store stalls, once, after such a body returned (``lab.backend``): past fm6's
 soft deadline (1 s after the start), and past its ``time_limit`` (3 s)."""
@@ -114,6 +120,7 @@ SOFT_HANG = Fault("SOFT_HANG")
 HARD_HANG = Fault("HARD_HANG")
 SWALLOW_HANG = Fault("SWALLOW_HANG")
 C_HANG = Fault("C_HANG")
+SLOW = Fault("SLOW")
 
 
 def FLAKY(times: int) -> Fault:  # noqa: N802 - reads like the other sentinels
@@ -150,6 +157,8 @@ def inject(fault: Fault | None, attempt: int, *, doc: str = "") -> None:
             sum(range(C_HANG_ITERATIONS))  # one C call: no bytecode boundary for a signal handler to run at
         case "LATE_FINISH" | "STALL_PAST_LIMIT":
             time.sleep(LATE_FINISH_SECONDS)  # the work, ending inside the deadline; the store then stalls (lab.backend)
+        case "SLOW":
+            time.sleep(SLOW_SECONDS)  # the work of a big but healthy document
         case "FETCH_POISON" | "FETCH_HANG":
             pass  # the fetch's faults (fetch_fault); a parse never meets them
 

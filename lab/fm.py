@@ -7,7 +7,8 @@ harness reads its facts off that program, so there is no second table of FM spec
   fm0 runs scenario 1);
 - the worker's flags from Celery's own settings: ``-B`` when ``beat_schedule`` is
   set; the concurrency and the queues come from the app itself, so the worker
-  command needs neither ``-c`` nor ``-Q``;
+  command needs neither ``-c`` nor ``-Q``; the worker's environment from the module's
+  ``WORKER_ENV`` (FM-7: Celery reads ``REMAP_SIGTERM`` from the environment only);
 - the queues and exchanges it owns (the harness resets exactly these): every
   queue in ``task_queues``, and the dead-letter queue each one declares;
 - the bounds the checks hold it to, from the fixes it applied: the delivery bound
@@ -63,6 +64,7 @@ class Fm:
     probe: Task[Any, Any]
     fetch_document: Task[Any, Any] | None = None  # the chain's head (the FMs'; a case study has none)
     delays: tuple[DelayQueues, ...] = ()  # delay queues the module declares itself (FM-4's busy waits)
+    worker_env: tuple[tuple[str, str], ...] = ()  # the module's WORKER_ENV: what the worker's environment must hold
 
     @property
     def number(self) -> int:
@@ -107,6 +109,11 @@ class Fm:
         return bool(self.app.conf.beat_schedule)
 
     @property
+    def prefetch_one(self) -> bool:
+        """FM-7 on: the worker holds only what it runs (``worker_prefetch_multiplier = 1``)."""
+        return int(self.app.conf.worker_prefetch_multiplier or 4) == 1
+
+    @property
     def concurrency(self) -> int:
         return int(self.app.conf.worker_concurrency or 1)
 
@@ -116,7 +123,8 @@ class Fm:
 
     def worker_command(self) -> str:
         """The worker command of the FM docstring's "Run it alone", as typed from the repository's folder."""
-        return f".venv/bin/celery -A {self.module} worker {' '.join(self.worker_args())}"
+        env = "".join(f"{k}={v} " for k, v in self.worker_env)
+        return f"{env}.venv/bin/celery -A {self.module} worker {' '.join(self.worker_args())}"
 
     def submit_command(self) -> str:
         """The by-hand submitter's command, the second of "Run it alone" (``lab.by_hand``)."""
@@ -164,7 +172,9 @@ def from_module(module: ModuleType, member: str = "parse_document", body: str = 
         raise NotAnFm(f"{module.__name__} does not define the task {exc}") from exc
     head = app.tasks.get(f"{module.__name__}.fetch_document")
     delays = tuple(v for v in vars(module).values() if isinstance(v, DelayQueues))
-    return Fm(short, module.__name__, app, cast(Submit, submit), tasks[member], tasks[body], probe, head, delays)
+    env = cast(dict[str, str], getattr(module, "WORKER_ENV", None) or {})
+    return Fm(short, module.__name__, app, cast(Submit, submit), tasks[member], tasks[body], probe, head, delays,
+              tuple((str(k), str(v)) for k, v in env.items()))
 
 
 def load_module(name: str, folder: Path | None = None, member: str = "parse_document", body: str = "notify") -> Fm:

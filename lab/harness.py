@@ -36,6 +36,7 @@ from kombu.exceptions import OperationalError
 
 from lab import checks, services, weak
 from lab.checks import Check
+from lab.deploys import RollingDeploy
 from lab.fm import Fm, fm_modules, load_module
 from lab.observe import client, drain_last_run
 from lab.runner import Observations, StopCondition, new_run_id, run_scenario
@@ -309,11 +310,22 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         label = f"{fm}-{kind}-{code}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
         set_current(lab)
+        sc = scenario(sc_n)
+        deploys = max((side.deploys for side in sc.sides), default=0)
         with running_worker(lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage, wait=False,
-                            after=lambda: purge(lab)) as worker:  # the run's leftover messages go once it is stopped
+                            after=None if deploys else lambda: purge(lab)) as worker:  # the run's leftovers go once it is stopped
             on_stage("running the scenario")
-            obs = run_scenario(lab, scenario(sc_n), run_id, RUN_TIMEOUT, stop=stop, watch=Liveness(worker),
-                               sides=kind in ("fixed", "weak"))  # the hard variants' own chords
+            deploy = RollingDeploy(lab, worker, lambda part: _spawn(lab, run_id, label, part), deploys) if deploys else None
+            try:
+                obs = run_scenario(lab, sc, run_id, RUN_TIMEOUT, stop=stop,  # the hard variants' own chords; FM-7's deploys on fm6 too
+                                   sides=kind in ("fixed", "weak") or bool(deploys),
+                                   watch=_deploy_watch(worker, deploy) if deploy else Liveness(worker), deploy=deploy)
+            finally:
+                if deploy is not None:  # FM-7: every worker the deploys started, the serving one last (then the purge)
+                    deploy.close()
+                    for spawned in deploy.workers[1:]:
+                        spawned.stop(0.5 if stop else STOP_GRACE, wait=False,
+                                     after=(lambda: purge(lab)) if spawned is deploy.workers[-1] else None)
         report.observations = obs
         report.drain_last_run = drain_last_run(redis_prefix(lab.short)) if lab.beat else None
         on_stage("checking")
@@ -347,6 +359,25 @@ def set_current(fm: Fm | None) -> None:
 def interrupted_fms() -> list[Fm]:
     """The FMs whose runs were in progress when an interruption ended them (their queues are emptied)."""
     return list(_current.values())
+
+
+def _spawn(fm: Fm, run_id: str, label: str, part: str) -> Worker:
+    """FM-7: a new worker of the same code for a deploy, started (the deploy waits for its consumer)."""
+    worker = Worker(fm, run_id, LOG_DIR / f"{label}-{part}-{run_id}.log", part=part)
+    worker.start()
+    return worker
+
+
+def _deploy_watch(first: Worker, deploy: RollingDeploy) -> Callable[[], None]:
+    """``Liveness`` that follows the deploys: the serving worker, the one starting, and the services."""
+    live = Liveness(first)
+
+    def watch() -> None:
+        deploy.watch()
+        live.worker = deploy.current
+        live()
+
+    return watch
 
 
 def run_error(exc: Exception) -> str:

@@ -13,6 +13,8 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
   envelope it returned (or the exception, for fm0's bare tasks); a ``fetch_document``'s
   is a ``fetch_end`` (a fetch started and never ended is a hung or killed chain head);
 - ``task_retry``: a retry was planned, ``Retry.when`` seconds from now;
+- ``task_received`` of ``parse_document``: the worker's main process took the message
+  (``received``, with the broker's count of its earlier deliveries: FM-7's deploys);
 - ``task_received`` of the runner's burst probe (``BURST_PROBE`` in its task id): the
   worker's main process took it off the broker, before any pool process is free for it
   (FM-5's hard variant: a prefetch full of waiting retries keeps it on the broker);
@@ -167,6 +169,8 @@ def _pipeline_in(args: Sequence[object], kwargs: Mapping[str, object]) -> str | 
 
 def _ending(state: str, retval: object) -> dict[str, str]:
     """How a body ended: ``outcome`` (ok or an envelope reason), ``error``, and for notify ``sent``."""
+    if state in ("", "None") and retval is None:  # FM-7: SystemExit in the body (a cold shutdown cancelled it)
+        return {"outcome": "cancelled", "error": "SystemExit: the worker's shutdown stopped the body"}
     if state == "SUCCESS" and is_envelope(retval):
         env = Result.from_wire(retval)
         payload = cast(object, env.payload)
@@ -387,6 +391,21 @@ def _on_received(sender: object = None, request: object = None, **_: object) -> 
     task_id = str(getattr(request, "id", "") or "")
     if BURST_PROBE in task_id:
         RunRecorder(task_id.split(BURST_PROBE, 1)[0]).event("burst_probe_received", task=task_id)
+    elif str(getattr(request, "name", "")).endswith(".parse_document") and (found := doc_in(_args_of(request))):
+        # FM-7: which worker (its main process: pid) holds the message, and how often the broker
+        # delivered it before (a quorum queue's x-delivery-count: every return counts on RabbitMQ 3.x).
+        message = getattr(request, "_message", None) or getattr(request, "message", None)
+        headers = cast(Mapping[str, object], getattr(message, "headers", None) or {})
+        count = headers.get("x-delivery-count")
+        RunRecorder(found[0]).event("received", task=task_id, doc=found[1],
+                                    returned=str(count) if isinstance(count, int) else "0")
+
+
+def _args_of(request: object) -> Sequence[object]:
+    try:
+        return cast(Sequence[object], getattr(request, "args", None) or ())
+    except Exception:  # a body Celery could not decode: no lab document
+        return ()
 
 
 def _on_dead_lettered(sender: object = None, letter: dlq.DeadLetter | None = None, **_: object) -> None:

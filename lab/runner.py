@@ -34,6 +34,7 @@ from celery import chain, chord, group
 from celery.result import AsyncResult
 from kombu import Producer
 
+from lab.deploys import RollingDeploy
 from lab.faults import document_text
 from lab.fm import Fm
 from lab.observe import BURST_PROBE, FOREIGN_RUN_HEADER, Event, Reader, attempt_starts, short_doc
@@ -244,7 +245,7 @@ class _SideChord:
     def pending(self) -> bool:
         """Still to wait for: sent and not finished, or the side ``behind``, not yet sent, on an FM with a DLQ."""
         if self.result is None:
-            return self.side.behind_letters and self.fm.dead_letter_queue is not None
+            return (self.side.behind_letters and self.fm.dead_letter_queue is not None) or self.side.deploys > 0
         return not self.result.ready()
 
     def observed(self) -> SideRun:
@@ -281,6 +282,7 @@ def run_scenario(
     probe_after: bool = True,
     watch: Callable[[], None] | None = None,
     sides: bool = False,
+    deploy: RollingDeploy | None = None,
 ) -> Observations:
     """Submit ``sc`` through ``fm.submit`` and observe it until it ends or ``timeout`` passes.
 
@@ -288,12 +290,13 @@ def run_scenario(
     watch on its worker and the services: a dead worker is not a slow scenario).
     ``sides``: submit the scenario's side chords too (a run without a stop condition then
     waits for them as well); the side ``behind`` goes once the run's dead letters were handled,
-    behind ``foreign_letters(fm)`` letters the drain cannot place.
+    behind ``foreign_letters(fm)`` letters the drain cannot place; the side ``deploy`` once all
+    else is over, and ``deploy`` (``lab.deploys``) then rolls the worker while it runs.
     """
     reader = Reader(run_id)
     side_chords = [_SideChord(fm, side, run_id) for side in sc.sides] if sides else []
     for side in side_chords:
-        if not side.side.behind_letters:
+        if not side.side.behind_letters and not side.side.deploys:
             side.submit()  # before the main chord, while the worker has room: an expired head is taken at once
     reader.side_readers = {side.side.tag: side.reader for side in side_chords}
     doc_ids = [store_document(run_id, doc, document_text(doc, fault)) for doc, fault in sc.faults.items()]
@@ -333,6 +336,11 @@ def run_scenario(
                 put_foreign_letters(fm, run_id, foreign_letters(fm))
                 reader.rec.event("foreign_letters", count=foreign_letters(fm))
                 side.submit()
+            if side.result is None and side.side.deploys and body_result.ready() \
+                    and (duplicate is None or duplicate.ready()) and not any(s.pending() for s in side_chords if s is not side):
+                side.submit()  # FM-7: the deploys meet only the slow documents, none of the earlier faults
+            if side.result is not None and side.side.deploys and deploy is not None:
+                deploy.step(side.reader)
         if stop is not None:
             return stop[0] if stop[1](reader) else None
         if any(side.pending() for side in side_chords):

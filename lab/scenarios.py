@@ -6,7 +6,9 @@ killed twice, a burst of waiting retries, a body that swallows ``Exception``, a
 hang in C code, a result store that stalls after the body, a hang in the fetch).
 Some hard variants need a chord of their own (``Side``): a chain head that expired
 (from scenario 1), a poison chord body and a poison member queued behind more dead
-letters than the drain reads in a pass (from scenario 3). The runner
+letters than the drain reads in a pass (from scenario 3). Scenario 7's rolling deploys
+have one too (``deploy``): slow but healthy documents, sent once the rest of the run is
+over, so that a deploy meets none of the earlier faults and scenarios 1..6 stay as fast. The runner
 writes each fault into its document's text (``lab.faults.document_text``), so the
 code under test meets the fault as it is: an earlier FM's code gets a later
 scenario with no switch and no extra argument.
@@ -18,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lab.faults import (C_HANG, CRASH_ONCE, FAIL, FETCH_HANG, FETCH_POISON, FLAKE_FOREVER, FLAKY, HARD_HANG, LATE_FINISH,
-                        POISON, SOFT_HANG, STALL_PAST_LIMIT, SWALLOW_HANG, THROTTLED, Fault)
+                        POISON, SLOW, SOFT_HANG, STALL_PAST_LIMIT, SWALLOW_HANG, THROTTLED, Fault)
 
 # (document, fault, first scenario that has it), in the order of submission. The burst
 # goes last but for doc29 (scenario 6), so that its probe meets pool processes that the hangs
@@ -55,7 +57,9 @@ CRASH_PLAN: tuple[str, ...] = ("before_send", "after_send")
 """Scenario 4's hard variant: the first ``notify`` to reach the mail API is killed
 after claiming and before sending, the second once the email is out and before it
 marks the claim sent (``lab.pipeline.send_email`` plays it)."""
-SCENARIOS = range(1, 7)
+SCENARIOS = range(1, 8)
+DEPLOY_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(34, 34 + 40))
+"""Scenario 7's slow but healthy documents (``SLOW``), a side chord of their own (``deploy``)."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +73,14 @@ class Side:
     poison_mail: bool = False  # every call of the mail API kills its caller: the chord body is the poison
     expired_head: bool = False  # each document's fetch, the chain's head, is sent already expired
     behind_letters: bool = False  # sent once the run's dead letters were handled, behind the runner's foreign letters in the DLQ
+    deploys: int = 0  # sent once everything else of the run is over; the runner deploys this many times while it runs
 
 
 _SIDES: tuple[Side, ...] = (
     Side("expired", {"doc31": None}, 1, expired_head=True),  # FM-1's hard variant: a head that expired
     Side("body", {"doc32": None}, 3, poison_mail=True),  # FM-3's: a poison chord body
     Side("behind", {"doc33": POISON}, 3, behind_letters=True),  # FM-3's: a poison member behind letters the drain cannot place
+    Side("deploy", {doc: SLOW for doc in DEPLOY_DOCS}, 7, deploys=3),  # FM-7: rolling deploys while slow documents run
 )
 
 

@@ -118,7 +118,7 @@ class Worker:
         if fm.beat:
             cmd += ["--schedule", str(BEAT_DIR / f"beat-{self.name}")]
         path = os.pathsep.join(p for p in (str(ROOT), str(VARIANTS_DIR), os.environ.get("PYTHONPATH", "")) if p)
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, HARNESS_PID_ENV: str(os.getpid())}
+        env = {**os.environ, **dict(fm.worker_env), **self.env, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, HARNESS_PID_ENV: str(os.getpid())}
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, env=env)

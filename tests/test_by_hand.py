@@ -18,7 +18,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from billiard.exceptions import WorkerLostError
@@ -41,9 +41,12 @@ class Shell:
     def __init__(self, command: str, namespace: str, log: Path | None = None) -> None:
         self.log = log
         out: Any = log.open("wb") if log is not None else subprocess.PIPE
-        self.proc = subprocess.Popen(command.split(), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        words = command.split()
+        first = next(i for i, w in enumerate(words) if "=" not in w)  # FM-7: REMAP_SIGTERM=SIGQUIT .venv/bin/celery ...
+        assigned = dict(w.split("=", 1) for w in words[:first])
+        self.proc = subprocess.Popen(words[first:], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
-                                     env={**os.environ, "RCL_NAMESPACE": namespace})
+                                     env={**os.environ, **assigned, "RCL_NAMESPACE": namespace})
         self.lines: list[str] = []
 
     def read_until(self, words: str, timeout: float = READY_SECONDS) -> None:
@@ -72,16 +75,17 @@ class Shell:
 
 
 @pytest.fixture
-def hand_worker(real_services: None, tmp_path: Path) -> Iterator[Callable[[Fm, str], Shell]]:
+def hand_worker(real_services: None, tmp_path: Path) -> Iterator[Callable[..., Shell]]:
     """``start(fm, namespace)``: the FM's worker, started with its docstring's command, ready once it
     consumes the FM's queue; stopped as Ctrl-C stops it (SIGINT to its group), then its log is whole."""
     started: list[Shell] = []
 
-    def start(fm: Fm, namespace: str) -> Shell:
-        worker = Shell(fm.worker_command(), namespace, tmp_path / f"{fm.short}-{namespace}-worker.log")
+    def start(fm: Fm, namespace: str, extra: str = "") -> Shell:
+        worker = Shell(f"{fm.worker_command()}{extra}", namespace,
+                       tmp_path / f"{fm.short}-{namespace}-worker{len(started)}.log")
         started.append(worker)
         queue = str(fm.task_queues[0].name).replace(f"{NAMESPACE}.", f"{namespace}.", 1)
-        assert wait_until(lambda: consumers(queue) > 0 or worker.proc.poll() is not None, READY_SECONDS)
+        assert wait_until(lambda: consumers(queue) >= len(started) or worker.proc.poll() is not None, READY_SECONDS)
         assert worker.proc.poll() is None, worker.log.read_text() if worker.log else ""
         return worker
 
@@ -164,6 +168,31 @@ def test_a_by_hand_fm3_run_prints_the_harness_timeline_and_its_worker_window_exp
         assert recovery in log, log  # at Celery's default level (the docstring's command has no --loglevel)
     warnings = [line for line in log.splitlines() if "WARNING/" in line]
     assert warnings and all("dead letters in" in w and "which no drain can place: " in w for w in warnings), warnings
+
+
+def test_a_by_hand_fm7_deploy_is_a_sigterm_of_one_of_two_workers(hand_worker: Callable[..., Shell]) -> None:
+    """fm7's docstring: two workers started with its command (``REMAP_SIGTERM=SIGQUIT`` in front), the
+    first sent SIGTERM once the side chord ``deploy`` runs; G7 holds, the slow documents taken by both."""
+    fm = harness.load("fm7")
+    first = hand_worker(fm, NAMESPACE)
+    second = hand_worker(fm, NAMESPACE, " -n second@%h")
+    pattern = f"{NAMESPACE}:run:*-deploy:attempts:*"
+
+    def scan() -> set[str]:
+        keys = cast(Callable[..., Iterator[str]], cast(Any, client()).scan_iter)
+        return set(keys(match=pattern))
+
+    before = scan()
+    submitter = Shell(fm.submit_command(), NAMESPACE)
+    assert wait_until(lambda: bool(scan() - before) or submitter.proc.poll() is not None, 120)
+    first.proc.send_signal(signal.SIGTERM)  # the deploy: its main process only (the Shell runs celery itself)
+    assert submitter.finish() == 0, submitter.text
+    out = submitter.text
+    assert re.search(r"^fm7 fixed \(scenario 7 on fm7, [\d.]+s\): PASS$", out, re.M), out
+    assert "  ok   G7: by hand: the slow documents were taken by 2 worker(s)" in out, out
+    log = stop(first)
+    assert "Initiating Soft Shutdown, terminating in 0.3 seconds" in log and "worker: Cold shutdown (MainProcess)" in log, log
+    stop(second)
 
 
 def _record(msg: str, *args: object) -> logging.LogRecord:

@@ -15,7 +15,7 @@ from celery.app.task import Context
 from kombu import Connection, Exchange, Producer, Queue
 
 from lab import harness, variants, weak, workers
-from lab.faults import SOFT_HANG, document_text
+from lab.faults import HARD_HANG, SOFT_HANG, document_text
 from lab.fm import Fm
 from lab.harness import running_worker
 from lab.observe import Reader, doc_id, short_doc
@@ -424,4 +424,59 @@ def test_every_members_message_carries_the_body_so_the_ids_go_in_the_manifest() 
         before_small, before_large = first_message_bytes(10, True), first_message_bytes(1000, True)
         assert before_large - before_small >= 990 * len(doc_id("bytes-1000-True", "doc0")), (before_small, before_large)
     finally:
+        harness.reset(fm)
+
+
+# ---- FM-7's hard variant: broker heartbeats during a warm shutdown ------------------------------
+
+_FM7_WARM = [
+    ('WORKER_ENV = {"REMAP_SIGTERM": "SIGQUIT"}  # FM-7: SIGTERM starts the soft/cold shutdown (Celery reads it at start only)\n',
+     "app.conf.broker_heartbeat = 1  # a heartbeat a second: RabbitMQ closes a silent connection after two missed\n"),
+    ("@app.task(bind=True, time_limit=3, Request=BackstopRequest)  # FM-6: the backstop; its kill is still an envelope\n",
+     "@app.task(bind=True, time_limit=15, Request=BackstopRequest)  # FM-6: the backstop; its kill is still an envelope\n"),
+    ("@hard_timeout(1.5, soft=1)  # FM-6: SIGALRM asks (SoftTimeLimitExceeded) at 1 s, raises HardTimeout at 1.5 s\n",
+     "@hard_timeout(6, soft=5)  # a body longer than two heartbeats\n"),
+]
+"""fm7 with SIGTERM as Celery's warm shutdown (no REMAP_SIGTERM), a broker heartbeat of 1 s and a parse deadline of 6 s."""
+
+
+@pytest.mark.claim("C15", "warm shutdown stops heartbeats: the running task runs twice at once (fm7)")
+def test_a_warm_shutdown_longer_than_two_heartbeats_has_the_running_task_run_twice_at_once(
+        limit: Callable[[str], None]) -> None:
+    """fm7's docstring (the hard variant, celery#5998): during a warm shutdown Celery 5.5 stops firing its
+    hub's timers, so py-amqp sends no heartbeat; RabbitMQ closes the connection after two missed ones and
+    requeues the message of the body still running, and the new worker starts it too. From 5.6.1
+    ``celery.concurrency.prefork.TaskPool.on_stop`` keeps firing the hub's timers (heartbeats included)
+    while the pool drains: one attempt only, acknowledged when it ends."""
+    fm = variants.derive("fm7_rolling_deploys", "fm7t_warm_heartbeat", _FM7_WARM)
+    assert not fm.worker_env and fm.app.conf.broker_heartbeat == 1
+    harness.reset(fm)
+    run_id = new_run_id()
+    doc = store_document(run_id, "doc8", document_text("doc8", HARD_HANG))  # hangs until the 6 s deadline
+    reader = Reader(run_id)
+    new = Worker(fm, run_id, workers.LOG_DIR / f"variant-fm7-heartbeat-new-{run_id}.log", part="new")
+    try:
+        with running_worker(fm, run_id, "variant-fm7-heartbeat-old", grace=10.0) as old:
+            new.start()
+            new.wait_ready()  # its probe may be taken by either worker: both serve the queue
+            result = fm.submit([doc], run_id)
+            assert wait_until(lambda: reader.attempts("doc8") >= 1, 30)
+            assert old.proc is not None and new.proc is not None
+            holder = next(e.get("pid") for e in reader.events() if e.kind == "received")
+            first, second = (old, new) if holder == str(old.proc.pid) else (new, old)
+            assert first.proc is not None
+            first.proc.send_signal(signal.SIGTERM)  # the deploy: SIGTERM of the worker that runs doc8, its main process only
+            wait_until(lambda: reader.attempts("doc8") >= 2 or first.proc is None or first.proc.poll() is not None, 12)
+            starts = [e for e in reader.events() if e.kind == "attempt_start"]
+            ends = [e for e in reader.events() if e.kind == "attempt_end"]
+            if CELERY < (5, 6):
+                assert len(starts) == 2 and (not ends or ends[0].t > starts[1].t), (starts, ends)
+            else:
+                limit("from 5.6.1 celery.concurrency.prefork.TaskPool.on_stop fires the hub's timers (py-amqp's "
+                      "heartbeats) while the pool drains: RabbitMQ keeps the connection, doc8 runs once")
+                assert len(starts) == 1 and len(ends) == 1, (starts, ends)
+            assert second.alive
+            result.forget()
+    finally:
+        new.stop(grace=0.5)
         harness.reset(fm)

@@ -18,7 +18,7 @@ from lab.variants import VARIANTS_DIR
 from lab.show.diff import code_of, step
 from shared.timeouts import BackstopRequest
 
-FMS = list(fm_modules().items())  # (short, module), fm0..fm6
+FMS = list(fm_modules().items())  # (short, module), fm0..fm7
 STEPS = [short for short, _ in FMS if short != "fm0"]
 MAX_CODE_LINES = 90
 MAX_SPREAD = 40  # fm0 to fm6: six fixes and their hard variants, a few lines each
@@ -49,7 +49,7 @@ def decorator_name(d: ast.expr) -> str:
 
 
 def test_every_fm_file_is_there() -> None:
-    assert [short for short, _ in FMS] == [f"fm{i}" for i in range(7)]
+    assert [short for short, _ in FMS] == [f"fm{i}" for i in range(8)]
 
 
 def test_each_fm_file_is_short_and_they_are_about_the_same_size() -> None:
@@ -138,6 +138,7 @@ def test_each_fm_adds_its_fix_and_keeps_the_earlier_ones(short: str, module: str
     assert ("NotifyClaim" in source) is (n >= 4)
     assert (fm.retry_policy is not None) is (n >= 5)
     assert (fm.hard_timeout is not None) is (n >= 6)
+    assert fm.prefetch_one is (n >= 7) and (dict(fm.worker_env).get("REMAP_SIGTERM") == "SIGQUIT") is (n >= 7)
 
 
 def test_every_fm6_task_has_in_body_deadlines_below_celerys_backstop_and_no_celery_soft_limit() -> None:
@@ -180,8 +181,10 @@ def test_scenarios_are_cumulative() -> None:
     assert scenario(5).burst == tuple(f"doc{i}" for i in range(12, 28)) and not scenario(4).burst
     assert not scenario(3).duplicate_notify and scenario(4).duplicate_notify
     assert not scenario(3).crash_plan and scenario(4).crash_plan == ("before_send", "after_send")
+    assert [side.tag for side in scenario(7).sides] == ["expired", "body", "behind", "deploy"]
+    assert scenario(7).docs == scenario(6).docs  # the slow documents are the side chord's, not the main chord's
     with pytest.raises(ValueError):
-        scenario(7)
+        scenario(8)
 
 
 def test_every_weak_variant_is_its_fm_without_the_hard_fix() -> None:
