@@ -5,20 +5,21 @@ healthy documents (0.8 s of work each, under fm6's deadlines) run and wait: a ne
 the same code starts; once it consumes, the old worker's main process gets SIGTERM and, when
 the grace period ends (0.5 s in the lab, ``lab.deploys``; shorter than a slow document),
 SIGKILL. On fm6 every old worker is still running a slow document's body when the SIGKILL
-comes: that work is lost and starts again (``--prove``: ``work lost to a SIGKILL: doc39, ...``).
+comes: that work is lost and starts again (``--prove``: ``work lost to a SIGKILL: doc38, ...``).
 Every message it held without starting it goes back to the broker and is charged a delivery
 (the run's ``deploy_term`` events list them, e.g. ``doc41:0,doc42:0``: a document and its
-earlier deliveries); a document that waited in three old workers is dead-lettered, innocent
-(``parse_document dead-lettered by the broker (delivery_limit) after 3 deliveries, 0 started``,
-seen in about half the runs: which messages a worker holds at a deploy depends on timing). A
-body that ended inside the grace, its ack not yet sent, runs again; dead-lettered later, it
-is finalised over a result that had already counted (celery#3802).
+earlier deliveries), and so is every body a deploy cuts: a document that three deploys meet is
+dead-lettered, innocent (``parse_document dead-lettered by the broker (delivery_limit) after 3
+deliveries, 0 started``, or ``3 started`` for one cut three times: seen in some runs, since
+which messages a worker holds at a deploy depends on timing; claim C16 cuts one three times
+on purpose).
 
 Root cause: SIGTERM is Celery's warm shutdown (``celery.apps.worker.install_worker_term_handler``,
 5.5 to 5.7): the worker stops consuming and waits for every running body, however long, so
 a grace shorter than the slowest body ends in SIGKILL. The messages it prefetched
 (``worker_prefetch_multiplier`` 4 x 2 processes) go back when its connection closes, and
-RabbitMQ 3.x counts every return against FM-3's ``x-delivery-limit: 2``, started or not.
+RabbitMQ 3.x counts every return against FM-3's ``x-delivery-limit: 2``, started or not, cut
+or crashed: FM-3's bound cannot tell a deploy from a poison message.
 
 Fix (what a team deploys; each setting with the Celery version that has it):
 
@@ -32,7 +33,21 @@ Fix (what a team deploys; each setting with the Celery version that has it):
   then cancels what still runs (``Consumer.cancel_active_requests``: the pool process gets
   SIGQUIT, the body ends in ``SystemExit``) and leaves its message unacknowledged: it goes back
   with the connection and starts afresh on the new worker. No body is left running when the
-  grace ends.
+  grace ends;
+- ``worker_deduplicate_successful_tasks = True`` (Celery 5.1+; acks late and a persistent
+  backend): a body that finished inside the soft wait stored its result, but the main process
+  sleeps through that wait and sends no ack, so the message comes back. A redelivered message
+  (``redelivered``) whose task id is stored SUCCESS is acked without running
+  (``celery.app.trace.build_tracer``, ``Task already completed successfully`` in the log). It
+  matters most for a chain head: a fetch run again publishes its ``parse`` again, two messages
+  of one task id, and one run saw them parsed in two processes at once (doc60, 30 ms apart);
+- ``drain(app, DLQ, send_back=True)``: the drain tells an innocent dead letter from a poison
+  one (``shared.dlq``): ``count_starts`` counts the starts and the ends of every body per task
+  id, and a poison message's process dies without an end (no ``task_postrun``). A letter whose
+  crashes (starts less ends) are below the bound is published again to its queue, as a new
+  message whose deliveries the broker counts afresh (at most 5 times); G7 lists it as ``sent
+  back as innocent``. C16 proves it: a document cut by three deploys in a row is finalised
+  ``dead_lettered`` without it and ends ok on its fourth start with it.
 
 G7 (the side chord ``deploy``, 40 documents; 3 deploys, or 2 when new workers boot slowly):
 every document ok, each once in the chord's summary, one email; none dead-lettered; none
@@ -49,19 +64,22 @@ requeues the running message, and the new worker starts it while the old one sti
 hub's timers while the pool drains, and it runs once (5.6.3, 5.7.0). fm7 keeps its shutdown
 short on every version: its bodies are cancelled after 0.3 s.
 
-Delta from fm6: ``worker_prefetch_multiplier``, ``worker_soft_shutdown_timeout`` and ``WORKER_ENV``.
+Delta from fm6: ``worker_prefetch_multiplier``, ``worker_soft_shutdown_timeout``, ``WORKER_ENV``,
+``worker_deduplicate_successful_tasks`` and the drain's ``send_back``.
 
 Tradeoffs: a body cut at a deploy starts again from the beginning (its work is done twice,
-one after the other: make it idempotent, FM-4), and each cut is a delivery: a document cut in
-three deploys in a row would be dead-lettered (keep ``x-delivery-limit`` above the deploys a
-task may live through). The soft wait is a sleep in the main process's signal handler, which
-sends no ack meanwhile: a body that ends inside it is acknowledged only when the pool stops,
-and a SIGKILL before that returns its message, so the document is parsed again (seen in the
-lab, whose grace is below Celery's stop time; in production make the grace longer than the
-soft timeout plus the worker's stop). Prefetch 1 costs a round trip per message, makes new
-work wait for a free process (FM-5's probe), and lets RabbitMQ itself expire and dead-letter
-a head sent already expired when no worker has room (FM-1's hard variant: G1 accepts it).
-``REMAP_SIGTERM`` is an environment variable, not a setting: the deployment must set it.
+one after the other: make it idempotent, FM-4). Finished work can run again too: the lab's
+runs report, as ``finished work run again``, about one slow document a run whose body ended
+ok at the moment the soft wait ended and was then started again (deduplication did not skip
+it, and why is not found yet; not a G7 condition); in production make the grace longer than
+the soft timeout plus the worker's stop (about 2 s here), so that the ack goes out. Deduplication costs a backend read for
+every redelivered message. The send-back trusts the task's own crashes only: a task that
+swallows ``SystemExit`` or ends in its own ``finally`` while its process is dying counts as
+ended, and a poison message that always gets cut would be sent back 5 times before it is
+dead-lettered. Prefetch 1 costs a round trip per message, makes new work wait for a free
+process (FM-5's probe), and lets RabbitMQ itself expire and dead-letter a head sent already
+expired when no worker has room (FM-1's hard variant: G1 accepts it). ``REMAP_SIGTERM`` is an
+environment variable, not a setting: the deployment must set it.
 
 Still open: the result backend going away mid-chord (FM-8).
 
@@ -124,6 +142,7 @@ BUSY = busy_waits(QUEUE)  # FM-4: a busy notify waits in the broker (delay queue
 app.conf.worker_prefetch_multiplier = 1  # FM-7: a worker holds (nearly) only what it runs; a deploy returns few unstarted
 app.conf.worker_soft_shutdown_timeout = 0.3  # FM-7 (Celery 5.5+): after SIGTERM running bodies get 0.3 s, then go back
 WORKER_ENV = {"REMAP_SIGTERM": "SIGQUIT"}  # FM-7: SIGTERM starts the soft/cold shutdown (Celery reads it at start only)
+app.conf.worker_deduplicate_successful_tasks = True  # FM-7 (5.1+): a redelivered task stored SUCCESS is not run
 
 
 @app.task(bind=True, time_limit=3, Request=BackstopRequest)  # FM-6: every task has a deadline; Celery's kills last
@@ -163,7 +182,7 @@ release_when_dead_lettered(app, notify)  # FM-4: a notify the drain finalised as
 
 @app.task(ignore_result=True)
 def drain_dead_letters() -> int:  # FM-3: finalise each dead letter as a failure; park what it cannot place
-    return drain(app, DLQ)
+    return drain(app, DLQ, send_back=True)  # FM-7: a letter whose deliveries were not its own attempts goes back
 
 
 def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:

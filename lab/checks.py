@@ -320,6 +320,8 @@ class DeployFindings:
     lost: list[str]  # documents whose body was still running when a SIGKILL came
     dead: list[str]  # documents dead-lettered, with what the drain wrote
     overlaps: list[str]  # documents parsed in two processes at once
+    sent_back: list[str]  # documents the drain found innocent at their delivery limit and published again (FM-7)
+    repeated: list[str]  # documents whose fetch or parse ran again after it had ended ok (its ack never sent)
 
 
 def deploy_findings(side: SideRun) -> DeployFindings:
@@ -331,7 +333,24 @@ def deploy_findings(side: SideRun) -> DeployFindings:
     lost = [doc for f in finals.values() if f.kind == "deploy_kill" for doc in f.get("lost").split(",") if doc]
     dead = [f"{d} ({(side.failed(d) or {}).get('error', 'its chord member had already ended ok: counted twice')})" for d in side.docs
             if any(e.kind == "dead_lettered" and e.get("doc") == d for e in events)]
-    return DeployFindings(terms, ends, lost, dead, _overlaps(events))
+    sent_back = [f"{e.get('doc')} ({e.get('why')})" for e in events if e.kind == "sent_back"]
+    return DeployFindings(terms, ends, lost, dead, _overlaps(events), sent_back, _repeats(events))
+
+
+def _repeats(events: Sequence[Event]) -> list[str]:
+    """Documents whose fetch or parse began again after one had ended ok: finished work done twice."""
+    done: dict[tuple[str, str], float] = {}  # (doc, stage) -> when its body first ended ok
+    found: list[str] = []
+    for e in events:
+        stage = {"fetch_end": "fetch", "attempt_end": "parse", "fetch_start": "fetch", "attempt_start": "parse"}.get(e.kind)
+        if stage is None:
+            continue
+        key = (e.get("doc"), stage)
+        if e.kind.endswith("_end") and e.get("outcome") == "ok":
+            done.setdefault(key, e.t)
+        elif e.kind.endswith("_start") and key in done:
+            found.append(f"{key[0]}'s {stage} began again {e.t - done.pop(key):.2f}s after it had ended ok")
+    return found
 
 
 def _overlaps(events: Sequence[Event]) -> list[str]:
@@ -381,8 +400,10 @@ def g7(obs: Observations, fm: Fm) -> Check:
     c.expect(_side_done(side) and once and n_failed == 0 and len(side.emails) == 1,
              f"deploy chord {_side_state(side)}: {n_ok} ok, {n_failed} failed of {len(side.docs)}, emails {len(side.emails)}",
              f"SUCCESS, all {len(side.docs)} ok, 1 email")
-    c.expect(not f.dead, f"dead-lettered: {', '.join(f.dead) or 'none'}", "none (no slow document is poison)")
+    c.expect(not f.dead, f"dead-lettered: {', '.join(f.dead) or 'none'}; sent back as innocent: "
+             f"{', '.join(f.sent_back) or 'none'}", "none dead-lettered (no slow document is poison)")
     c.expect(not f.overlaps, f"parsed twice at once: {'; '.join(f.overlaps) or 'none'}", "none")
+    c.seen.append(f"finished work run again (not a G7 condition: fm7's Tradeoffs): {'; '.join(f.repeated) or 'none'}")
     c.expect(not f.lost, f"bodies running when a grace ended (killed): {', '.join(f.lost) or 'none'}", "none")
     return c.result()
 

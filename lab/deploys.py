@@ -8,12 +8,15 @@ killed), and so does what is left of the group once the main process exited by i
 
 The moment of each SIGTERM is chosen from what the run shows, never from a timer: the old
 worker is running a slow but healthy document (``lab.faults.SLOW``) that started at most
-``FRESH_SECONDS`` ago, so its body cannot end within the grace; and when the old worker holds
-messages it has not started (its prefetch), one of them is the one the broker has delivered
-most often so far (``x-delivery-count``, from the observer's ``received`` events): a
-deploy takes that one back once more. If no such moment comes within ``ARMED_SECONDS``, the
-next fresh slow document will do. The next deploy's new worker starts as soon as the old one
-is told to stop (a rollout that follows another), and counts as ready once the old one is gone.
+``FRESH_SECONDS`` ago, so its body cannot end within the grace; when one of the run's running
+messages has been delivered more often than the others (cut by an earlier deploy), that one, so
+that a deploy cuts the same document again (the one to dead-letter, innocent, at its delivery
+limit); and when the old worker holds messages it has not started (its prefetch), one of them
+is the one the broker has delivered most often so far (``x-delivery-count``, from the
+observer's ``received`` events): a deploy takes that one back once more. If no such moment
+comes within ``ARMED_SECONDS``, the next fresh slow document will do. The next deploy's new
+worker starts as soon as the old one is told to stop (a rollout that follows another), and
+counts as ready once the old one is gone.
 
 What a deploy records, in the side chord's event stream: ``deploy_term`` (which worker,
 what it ran and held), then ``deploy_exit`` (the old main process exited by itself) or
@@ -160,11 +163,15 @@ class RollingDeploy:
         mine = {t: h for t, h in messages.items() if h.holder == pid}
         running = {t: h for t, h in mine.items() if h.started is not None and not h.ended}
         waiting = {t: h for t, h in mine.items() if h.started is None}
+        patient = now - self.since < ARMED_SECONDS
         fresh = [h for h in running.values() if h.started is not None and now - h.started <= FRESH_SECONDS]
+        cut = max((h.returned for h in messages.values() if h.started is not None and not h.ended), default=0)
+        if fresh and max(h.returned for h in fresh) < cut and patient:
+            return  # the running message delivered most often (cut before) is elsewhere: wait for it to come here
         if not fresh:
             return
         most = max((h.returned for h in messages.values() if h.started is None), default=0)
-        if waiting and max(h.returned for h in waiting.values()) < most and now - self.since < ARMED_SECONDS:
+        if waiting and max(h.returned for h in waiting.values()) < most and patient:
             return  # the most delivered waiting message is elsewhere: wait for it to come here
         os.kill(old.proc.pid, signal.SIGTERM)  # the main process only, as Kubernetes does
         self.term_at = time.time()

@@ -21,7 +21,8 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
 - ``shared.dlq.dead_lettered``: the DLQ drain finalised a dead letter (a document's, or
   the chord body's own); ``shared.dlq.dead_letter_kept``: it put a message back in the
   DLQ instead; ``shared.dlq.dead_letter_parked``: it parked one (the runner's foreign
-  letters carry their run in a header);
+  letters carry their run in a header); ``shared.dlq.dead_letter_sent_back``: it published
+  an innocent one again to its queue (FM-7, ``sent_back``);
 - ``task_revoked`` of ``fetch_document``: the worker discarded an expired (or revoked)
   chain head.
 
@@ -251,6 +252,14 @@ class Observer:
         elif run := _pipeline_in(letter.args, letter.kwargs):  # the chord body (notify) itself
             self.emit(Happening("dead_lettered", run, letter.task_id, "", {"death": letter.death_reason}))
 
+    def dead_letter_sent_back(self, task_id: str, args: Sequence[object], why: str) -> None:
+        found = doc_in(args)
+        if found:
+            run, doc = found
+            self.emit(Happening("sent_back", run, task_id, doc, {"why": why}))
+        elif run := _pipeline_in(args, {}):
+            self.emit(Happening("sent_back", run, task_id, "", {"why": why}))
+
     def dead_letter_kept(self, task_id: str, args: Sequence[object], why: str) -> None:
         found = doc_in(args)
         if found:
@@ -428,6 +437,11 @@ def _on_dead_letter_kept(sender: object = None, headers: Mapping[str, object] | 
     OBSERVER.dead_letter_kept(str((headers or {}).get("id") or ""), args, why)
 
 
+def _on_dead_letter_sent_back(sender: object = None, headers: Mapping[str, object] | None = None,
+                              args: Sequence[object] = (), why: str = "", **_: object) -> None:
+    OBSERVER.dead_letter_sent_back(str((headers or {}).get("id") or ""), args, why)
+
+
 _installed = False
 
 
@@ -443,6 +457,7 @@ def install() -> None:
     dlq.dead_lettered.connect(_on_dead_lettered, weak=False)
     dlq.dead_letter_kept.connect(_on_dead_letter_kept, weak=False)
     dlq.dead_letter_parked.connect(_on_dead_letter_parked, weak=False)
+    dlq.dead_letter_sent_back.connect(_on_dead_letter_sent_back, weak=False)
     task_revoked.connect(_on_revoked, weak=False)
     _installed = True
 

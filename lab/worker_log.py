@@ -314,6 +314,9 @@ def recovery(h: Happening) -> None:
     elif h.kind == "dead_lettered":
         LOGGER.info("lab: %s dead-lettered (%s); the DLQ drain recorded it as failed (dead_lettered): the chord "
                     "can complete", h.doc, f.get("death"))
+    elif h.kind == "sent_back":
+        LOGGER.info("lab: %s dead-lettered at its delivery limit, yet innocent (%s): the DLQ drain published it "
+                    "again to its queue, where its deliveries count afresh", h.doc or "the chord's notify", f.get("why"))
     elif h.kind == "dead_letter_kept":
         LOGGER.info("lab: a dead letter of %s stays in the DLQ for an operator: %s", h.doc or "the chord's notify",
                     f.get("why"))

@@ -99,6 +99,29 @@ may live through while prefetched, and keep the prefetch small
 (``worker_prefetch_multiplier``): every prefetched message pays one delivery per
 lost worker.
 
+Deliveries are not attempts, and a body that ended is no crash (FM-7). A poison
+message kills the process that runs it: no ``task_postrun`` follows its start. A
+body that ended (``task_postrun`` fired, whatever the state) and whose message came
+back all the same was not the message's fault: a worker's shutdown cut it (Celery
+5.5+'s cold shutdown, ``celery.worker.consumer.consumer.Consumer.cancel_active_requests``,
+sends the pool process ``TERM_SIGNAME`` through ``Request.cancel``: ``SystemExit`` in the
+body, ``task_postrun`` with ``state=None``), or it finished and its ack was never
+sent (the main process sleeps through the soft wait, then is killed). ``count_starts``
+counts those ends as well (``ends``). With ``send_back=True`` (FM-7) the drain tells an
+innocent letter from a poison one: a letter dead-lettered at its delivery limit
+whose crashes (starts less ends) are below its queue's bound did not use up its
+attempts; deploys and returns of prefetched messages did. It is published again to
+the queue it died in (a new message, so the broker counts its deliveries afresh; same
+task id, headers and body, the ``x-death`` headers dropped and ``x-rcl-sent-back``
+counting the sends), then acked, and announced on ``dead_letter_sent_back``. At most
+``SEND_BACK_LIMIT`` times per message: past that it is finalised as dead-lettered
+like any other, its error saying how often it was sent back. The counters are per
+task id and carry over a send-back, so a message cut twice and then killed by its
+own fault once is sent back, and is dead-lettered for good once its crashes reach
+the bound. A drain that dies between the publish and the ack leaves a copy in each
+queue (the next pass sends the DLQ's copy back too: the document then runs twice,
+one copy after the other, as any redelivery may).
+
 Celery 5.5 to 5.7: a quorum queue in ``task_queues`` makes the worker include the
 ``DelayedDelivery`` bootstep (``celery.worker.consumer.delayed_delivery``, see
 its ``include_if``), which declares broker-wide ``celery_delayed_*`` exchanges
@@ -116,7 +139,7 @@ from typing import Any, Literal, cast
 
 from celery import Celery
 from celery.app.task import Context
-from celery.signals import task_prerun
+from celery.signals import task_postrun, task_prerun
 from celery.utils.dispatch import Signal
 import redis
 from kombu import Producer, Queue
@@ -135,6 +158,8 @@ dead_letter_kept = Signal(name="dead_letter_kept", providing_args=["headers", "a
 backend did not answer (with ``park=True``), or a letter it cannot place (``park=False``)."""
 dead_letter_parked = Signal(name="dead_letter_parked", providing_args=["headers", "args", "why"])
 """Sent by ``drain`` for each message it moved to the parking queue (``sender=app``)."""
+dead_letter_sent_back = Signal(name="dead_letter_sent_back", providing_args=["headers", "args", "why"])
+"""Sent by ``drain(send_back=True)`` for each innocent letter it published again to its queue (``sender=app``)."""
 
 Role = Literal["member", "head", "task"]
 
@@ -171,23 +196,43 @@ def delivery_bound(app: Celery, queue_name: str) -> int | None:
 
 
 def count_starts(app: Celery) -> None:
-    """Count each start of a task body of ``app``, per task id (what ``drain`` reports as attempts)."""
+    """Count each start of a task body of ``app``, per task id (what ``drain`` reports as attempts),
+    and each end (``task_postrun``: the body's process lived on; a crash sends none)."""
+
+    def count(kind: str, task_id: str) -> None:
+        r, prefix = backend_redis(app)
+        key = f"{prefix}{kind}:{task_id}"
+        pipe = cast(Any, r).pipeline(transaction=False)  # one round trip for both
+        pipe.incr(key)
+        pipe.expire(key, STARTS_TTL_SECONDS)
+        pipe.execute()
 
     def on_prerun(sender: object = None, task_id: str = "", task: object = None, **_: object) -> None:
         if getattr(task or sender, "app", None) is app and task_id:
-            r, prefix = backend_redis(app)
-            key = f"{prefix}starts:{task_id}"
-            r.incr(key)
-            r.expire(key, STARTS_TTL_SECONDS)
+            count("starts", task_id)
+
+    def on_postrun(sender: object = None, task_id: str = "", task: object = None, **_: object) -> None:
+        if getattr(task or sender, "app", None) is app and task_id:
+            count("ends", task_id)
 
     task_prerun.connect(on_prerun, weak=False)
+    task_postrun.connect(on_postrun, weak=False)
+
+
+def _counted(app: Celery, kind: str, task_id: str) -> int:
+    r, prefix = backend_redis(app)
+    raw = cast(str | None, r.get(f"{prefix}{kind}:{task_id}"))
+    return int(raw) if raw is not None else 0
 
 
 def starts_of(app: Celery, task_id: str) -> int:
     """How often a body of ``task_id`` started, as ``count_starts`` counted (0 when not counted)."""
-    r, prefix = backend_redis(app)
-    raw = cast(str | None, r.get(f"{prefix}starts:{task_id}"))
-    return int(raw) if raw is not None else 0
+    return _counted(app, "starts", task_id)
+
+
+def ends_of(app: Celery, task_id: str) -> int:
+    """How many of those bodies ended, their process alive (a cut, a lost ack): the rest were crashes."""
+    return _counted(app, "ends", task_id)
 
 
 @dataclass(frozen=True)
@@ -203,6 +248,8 @@ class DeadLetter:
     deliveries: int | None  # the source queue's bound, for delivery_limit; else unknown
     started: int  # bodies that really started (count_starts)
     role: Role = "member"  # what the letter was: the chord member, a chain head before one, or a task on its own
+    ended: int = 0  # of those starts, the bodies that ended and still came back (count_starts)
+    sent_back: int = 0  # how often drain(send_back=True) had published it again before
 
 
 PARKED_SUFFIX = ".parked"
@@ -223,12 +270,18 @@ DRAIN_BATCH = 100
 """How many letters one pass of ``drain`` reads at the most."""
 
 
+SEND_BACK_LIMIT = 5
+"""How often ``drain(send_back=True)`` publishes one message again at the most (``x-rcl-sent-back``)."""
+SENT_BACK_HEADER = "x-rcl-sent-back"
+
+
 def drain(app: Celery, dlq: Queue, batch: int = DRAIN_BATCH, *, chains: bool = True, bodies: bool = True,
-          park: bool = True) -> int:
+          park: bool = True, send_back: bool = False) -> int:
     """Finalise what sits in ``dlq``; return how many letters it finalised (see the module docstring).
 
     ``chains``, ``bodies`` and ``park`` are the drain's three hard fixes; each False is the drain
-    as it stood before (what ``--prove`` runs to show the fix is needed)."""
+    as it stood before (what ``--prove`` runs to show the fix is needed). ``send_back`` (FM-7)
+    publishes an innocent letter again to its queue instead of finalising it."""
     finalised = 0
     with app.connection_for_write() as conn:
         channel = conn.default_channel
@@ -244,6 +297,9 @@ def drain(app: Celery, dlq: Queue, batch: int = DRAIN_BATCH, *, chains: bool = T
             if message is None:
                 break
             try:
+                if send_back and (innocent := _innocent(app, message)) is not None:
+                    _send_back(app, channel, message, innocent)
+                    continue
                 letter, why = _finalise(app, message, chains, bodies)
             except BackendUnavailable as exc:  # nothing can be finalised now: stop, keep this one, try next pass
                 kept.append(message)
@@ -282,6 +338,43 @@ def _park(app: Celery, channel: Any, parking: Queue, message: Message, why: str)
                      serializer=None, retry=True)
     message.ack()
     dead_letter_parked.send(sender=app, headers=headers, args=_args_of(message), why=why)
+
+
+def _innocent(app: Celery, message: Message) -> str | None:
+    """Why ``message`` did not use up its own attempts (None: it did, or it cannot be told)."""
+    headers = cast(Mapping[str, Any], message.headers or {})
+    task_id = str(headers.get("id") or "")
+    death, source = newest_death(headers)
+    bound = delivery_bound(app, source)
+    sent = int(headers.get(SENT_BACK_HEADER) or 0)
+    if not task_id or death != "delivery_limit" or bound is None or sent >= SEND_BACK_LIMIT:
+        return None
+    try:
+        started, ended = starts_of(app, task_id), ends_of(app, task_id)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise BackendUnavailable(f"the result backend did not answer: {type(exc).__name__}: {exc}") from exc
+    if started - ended >= bound:
+        return None
+    return f"{bound} deliveries, {started} started, {ended} ended in a live process"
+
+
+def _send_back(app: Celery, channel: Any, message: Message, why: str) -> None:
+    """Publish ``message`` again where it died (a new message: its deliveries counted afresh), then ack it."""
+    headers = {k: v for k, v in cast(Mapping[str, Any], message.headers or {}).items()
+               if not k.startswith(("x-death", "x-first-death", "x-last-death"))}
+    deaths = cast(list[Any], (message.headers or {}).get("x-death") or [])
+    newest: Mapping[str, Any] = cast(Mapping[str, Any], deaths[0]) if deaths and isinstance(deaths[0], Mapping) else {}
+    keys = cast(list[Any], newest.get("routing-keys") or [])
+    properties = cast(Mapping[str, Any], message.properties or {})
+    extra = {k: properties[k] for k in ("correlation_id", "reply_to", "priority") if properties.get(k) is not None}
+    Producer(channel).publish(message.body, exchange=str(newest.get("exchange") or ""),
+                              routing_key=str(keys[0]) if keys else str(newest.get("queue") or ""),
+                              headers={**headers, SENT_BACK_HEADER: int(headers.get(SENT_BACK_HEADER) or 0) + 1},
+                              content_type=message.content_type, content_encoding=message.content_encoding,
+                              delivery_mode=properties.get("delivery_mode", 2), serializer=None, retry=True, **extra)
+    message.ack()
+    log.warning("dead letter %s (%s) sent back to its queue: %s", headers.get("id"), headers.get("task"), why)
+    dead_letter_sent_back.send(sender=app, headers=headers, args=_args_of(message), why=why)
 
 
 def _args_of(message: Message) -> list[Any]:
@@ -354,9 +447,11 @@ def _finalise(app: Celery, message: Message, chains: bool, bodies: bool) -> tupl
     bound = delivery_bound(app, source)
     deliveries = bound if death == "delivery_limit" else None
     try:
-        started = starts_of(app, task_id)
+        started, ended, sent = starts_of(app, task_id), ends_of(app, task_id), int(headers.get(SENT_BACK_HEADER) or 0)
         said = f"{deliveries} deliveries" if deliveries is not None else "an unknown number of deliveries"
         error = f"{task_name.rsplit('.', 1)[-1]} dead-lettered by the broker ({death}) after {said}, {started} started"
+        error += f", {ended} ended in a live process" if ended else ""
+        error += f", sent back {sent} times before" if sent else ""
         envelope = Result[Any].failure(error, "dead_lettered", started, deliveries).to_wire()
         member_id = str(member["task_id"])
         if member_id != task_id:  # the dead head's own result, outside the chord
@@ -375,4 +470,4 @@ def _finalise(app: Celery, message: Message, chains: bool, bodies: bool) -> tupl
         app.backend.mark_as_done(member_id, envelope, request=request)
     except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
         raise BackendUnavailable(f"the result backend did not answer: {type(exc).__name__}: {exc}") from exc
-    return DeadLetter(task_id, task_name, args, kwargs, death, member_id, deliveries, started, role), ""
+    return DeadLetter(task_id, task_name, args, kwargs, death, member_id, deliveries, started, role, ended, sent), ""

@@ -480,3 +480,66 @@ def test_a_warm_shutdown_longer_than_two_heartbeats_has_the_running_task_run_twi
     finally:
         new.stop(grace=0.5)
         harness.reset(fm)
+
+
+# ---- FM-7's drain: a document cut by three deploys in a row is innocent -------------------------
+
+_FM7_NO_SEND_BACK = [("    return drain(app, DLQ, send_back=True)  # FM-7: a letter whose deliveries were not its own attempts goes back\n",
+                      "    return drain(app, DLQ)\n")]
+
+
+def _cut_three_times(fm: Fm, label: str) -> tuple[Reader, Any]:
+    """One slow document, and three workers one after the other, each sent SIGTERM (REMAP_SIGTERM: the soft,
+    then cold shutdown) while its body runs: three deliveries, three starts, three cuts. A fourth worker then
+    serves (its beat drains the DLQ). Returns the run's reader and the chord's result once it is ready."""
+    from lab.faults import SLOW
+    harness.reset(fm)
+    run_id = new_run_id()
+    doc = store_document(run_id, "doc34", document_text("doc34", SLOW))
+    reader = Reader(run_id)
+    result = fm.submit([doc], run_id)
+    for n in (1, 2, 3):
+        worker = Worker(fm, run_id, workers.LOG_DIR / f"{label}-{n}-{run_id}.log", part=f"cut{n}")
+        worker.start()
+        try:
+            worker.wait_ready()
+            assert wait_until(lambda: reader.attempts("doc34") >= n, 30), f"attempt {n} never started"
+            assert worker.proc is not None
+            worker.proc.send_signal(signal.SIGTERM)  # a deploy: SIGTERM of its main process, 0.3 s of soft wait
+            assert wait_until(lambda: worker.proc is None or worker.proc.poll() is not None, 15), "the worker did not exit"
+        finally:
+            worker.stop(grace=0.5)
+    assert dlq.ends_of(fm.app, next(e.get("task") for e in reader.events() if e.kind == "attempt_start")) == 3
+    with running_worker(fm, run_id, f"{label}-4", grace=0.5):
+        assert wait_until(lambda: result.ready(), 30), "the chord never completed"
+    return reader, result
+
+
+@pytest.mark.claim("C16", "a document cut by three deploys is dead-lettered unless the drain sends it back (fm7)")
+def test_a_document_cut_by_three_deploys_is_dead_lettered_unless_the_drain_sends_it_back() -> None:
+    """fm7's docstring: each body a deploy cuts (Celery 5.5+'s cold shutdown, ``SystemExit`` in the body) is
+    one more delivery, and RabbitMQ 3.x dead-letters the message at its third (``x-delivery-limit: 2``) though
+    it never failed. fm7's drain counts the bodies that ended (``count_starts``: ``task_postrun``, which a crash
+    never sends) and sends a letter whose crashes are below the bound back to its queue: the document ends ok on
+    its fourth start. Without ``send_back`` it is finalised ``dead_lettered`` after 3 deliveries, 3 started."""
+    weak_fm = variants.derive("fm7_rolling_deploys", "fm7t_no_send_back", _FM7_NO_SEND_BACK)
+    try:
+        reader, result = _cut_three_times(weak_fm, "variant-fm7-no-send-back")
+        failed = cast(Any, Result[Any].from_wire(result.get(timeout=5)).payload)["failed"]
+        assert [(f["doc"], f["reason"]) for f in failed] == [("doc34", "dead_lettered")], failed
+        assert "after 3 deliveries, 3 started, 3 ended in a live process" in failed[0]["error"], failed
+        assert not any(e.kind == "sent_back" for e in reader.events())
+        result.forget()
+    finally:
+        harness.reset(weak_fm)
+    fm = harness.load("fm7")
+    try:
+        reader, result = _cut_three_times(fm, "variant-fm7-send-back")
+        payload = cast(Any, Result[Any].from_wire(result.get(timeout=5)).payload)
+        assert [short_doc(str(d)) for d in payload["ok"]] == ["doc34"] and payload["failed"] == [], payload
+        assert reader.attempts("doc34") == 4
+        assert [e.get("doc") for e in reader.events() if e.kind == "sent_back"] == ["doc34"]
+        assert not any(e.kind == "dead_lettered" for e in reader.events())
+        result.forget()
+    finally:
+        harness.reset(fm)

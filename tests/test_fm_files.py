@@ -21,7 +21,7 @@ from shared.timeouts import BackstopRequest
 FMS = list(fm_modules().items())  # (short, module), fm0..fm7
 STEPS = [short for short, _ in FMS if short != "fm0"]
 MAX_CODE_LINES = 90
-MAX_SPREAD = 40  # fm0 to fm6: six fixes and their hard variants, a few lines each
+MAX_SPREAD = 45  # fm0 to fm7: seven fixes and their hard variants, a few lines each (fm7 adds four settings)
 MAX_STEP = 25
 STACK = ("app.task", "enveloped", "transient_retryable", "hard_timeout")
 """The designed decorator order, outermost first (DESIGN.md §1)."""
