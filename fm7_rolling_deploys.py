@@ -68,15 +68,17 @@ Delta from fm6: ``worker_prefetch_multiplier``, ``worker_soft_shutdown_timeout``
 ``worker_deduplicate_successful_tasks`` and the drain's ``send_back``.
 
 Tradeoffs: a body cut at a deploy starts again from the beginning (its work is done twice,
-one after the other: make it idempotent, FM-4). Finished work can run again too: the lab's
-runs report, as ``finished work run again``, about one slow document a run whose body ended
-ok at the moment the soft wait ended and was then started again (deduplication did not skip
-it, and why is not found yet; not a G7 condition); in production make the grace longer than
-the soft timeout plus the worker's stop (about 2 s here), so that the ack goes out. Deduplication costs a backend read for
-every redelivered message. The send-back trusts the task's own crashes only: a task that
-swallows ``SystemExit`` or ends in its own ``finally`` while its process is dying counts as
-ended, and a poison message that always gets cut would be sent back 5 times before it is
-dead-lettered. Prefetch 1 costs a round trip per message, makes new work wait for a free
+one after the other: make it idempotent, FM-4). A body that finished inside the soft wait is
+not run again only because deduplication skips it; without it, runs of fm7 here parsed a
+document twice at once (doc72) or fetched one again (doc73) in 2 of 3. In production make the
+grace longer than the soft timeout plus the worker's stop (about 2 s here), so that the ack
+goes out. Deduplication costs a backend read for every redelivered message, and it changes
+what ``task_postrun`` reports for a redelivered body cut by a shutdown: ``state`` is the stored
+state its check read (``PENDING``), not None (``celery.app.trace.build_tracer``; C16 asserts
+it), so a ``task_postrun`` handler must not take ``state`` for how the body ended.
+The send-back trusts that a crash sends no ``task_postrun``: a message that kills its process
+after its body ended (in the result store, say) looks innocent and is sent back 5 times before
+it is dead-lettered. Prefetch 1 costs a round trip per message, makes new work wait for a free
 process (FM-5's probe), and lets RabbitMQ itself expire and dead-letter a head sent already
 expired when no worker has room (FM-1's hard variant: G1 accepts it). ``REMAP_SIGTERM`` is an
 environment variable, not a setting: the deployment must set it.

@@ -170,8 +170,11 @@ def _pipeline_in(args: Sequence[object], kwargs: Mapping[str, object]) -> str | 
 
 def _ending(state: str, retval: object) -> dict[str, str]:
     """How a body ended: ``outcome`` (ok or an envelope reason), ``error``, and for notify ``sent``."""
-    if state in ("", "None") and retval is None:  # FM-7: SystemExit in the body (a cold shutdown cancelled it)
-        return {"outcome": "cancelled", "error": "SystemExit: the worker's shutdown stopped the body"}
+    if state != "SUCCESS" and retval is None:  # FM-7: SystemExit in the body (a cold shutdown cancelled it)
+        # Celery then reports the state it had before the body ran: None, or, for a redelivered message with
+        # worker_deduplicate_successful_tasks, the stored state its check read (celery.app.trace.build_tracer
+        # assigns ``state = r.state``, PENDING, to the variable task_postrun reports; 5.5 to 5.7).
+        return {"outcome": "cancelled", "error": "SystemExit: the worker's shutdown stopped the body", "state": state}
     if state == "SUCCESS" and is_envelope(retval):
         env = Result.from_wire(retval)
         payload = cast(object, env.payload)

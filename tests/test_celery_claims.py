@@ -510,6 +510,10 @@ def _cut_three_times(fm: Fm, label: str) -> tuple[Reader, Any]:
         finally:
             worker.stop(grace=0.5)
     assert dlq.ends_of(fm.app, next(e.get("task") for e in reader.events() if e.kind == "attempt_start")) == 3
+    # Each cut ends in SystemExit; task_postrun then reports the state Celery held before the body: None for
+    # the first delivery, and for a redelivery the stored state worker_deduplicate_successful_tasks read.
+    cuts = [(e.get("outcome"), e.get("state")) for e in reader.events() if e.kind == "attempt_end"]
+    assert cuts == [("cancelled", "None"), ("cancelled", "PENDING"), ("cancelled", "PENDING")], cuts
     with running_worker(fm, run_id, f"{label}-4", grace=0.5):
         assert wait_until(lambda: result.ready(), 30), "the chord never completed"
     return reader, result
