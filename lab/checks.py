@@ -15,9 +15,8 @@ from typing import cast
 
 from lab.faults import HARD_HANG_CAP_SECONDS
 from lab.fm import Fm
-from lab.observe import Reader, drain_passes, short_doc
+from lab.observe import Event, Reader, drain_passes, short_doc
 from lab.runner import NOT_RUN_WINDOW, Observations, SideRun, StopCondition, foreign_letters
-from lab.observe import Event
 from lab.scenarios import BURST, scenario
 from lab.settings import redis_prefix
 
@@ -67,6 +66,14 @@ class Collector:
 
     def result(self) -> Check:
         return Check(self.label, not self.problems, "; ".join(self.problems or self.seen))
+
+
+def _side(c: Collector, obs: Observations, tag: str) -> SideRun | None:
+    """The run's side chord ``tag``; a check that needs it fails when it is missing."""
+    side = obs.sides.get(tag)
+    if side is None:
+        c.expect(False, f"no side chord '{tag}'", "one")
+    return side
 
 
 def _failed_detail(obs: Observations, doc: str) -> tuple[str, str]:
@@ -337,12 +344,15 @@ def deploy_findings(side: SideRun) -> DeployFindings:
     return DeployFindings(terms, ends, lost, dead, _overlaps(events), sent_back, _repeats(events))
 
 
+_STAGES = {"fetch_start": "fetch", "fetch_end": "fetch", "attempt_start": "parse", "attempt_end": "parse"}
+
+
 def _repeats(events: Sequence[Event]) -> list[str]:
     """Documents whose fetch or parse began again after one had ended ok: finished work done twice."""
     done: dict[tuple[str, str], float] = {}  # (doc, stage) -> when its body first ended ok
     found: list[str] = []
     for e in events:
-        stage = {"fetch_end": "fetch", "attempt_end": "parse", "fetch_start": "fetch", "attempt_start": "parse"}.get(e.kind)
+        stage = _STAGES.get(e.kind)
         if stage is None:
             continue
         key = (e.get("doc"), stage)
@@ -382,9 +392,7 @@ def _overlaps(events: Sequence[Event]) -> list[str]:
 
 def g7(obs: Observations, fm: Fm) -> Check:
     c = Collector("G7")
-    side = obs.sides.get("deploy")
-    if side is None:
-        c.expect(False, "no side chord 'deploy'", "one")
+    if (side := _side(c, obs, "deploy")) is None:
         return c.result()
     f, wanted = deploy_findings(side), _deploys_of(obs)
     if any(e.kind == "deploy_start" for e in side.events):  # the harness deployed (each needs a new worker booted in time)
@@ -505,9 +513,7 @@ def s6(obs: Observations, fixed: Fm) -> Check:
 
 def s7(obs: Observations, fixed: Fm) -> Check:
     c = Collector("S7")
-    side = obs.sides.get("deploy")
-    if side is None:
-        c.expect(False, "no side chord 'deploy'", "one")
+    if (side := _side(c, obs, "deploy")) is None:
         return c.result()
     f = deploy_findings(side)
     c.expect(bool(f.terms) and bool(f.lost or f.dead or f.overlaps),
@@ -525,9 +531,7 @@ SYMPTOMS: tuple[Callable[[Observations, Fm], Check], ...] = (s1, s2, s3, s4, s5,
 
 def s1_hard(obs: Observations, fixed: Fm) -> Check:
     c = Collector("S1 hard")
-    side = obs.sides.get("expired")
-    if side is None:
-        c.expect(False, "no side chord 'expired'", "one")
+    if (side := _side(c, obs, "expired")) is None:
         return c.result()
     c.expect(side.heads.get("doc31") == "REVOKED", f"doc31's head {side.heads.get('doc31')}", "REVOKED (expired)")
     started = side.attempts.get("doc31", 0)

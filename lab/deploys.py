@@ -37,7 +37,7 @@ from kombu import Connection
 
 from lab.fm import Fm
 from lab.observe import Event, Reader
-from lab.workers import KILL_WAIT_SECONDS, Worker, WorkerFailed, group_alive, signal_group
+from lab.workers import KILL_WAIT_SECONDS, Worker, WorkerFailed, group_alive, pid_alive, signal_group
 from lab.waiting import wait_until
 
 GRACE_SECONDS = 0.5
@@ -74,20 +74,6 @@ def held(events: list[Event]) -> dict[str, _Held]:
         elif e.kind == "attempt_end" and task in out:
             out[task].ended = True
     return out
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is no running body
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return True
 
 
 class RollingDeploy:
@@ -196,7 +182,7 @@ class RollingDeploy:
         elif now - self.term_at >= self.grace:
             pid = str(proc.pid)
             lost = sorted(h.doc for h in held(reader.events()).values()
-                          if h.holder == pid and h.started is not None and not h.ended and _alive(h.child))
+                          if h.holder == pid and h.started is not None and not h.ended and h.child.isdigit() and pid_alive(int(h.child)))
             reader.rec.event("deploy_kill", n=self.done_deploys, old=old.name, seconds=f"{now - self.term_at:.3f}",
                              lost=",".join(lost))  # recorded first: nothing of it can run again before this
             signal_group(proc.pid, signal.SIGKILL)

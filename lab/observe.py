@@ -247,29 +247,13 @@ class Observer:
         elif role == "notify" and (run := _pipeline_in(args, kwargs)):
             self.emit(Happening("notify_retry", run, task_id, "", {"delay": delay}))
 
-    def dead_lettered(self, letter: dlq.DeadLetter) -> None:
-        found = doc_in(letter.args)
-        if found:
-            run, doc = found
-            self.emit(Happening("dead_lettered", run, letter.task_id, doc, {"death": letter.death_reason}))
-        elif run := _pipeline_in(letter.args, letter.kwargs):  # the chord body (notify) itself
-            self.emit(Happening("dead_lettered", run, letter.task_id, "", {"death": letter.death_reason}))
-
-    def dead_letter_sent_back(self, task_id: str, args: Sequence[object], why: str) -> None:
-        found = doc_in(args)
-        if found:
-            run, doc = found
-            self.emit(Happening("sent_back", run, task_id, doc, {"why": why}))
-        elif run := _pipeline_in(args, {}):
-            self.emit(Happening("sent_back", run, task_id, "", {"why": why}))
-
-    def dead_letter_kept(self, task_id: str, args: Sequence[object], why: str) -> None:
-        found = doc_in(args)
-        if found:
-            run, doc = found
-            self.emit(Happening("dead_letter_kept", run, task_id, doc, {"why": why}))
-        elif run := _pipeline_in(args, {}):
-            self.emit(Happening("dead_letter_kept", run, task_id, "", {"why": why}))
+    def letter(self, kind: str, task_id: str, args: Sequence[object], kwargs: Mapping[str, object],
+               fields: dict[str, str]) -> None:
+        """What the DLQ drain did with a letter: a document's, or the chord body's (``notify``) own."""
+        if found := doc_in(args):
+            self.emit(Happening(kind, found[0], task_id, found[1], fields))
+        elif run := _pipeline_in(args, kwargs):
+            self.emit(Happening(kind, run, task_id, "", fields))
 
     def dead_letter_parked(self, headers: Mapping[str, object], why: str) -> None:
         run = headers.get(FOREIGN_RUN_HEADER)  # the lab's foreign letters say which run sent them
@@ -422,7 +406,7 @@ def _args_of(request: object) -> Sequence[object]:
 
 def _on_dead_lettered(sender: object = None, letter: dlq.DeadLetter | None = None, **_: object) -> None:
     if letter is not None:
-        OBSERVER.dead_lettered(letter)
+        OBSERVER.letter("dead_lettered", letter.task_id, letter.args, letter.kwargs, {"death": letter.death_reason})
 
 
 def _on_dead_letter_parked(sender: object = None, headers: Mapping[str, object] | None = None, why: str = "",
@@ -431,18 +415,17 @@ def _on_dead_letter_parked(sender: object = None, headers: Mapping[str, object] 
 
 
 def _on_revoked(sender: object = None, request: object = None, expired: bool = False, **_: object) -> None:
-    args = cast(Sequence[object], getattr(request, "args", None) or ())
-    OBSERVER.revoked(str(getattr(request, "id", "")), sender, args, bool(expired))
+    OBSERVER.revoked(str(getattr(request, "id", "")), sender, _args_of(request), bool(expired))
 
 
 def _on_dead_letter_kept(sender: object = None, headers: Mapping[str, object] | None = None,
                          args: Sequence[object] = (), why: str = "", **_: object) -> None:
-    OBSERVER.dead_letter_kept(str((headers or {}).get("id") or ""), args, why)
+    OBSERVER.letter("dead_letter_kept", str((headers or {}).get("id") or ""), args, {}, {"why": why})
 
 
 def _on_dead_letter_sent_back(sender: object = None, headers: Mapping[str, object] | None = None,
                               args: Sequence[object] = (), why: str = "", **_: object) -> None:
-    OBSERVER.dead_letter_sent_back(str((headers or {}).get("id") or ""), args, why)
+    OBSERVER.letter("sent_back", str((headers or {}).get("id") or ""), args, {}, {"why": why})
 
 
 _installed = False

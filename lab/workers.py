@@ -67,6 +67,25 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
 
 
+def _after_comm(stat: str) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after "pid (comm) ": state ppid pgrp ..."""
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def pid_alive(pid: int) -> bool:
+    """Does process ``pid`` still run (a zombie waiting to be reaped does not)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return _after_comm(Path(f"/proc/{pid}/stat").read_text())[0] not in ("Z", "X")
+    except (OSError, ValueError, IndexError):  # no /proc to tell a zombie by: the kernel says it is there
+        return True
+
+
 def group_alive(pgid: int) -> bool:
     """Does any process of group ``pgid`` still run (zombies waiting to be reaped do not count)?"""
     proc = Path("/proc")
@@ -85,7 +104,7 @@ def group_alive(pgid: int) -> bool:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        fields = _after_comm(stat)
         if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
             return True
     return False

@@ -327,17 +327,26 @@ def drain(app: Celery, dlq: Queue, batch: int = DRAIN_BATCH, *, chains: bool = T
 
 
 def _park(app: Celery, channel: Any, parking: Queue, message: Message, why: str) -> None:
-    """Move ``message`` to the parking queue (published first, then acked: a crash between the two
-    leaves a copy in each, never none) and announce it on ``dead_letter_parked``."""
+    """Move ``message`` to the parking queue and announce it on ``dead_letter_parked``."""
     headers = dict(cast(Mapping[str, Any], message.headers or {}))
-    properties = cast(Mapping[str, Any], message.properties or {})
-    producer = Producer(channel)
-    producer.publish(message.body, exchange=parking.exchange, routing_key=parking.routing_key,
-                     headers={**headers, "x-rcl-parked-why": why}, content_type=message.content_type,
-                     content_encoding=message.content_encoding, delivery_mode=properties.get("delivery_mode", 2),
-                     serializer=None, retry=True)
-    message.ack()
+    _move(channel, message, parking.exchange.name, str(parking.routing_key), {**headers, "x-rcl-parked-why": why})
     dead_letter_parked.send(sender=app, headers=headers, args=_args_of(message), why=why)
+
+
+def _move(channel: Any, message: Message, exchange: str, routing_key: str, headers: Mapping[str, Any],
+          **properties: Any) -> None:
+    """Publish ``message`` with ``headers`` to ``exchange``, then ack it: a crash between the two leaves a
+    copy in each queue, never none."""
+    delivery_mode = cast(Mapping[str, Any], message.properties or {}).get("delivery_mode", 2)
+    Producer(channel).publish(message.body, exchange=exchange, routing_key=routing_key, headers=dict(headers),
+                              content_type=message.content_type, content_encoding=message.content_encoding,
+                              delivery_mode=delivery_mode, serializer=None, retry=True, **properties)
+    message.ack()
+
+
+def _sent_back(headers: Mapping[str, Any]) -> int:
+    """How often ``drain(send_back=True)`` has published this message again (its ``x-rcl-sent-back``)."""
+    return int(headers.get(SENT_BACK_HEADER) or 0)
 
 
 def _innocent(app: Celery, message: Message) -> str | None:
@@ -346,8 +355,7 @@ def _innocent(app: Celery, message: Message) -> str | None:
     task_id = str(headers.get("id") or "")
     death, source = newest_death(headers)
     bound = delivery_bound(app, source)
-    sent = int(headers.get(SENT_BACK_HEADER) or 0)
-    if not task_id or death != "delivery_limit" or bound is None or sent >= SEND_BACK_LIMIT:
+    if not task_id or death != "delivery_limit" or bound is None or _sent_back(headers) >= SEND_BACK_LIMIT:
         return None
     try:
         started, ended = starts_of(app, task_id), ends_of(app, task_id)
@@ -360,19 +368,14 @@ def _innocent(app: Celery, message: Message) -> str | None:
 
 def _send_back(app: Celery, channel: Any, message: Message, why: str) -> None:
     """Publish ``message`` again where it died (a new message: its deliveries counted afresh), then ack it."""
-    headers = {k: v for k, v in cast(Mapping[str, Any], message.headers or {}).items()
-               if not k.startswith(("x-death", "x-first-death", "x-last-death"))}
-    deaths = cast(list[Any], (message.headers or {}).get("x-death") or [])
-    newest: Mapping[str, Any] = cast(Mapping[str, Any], deaths[0]) if deaths and isinstance(deaths[0], Mapping) else {}
+    all_headers = cast(Mapping[str, Any], message.headers or {})
+    headers = {k: v for k, v in all_headers.items() if not k.startswith(("x-death", "x-first-death", "x-last-death"))}
+    newest = _newest_death_entry(all_headers) or {}
     keys = cast(list[Any], newest.get("routing-keys") or [])
     properties = cast(Mapping[str, Any], message.properties or {})
-    extra = {k: properties[k] for k in ("correlation_id", "reply_to", "priority") if properties.get(k) is not None}
-    Producer(channel).publish(message.body, exchange=str(newest.get("exchange") or ""),
-                              routing_key=str(keys[0]) if keys else str(newest.get("queue") or ""),
-                              headers={**headers, SENT_BACK_HEADER: int(headers.get(SENT_BACK_HEADER) or 0) + 1},
-                              content_type=message.content_type, content_encoding=message.content_encoding,
-                              delivery_mode=properties.get("delivery_mode", 2), serializer=None, retry=True, **extra)
-    message.ack()
+    kept = {k: properties[k] for k in ("correlation_id", "reply_to", "priority") if properties.get(k) is not None}
+    _move(channel, message, str(newest.get("exchange") or ""), str(keys[0]) if keys else str(newest.get("queue") or ""),
+          {**headers, SENT_BACK_HEADER: _sent_back(headers) + 1}, **kept)
     log.warning("dead letter %s (%s) sent back to its queue: %s", headers.get("id"), headers.get("task"), why)
     dead_letter_sent_back.send(sender=app, headers=headers, args=_args_of(message), why=why)
 
@@ -401,13 +404,17 @@ def _tell_kept(app: Celery, message: Message, why: str) -> None:
     dead_letter_kept.send(sender=app, headers=dict(headers), args=_args_of(message), why=why)
 
 
+def _newest_death_entry(headers: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The newest ``x-death`` entry (RabbitMQ lists the newest first); None when there is none."""
+    deaths = cast(list[Any], headers.get("x-death") or [])
+    return cast(Mapping[str, Any], deaths[0]) if deaths and isinstance(deaths[0], Mapping) else None
+
+
 def newest_death(headers: Mapping[str, Any]) -> tuple[str, str]:
     """``(reason, queue)`` of a dead letter's latest death. ``x-death`` lists the newest
     first; ``x-first-death-*`` name the first one, which for a retry that waited in a
     delay queue (``shared.retry.DelayQueues``) is its expiry there, not its delivery limit."""
-    deaths = cast(list[Any], headers.get("x-death") or [])
-    newest = cast(Mapping[str, Any], deaths[0]) if deaths and isinstance(deaths[0], Mapping) else None
-    if newest is not None:
+    if (newest := _newest_death_entry(headers)) is not None:
         return str(newest.get("reason") or "unknown"), str(newest.get("queue") or "")
     return str(headers.get("x-first-death-reason") or "unknown"), str(headers.get("x-first-death-queue") or "")
 
@@ -447,7 +454,7 @@ def _finalise(app: Celery, message: Message, chains: bool, bodies: bool) -> tupl
     bound = delivery_bound(app, source)
     deliveries = bound if death == "delivery_limit" else None
     try:
-        started, ended, sent = starts_of(app, task_id), ends_of(app, task_id), int(headers.get(SENT_BACK_HEADER) or 0)
+        started, ended, sent = starts_of(app, task_id), ends_of(app, task_id), _sent_back(headers)
         said = f"{deliveries} deliveries" if deliveries is not None else "an unknown number of deliveries"
         error = f"{task_name.rsplit('.', 1)[-1]} dead-lettered by the broker ({death}) after {said}, {started} started"
         error += f", {ended} ended in a live process" if ended else ""
