@@ -49,6 +49,10 @@ Fix (what a team deploys; each setting with the Celery version that has it):
   back as innocent``. C16 proves it: a document cut by three deploys in a row is finalised
   ``dead_lettered`` without it and ends ok on its fourth start with it.
 
+The chord body is no exception (claim C17): a ``notify`` cut while it holds the claim ends in
+``SystemExit``, which ``claim.sending()`` lets through after releasing the claim; its message goes
+back, and the next worker's ``notify`` sends: one email.
+
 G7 (the side chord ``deploy``, 40 documents; 3 deploys, or 2 when new workers boot slowly):
 every document ok, each once in the chord's summary, one email; none dead-lettered; none
 parsed in two processes at once (an attempt starts only once the one before ended or its

@@ -488,6 +488,21 @@ _FM7_NO_SEND_BACK = [("    return drain(app, DLQ, send_back=True)  # FM-7: a let
                       "    return drain(app, DLQ)\n")]
 
 
+def _deploy_away(fm: Fm, run_id: str, label: str, running: Callable[[], bool]) -> None:
+    """A worker of ``fm`` that serves until ``running()``, then gets SIGTERM (its main process: REMAP_SIGTERM
+    makes it the soft, then cold shutdown) and exits; no other worker runs meanwhile."""
+    worker = Worker(fm, run_id, workers.LOG_DIR / f"{label}-{run_id}.log", part=label.rsplit("-", 1)[-1])
+    worker.start()
+    try:
+        worker.wait_ready()
+        assert wait_until(running, 30), f"{label}: the body never started"
+        assert worker.proc is not None
+        worker.proc.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: worker.proc is None or worker.proc.poll() is not None, 15), "the worker did not exit"
+    finally:
+        worker.stop(grace=0.5)
+
+
 def _cut_three_times(fm: Fm, label: str) -> tuple[Reader, Any]:
     """One slow document, and three workers one after the other, each sent SIGTERM (REMAP_SIGTERM: the soft,
     then cold shutdown) while its body runs: three deliveries, three starts, three cuts. A fourth worker then
@@ -499,16 +514,7 @@ def _cut_three_times(fm: Fm, label: str) -> tuple[Reader, Any]:
     reader = Reader(run_id)
     result = fm.submit([doc], run_id)
     for n in (1, 2, 3):
-        worker = Worker(fm, run_id, workers.LOG_DIR / f"{label}-{n}-{run_id}.log", part=f"cut{n}")
-        worker.start()
-        try:
-            worker.wait_ready()
-            assert wait_until(lambda: reader.attempts("doc34") >= n, 30), f"attempt {n} never started"
-            assert worker.proc is not None
-            worker.proc.send_signal(signal.SIGTERM)  # a deploy: SIGTERM of its main process, 0.3 s of soft wait
-            assert wait_until(lambda: worker.proc is None or worker.proc.poll() is not None, 15), "the worker did not exit"
-        finally:
-            worker.stop(grace=0.5)
+        _deploy_away(fm, run_id, f"{label}-{n}", lambda: reader.attempts("doc34") >= n)
     assert dlq.ends_of(fm.app, next(e.get("task") for e in reader.events() if e.kind == "attempt_start")) == 3
     # Each cut ends in SystemExit; task_postrun then reports the state Celery held before the body: None for
     # the first delivery, and for a redelivery the stored state worker_deduplicate_successful_tasks read.
@@ -544,6 +550,35 @@ def test_a_document_cut_by_three_deploys_is_dead_lettered_unless_the_drain_sends
         assert reader.attempts("doc34") == 4
         assert [e.get("doc") for e in reader.events() if e.kind == "sent_back"] == ["doc34"]
         assert not any(e.kind == "dead_lettered" for e in reader.events())
+        result.forget()
+    finally:
+        harness.reset(fm)
+
+
+@pytest.mark.claim("C17", "a deploy that cuts notify while it sends: the claim is released, one email (fm7)")
+def test_a_deploy_that_cuts_notify_while_it_holds_the_claim_ends_in_one_email() -> None:
+    """fm7's docstring: the chord body as a deploy's victim. ``notify`` waits inside ``claim.sending()`` (the
+    mail API held by the lab's gate) when its worker gets SIGTERM: the cold shutdown ends it in ``SystemExit``,
+    which ``sending()`` lets through after releasing the claim, and the message goes back. The next worker's
+    ``notify`` takes the claim and sends once the gate opens: one email, ``sent=True``, the chord SUCCESS."""
+    fm = harness.load("fm7")
+    harness.reset(fm)
+    run_id = new_run_id()
+    reader = Reader(run_id)
+    reader.rec.put("gated", "1")  # the mail API waits until the runner opens the gate (FM-4's interleaving)
+    result = fm.submit([store_document(run_id, "doc2", document_text("doc2", None))], run_id)
+    try:
+        _deploy_away(fm, run_id, "variant-fm7-notify-cut-1", lambda: reader.has_event("gate_wait"))
+        assert reader.emails() == []  # the cut notify had not sent
+        with running_worker(fm, run_id, "variant-fm7-notify-cut-2", grace=0.5):
+            assert wait_until(lambda: sum(1 for e in reader.events() if e.kind == "gate_wait") >= 2, 30)
+            reader.rec.open_gate()
+            assert wait_until(lambda: result.ready(), 30), "the chord never completed"
+        ends = [e.get("outcome") for e in reader.events() if e.kind == "notify_end"]
+        assert ends == ["cancelled", "ok"], ends
+        payload = cast(Any, Result[Any].from_wire(result.get(timeout=5)).payload)
+        assert payload["sent"] is True and [short_doc(str(d)) for d in payload["ok"]] == ["doc2"], payload
+        assert len(reader.emails()) == 1
         result.forget()
     finally:
         harness.reset(fm)
