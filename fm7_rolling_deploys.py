@@ -1,6 +1,6 @@
 """FM-7: a rolling deploy must not lose, repeat or dead-letter work.
 
-Symptom (fm6 on scenario 7): Kubernetes rolls the worker out three times while 40 slow but
+Symptom (fm6 on scenario 7): Kubernetes rolls the worker out three times while 32 slow but
 healthy documents (0.8 s of work each, under fm6's deadlines) run and wait: a new worker of
 the same code starts; once it consumes, the old worker's main process gets SIGTERM and, when
 the grace period ends (0.5 s in the lab, ``lab.deploys``; shorter than a slow document),
@@ -53,12 +53,17 @@ The chord body is no exception (claim C17): a ``notify`` cut while it holds the 
 ``SystemExit``, which ``claim.sending()`` lets through after releasing the claim; its message goes
 back, and the next worker's ``notify`` sends: one email.
 
-G7 (the side chord ``deploy``, 40 documents; 3 deploys, or 2 when new workers boot slowly):
+G7 (the side chord ``deploy``, 32 documents; 3 deploys, or 2 when new workers boot slowly):
 every document ok, each once in the chord's summary, one email; none dead-lettered; none
 parsed in two processes at once (an attempt starts only once the one before ended or its
-worker was gone); no body still running in an old worker when a SIGKILL came. The old
-*process* may still be there: Celery needs about 1.5 s to stop its pool even when idle
-(billiard's pool join), three times the lab's grace.
+worker was gone); no body that ran at a SIGTERM still running when its SIGKILL came. A body
+that a pool process begins in the moment after the SIGTERM is not Celery's to cancel: the
+main process, asleep in the soft wait, has not yet read that it began, and
+``Consumer.cancel_active_requests`` cuts only ``active_requests``; the pool's stop then waits
+for it, and the lab's grace kills it (one run in about twelve: doc39, begun 2 ms after its
+SIGTERM; G7 lists it, and it runs again). The old *process* may still be there: Celery
+needs about 1.5 s to stop its pool even when idle (billiard's pool join), three times the
+lab's grace. In production give the grace the soft timeout, one whole body and that stop.
 
 Hard variant (``tests/test_celery_claims.py``, claim C15, a ``make matrix`` row): a warm
 shutdown longer than two broker heartbeats (``broker_heartbeat = 1``, a 6 s body). On Celery
@@ -73,8 +78,8 @@ Delta from fm6: ``worker_prefetch_multiplier``, ``worker_soft_shutdown_timeout``
 
 Tradeoffs: a body cut at a deploy starts again from the beginning (its work is done twice,
 one after the other: make it idempotent, FM-4). A body that finished inside the soft wait is
-not run again only because deduplication skips it; without it, runs of fm7 here parsed a
-document twice at once (doc72) or fetched one again (doc73) in 2 of 3. In production make the
+not run again only because deduplication skips it; without it, 2 of 3 runs of fm7 here (with 40
+slow documents) parsed one twice at once or fetched one again. In production make the
 grace longer than the soft timeout plus the worker's stop (about 2 s here), so that the ack
 goes out. Deduplication costs a backend read for every redelivered message, and it changes
 what ``task_postrun`` reports for a redelivered body cut by a shutdown: ``state`` is the stored
@@ -92,7 +97,7 @@ Still open: the result backend going away mid-chord (FM-8).
 You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
 
 - in the submitter's shell: ``fm7 fixed (scenario 7 on fm7, ...): PASS``, an ``ok`` line for
-  each of G1..G7, then the lanes fm6 lists, and the side chord ``deploy``: doc34 to doc73 each
+  each of G1..G7, then the lanes fm6 lists, and the side chord ``deploy``: doc34 to doc65 each
   ok, a document running at a deploy ``raised error: SystemExit: the worker's shutdown stopped
   the body`` on one attempt and ok on the next;
 - in each worker's window, after Celery's banner (``app: rcl_fm7`` in the default namespace,

@@ -79,7 +79,7 @@ TITLES: dict[str, str] = {
     "G4": "one email from duplicated notifies",
     "G5": "bounded retries with backoff, probe not held",
     "G6": "deadlines in every task's body; time_limit backstop as an envelope",
-    "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, no body killed",
+    "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, no running body killed",
     "S1": "a raising member: ChordError, notify never runs",
     "S2": "early ack: the killed task is lost",
     "S3": "poison redelivered past the bound",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.checks import _overlaps  # pyright: ignore[reportPrivateUsage]
+from lab.checks import _overlaps, killed_at_grace  # pyright: ignore[reportPrivateUsage]
 from lab.deploys import held
 from lab.observe import Event
 
@@ -45,3 +45,11 @@ def test_an_attempt_that_begins_while_the_one_before_still_runs_in_a_live_worker
 
 def test_an_attempt_that_ended_before_the_next_began_is_no_overlap_whatever_its_worker() -> None:
     assert _overlaps(_run(gone_at=2.5, ended=True)) == []
+
+
+def test_a_body_killed_at_the_grace_counts_against_g7_only_if_it_ran_at_the_sigterm() -> None:
+    events = [ev(1.0, "deploy_term", n="1", old_pid="100", running="doc36", waiting="doc39:0"),
+              ev(1.5, "deploy_kill", n="1", lost="doc36,doc39"),  # doc39 began 2 ms after the SIGTERM
+              ev(2.0, "deploy_term", n="2", old_pid="200", running="doc40,doc41", waiting=""),
+              ev(2.5, "deploy_kill", n="2", lost="")]
+    assert killed_at_grace(events) == (["doc36"], ["doc39"])
