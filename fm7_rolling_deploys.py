@@ -59,8 +59,8 @@ parsed in two processes at once (an attempt starts only once the one before ende
 worker was gone); no body that ran at a SIGTERM still running when its SIGKILL came. A body
 that a pool process begins in the moment after the SIGTERM is not Celery's to cancel: the
 main process, asleep in the soft wait, has not yet read that it began, and
-``Consumer.cancel_active_requests`` cuts only ``active_requests``; the pool's stop then waits
-for it, and the lab's grace kills it (one run in about twelve: doc39, begun 2 ms after its
+``Consumer.cancel_active_requests`` cuts only ``active_requests``; ``on_cold_shutdown`` then
+calls ``pool.stop()``, which waits for it, and the lab's grace kills it (one run in about twelve: doc39, begun 2 ms after its
 SIGTERM; G7 lists it, and it runs again). The old *process* may still be there: Celery
 needs about 1.5 s to stop its pool even when idle (billiard's pool join), three times the
 lab's grace. In production give the grace the soft timeout, one whole body and that stop.
