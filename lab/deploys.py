@@ -31,12 +31,12 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
 
 from kombu import Connection
 
 from lab.fm import Fm
 from lab.observe import Event, Reader
+from lab.queues import queue_consumers
 from lab.workers import KILL_WAIT_SECONDS, Worker, WorkerFailed, group_alive, pid_alive, signal_group
 from lab.waiting import wait_until
 
@@ -112,11 +112,7 @@ class RollingDeploy:
     def _consumers(self) -> int:
         if self.conn is None:
             self.conn = self.fm.app.connection_for_write()
-        channel = cast(Any, self.conn.channel())
-        try:
-            return int(channel.queue_declare(queue=str(self.fm.task_queues[0].name), passive=True).consumer_count)
-        finally:
-            channel.close()
+        return queue_consumers(self.conn, str(self.fm.task_queues[0].name))
 
     def step(self, reader: Reader) -> None:
         """One look: start, arm or signal the deploy in progress, and end the old worker's grace."""

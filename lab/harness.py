@@ -39,6 +39,7 @@ from lab.checks import Check
 from lab.deploys import RollingDeploy
 from lab.fm import Fm, fm_modules, load_module
 from lab.observe import client, drain_last_run
+from lab.queues import on_queue, queue_consumers
 from lab.runner import Observations, StopCondition, new_run_id, run_scenario
 from lab.scenarios import scenario
 from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, mask_url, redis_prefix
@@ -481,37 +482,10 @@ def consumers(fm: Fm) -> int:
         return sum(queue_consumers(conn, name) for name in fm.queue_names)
 
 
-def _on_queue(conn: Connection, op: Callable[[Any], object]) -> int:
-    """``op(channel)`` on a channel of its own, as a count; 0 when the queue is missing.
-
-    An operation on a missing queue (404) closes its channel, so each gets its own.
-    """
-    channel = cast(Any, conn.channel())
-    try:
-        return int(cast(Any, op(channel)) or 0)
-    except Exception:
-        return 0
-    finally:
-        try:
-            channel.close()
-        except Exception:
-            pass
-
-
-def queue_consumers(conn: Connection, name: str) -> int:
-    """The broker's consumer count of queue ``name`` (0 when there is no such queue)."""
-    return _on_queue(conn, lambda ch: ch.queue_declare(queue=name, passive=True).consumer_count)
-
-
-def queue_depth(conn: Connection, name: str) -> int:
-    """Messages ready in queue ``name``, as the broker counts them (0 when there is no such queue)."""
-    return _on_queue(conn, lambda ch: ch.queue_declare(queue=name, passive=True).message_count)
-
-
 def purge(fm: Fm) -> int:
     """Empty ``fm``'s queues (those that exist); how many messages were removed."""
     with connect(fm) as conn:
-        return sum(_on_queue(conn, lambda ch, q=name: ch.queue_purge(queue=q)) for name in fm.queue_names)
+        return sum(on_queue(conn, lambda ch, q=name: ch.queue_purge(queue=q)) for name in fm.queue_names)
 
 
 class Liveness:

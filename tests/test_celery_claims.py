@@ -20,6 +20,7 @@ from lab.fm import Fm
 from lab.harness import running_worker
 from lab.observe import Reader, doc_id, short_doc
 from lab.pipeline import store_document
+from lab.queues import queue_depth
 from lab.runner import Observations, StopCondition, dlq_depth, new_run_id, run_scenario
 from lab.scenarios import scenario
 from lab.settings import broker_url
@@ -129,10 +130,18 @@ def test_a_backend_that_does_not_answer_stops_the_pass_and_parks_nothing() -> No
     harness.reset(fm)
     assert fm.dead_letter_queue is not None
     try:
+        death = {"queue": str(fm.task_queues[0].name), "reason": "delivery_limit", "count": 1,
+                 "exchange": str(fm.task_queues[0].name), "routing-keys": [str(fm.task_queues[0].name)]}
         for n in range(3):
-            _publish_to_dlq(fm, [[], {}, {"chord": None}], {"id": f"gone-{n}", "task": "fm3x.parse_document"})
+            _publish_to_dlq(fm, [[], {}, {"chord": None}], {"id": f"gone-{n}", "task": "fm3x.parse_document",
+                                                           "x-death": [death]})
         assert dlq.drain(fm.app, fm.dead_letter_queue) == 0
         assert dlq_depth(fm) == 3 and dlq_depth(fm, parked=True) == 0
+        # FM-7's send-back asks the backend for the letter's starts and ends first: no answer, the same
+        assert dlq.drain(fm.app, fm.dead_letter_queue, send_back=True) == 0
+        with Connection(broker_url()) as conn:
+            assert dlq_depth(fm) == 3 and dlq_depth(fm, parked=True) == 0
+            assert queue_depth(conn, str(fm.task_queues[0].name)) == 0  # none sent back
     finally:
         harness.reset(fm)
 

@@ -53,6 +53,7 @@ from lab import harness
 from lab.checks import Check, Collector
 from lab.faults import CRASH_ONCE, FLAKE_FOREVER, FLAKY, Fault
 from lab.fm import Fm, load_module
+from lab.queues import queue_depth
 from lab.runner import Observations, Outcome, new_run_id
 from lab.waiting import wait_until
 from lab.workers import LOG_DIR, STATE_DIR, STOP_GRACE
@@ -224,7 +225,7 @@ class Drain:
         self.printed = 0.0
 
     def sample(self) -> tuple[int, ...]:
-        depths = tuple(harness.queue_depth(self.conn, n) for n in self.names)
+        depths = tuple(queue_depth(self.conn, n) for n in self.names)
         now = time.monotonic() - self.started
         self.samples.append((now, depths))
         for name, d in zip(self.names, depths):
