@@ -105,15 +105,17 @@ You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
   deploy away ``Initiating Soft Shutdown, terminating in 0.3 seconds`` (when a body runs) and
   ``worker: Cold shutdown (MainProcess)``.
 
-Run it alone (from the repository's folder after ``make lab``; two worker shells and one more):
+Run it alone (from the repository's folder after ``make lab``; a worker shell, the submitter's, and
+a second worker's for the deploy):
 
     REMAP_SIGTERM=SIGQUIT .venv/bin/celery -A fm7_rolling_deploys worker --without-gossip --without-mingle --without-heartbeat -B
     .venv/bin/python fm7_rolling_deploys.py
 
-Start the second worker with the same command and ``-n second@%h``. A deploy by hand: once
-the submitter's shell shows the side chord ``deploy`` running, ``kill -TERM`` the main process
-of one worker (``pgrep -of 'celery -A fm7_rolling_deploys'``: the oldest, the first one's); G7 then
-wants the slow documents taken by at least two workers. Or ``.venv/bin/python run_all_fms.py
+A deploy by hand, in Kubernetes' order: once the submitter's shell shows the side chord
+``deploy`` running, start the new version, the same command with ``-n second@%h``; once it
+says ``ready``, ``kill -TERM`` the main process of the first (``pgrep -of 'celery -A
+fm7_rolling_deploys'``: the oldest); G7 then wants the slow documents taken by at least two
+workers. Or ``.venv/bin/python run_all_fms.py
 --only fm7``, which deploys three times itself. Ctrl-C in the submitter's shell cancels the run
 (exit status 130); the next run first waits for what the workers had already taken. Add
 ``--loglevel=INFO`` to a worker to see Celery's own line for every task as well.

@@ -171,11 +171,11 @@ def test_a_by_hand_fm3_run_prints_the_harness_timeline_and_its_worker_window_exp
 
 
 def test_a_by_hand_fm7_deploy_is_a_sigterm_of_one_of_two_workers(hand_worker: Callable[..., Shell]) -> None:
-    """fm7's docstring: two workers started with its command (``REMAP_SIGTERM=SIGQUIT`` in front), the
-    first sent SIGTERM once the side chord ``deploy`` runs; G7 holds, the slow documents taken by both."""
+    """fm7's docstring: a worker started with its command (``REMAP_SIGTERM=SIGQUIT`` in front); once the side
+    chord ``deploy`` runs, a second one (the new version), and once it consumes, SIGTERM of the first; G7
+    holds, the slow documents taken by both. Scenarios 1..6 meet one worker, as in every other FM's run."""
     fm = harness.load("fm7")
     first = hand_worker(fm, NAMESPACE)
-    second = hand_worker(fm, NAMESPACE, " -n second@%h")
     pattern = f"{NAMESPACE}:run:*-deploy:attempts:*"
 
     def scan() -> set[str]:
@@ -185,6 +185,7 @@ def test_a_by_hand_fm7_deploy_is_a_sigterm_of_one_of_two_workers(hand_worker: Ca
     before = scan()
     submitter = Shell(fm.submit_command(), NAMESPACE)
     assert wait_until(lambda: bool(scan() - before) or submitter.proc.poll() is not None, 120)
+    second = hand_worker(fm, NAMESPACE, " -n second@%h")  # ready once the broker counts its consumer too
     first.proc.send_signal(signal.SIGTERM)  # the deploy: its main process only (the Shell runs celery itself)
     assert submitter.finish() == 0, submitter.text
     out = submitter.text
