@@ -60,10 +60,11 @@ worker was gone); no body that ran at a SIGTERM still running when its SIGKILL c
 that a pool process begins in the moment after the SIGTERM is not Celery's to cancel: the
 main process, asleep in the soft wait, has not yet read that it began, and
 ``Consumer.cancel_active_requests`` cuts only ``active_requests``; ``on_cold_shutdown`` then
-calls ``pool.stop()``, which waits for it, and the lab's grace kills it (one run in about twelve: doc39, begun 2 ms after its
-SIGTERM; G7 lists it, and it runs again). The old *process* may still be there: Celery
-needs about 1.5 s to stop its pool even when idle (billiard's pool join), three times the
-lab's grace. In production give the grace the soft timeout, one whole body and that stop.
+calls ``pool.stop()``, which waits for it, and the lab's grace kills it (one run in about
+twelve: doc39, begun 2 ms after its SIGTERM; G7 lists it, and it runs again). The old
+*process* may still be there: Celery needs about 1.5 s to stop its pool even when idle
+(billiard's pool join), three times the lab's grace. In production give the grace the soft
+timeout, one whole body and that stop.
 
 Hard variant (``tests/test_celery_claims.py``, claim C15, a ``make matrix`` row): a warm
 shutdown longer than two broker heartbeats (``broker_heartbeat = 1``, a 6 s body). On Celery
@@ -83,8 +84,9 @@ slow documents) parsed one twice at once or fetched one again. In production mak
 grace longer than the soft timeout plus the worker's stop (about 2 s here), so that the ack
 goes out. Deduplication costs a backend read for every redelivered message, and it changes
 what ``task_postrun`` reports for a redelivered body cut by a shutdown: ``state`` is the stored
-state its check read (``PENDING``), not None (``celery.app.trace.build_tracer``; C16 asserts
-it), so a ``task_postrun`` handler must not take ``state`` for how the body ended.
+state its check read (``PENDING``; on 5.5 ``RETRY``, which 5.5 stores for every cut and
+announces as a retry, ``Request._announce_cancelled``), not None (``celery.app.trace.build_tracer``;
+C16 asserts it), so a ``task_postrun`` handler must not take ``state`` for how the body ended.
 The send-back trusts that a crash sends no ``task_postrun``: a message that kills its process
 after its body ended (in the result store, say) looks innocent and is sent back 5 times before
 it is dead-lettered. Prefetch 1 costs a round trip per message, makes new work wait for a free

@@ -173,7 +173,8 @@ def _ending(state: str, retval: object) -> dict[str, str]:
     if state != "SUCCESS" and retval is None:  # FM-7: SystemExit in the body (a cold shutdown cancelled it)
         # Celery then reports the state it had before the body ran: None, or, for a redelivered message with
         # worker_deduplicate_successful_tasks, the stored state its check read (celery.app.trace.build_tracer
-        # assigns ``state = r.state``, PENDING, to the variable task_postrun reports; 5.5 to 5.7).
+        # assigns ``state = r.state`` to the variable task_postrun reports; 5.5 to 5.7): PENDING, or on 5.5
+        # RETRY, which 5.5's cancel stored for the cut before (see ``retry``).
         return {"outcome": "cancelled", "error": "SystemExit: the worker's shutdown stopped the body", "state": state}
     if state == "SUCCESS" and is_envelope(retval):
         env = Result.from_wire(retval)
@@ -218,8 +219,8 @@ class Observer:
         n = _attempts.pop(task_id, 0)
         if role == "drain_dead_letters":
             drain_ran(task)
-        if state == "RETRY":
-            return  # the retry signal told it
+        if state == "RETRY" and retval is not None:
+            return  # the retry signal told it (a cut body's state may read RETRY too, with no return value: _ending)
         if role == "parse_document" and (found := doc_in(args)):
             run, doc = found
             self.emit(Happening("attempt_end", run, task_id, doc, {"attempt": str(n), **_ending(state, retval)}))
@@ -237,6 +238,12 @@ class Observer:
         when = getattr(reason, "when", None)
         delay = repr(float(when)) if isinstance(when, (int, float)) else ""  # exact: G5 checks it against its band
         exc = cast(BaseException | None, getattr(reason, "exc", None))
+        if reason is None:
+            # Celery 5.5's cold shutdown stores a request it cancels as a retry ("cancelled by Celery") and
+            # announces it without a reason, acks late or not (celery.worker.request.Request._announce_cancelled;
+            # from 5.6 Consumer.cancel_active_requests passes emit_retry=False for acks late). A retry the task
+            # asks for always comes with its Retry. This is a cut, and its own task_postrun tells it (_ending).
+            return
         if role == "parse_document" and (found := doc_in(args)):
             run, doc = found
             n = _attempts.get(task_id, 0)
