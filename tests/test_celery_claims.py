@@ -598,3 +598,102 @@ def test_a_deploy_that_cuts_notify_while_it_holds_the_claim_ends_in_one_email() 
         result.forget()
     finally:
         harness.reset(fm)
+
+
+@pytest.mark.claim("C18", "an idle worker needs Celery's pool stop, over the lab's grace, to exit (fm7)")
+def test_an_idle_worker_exits_only_after_celerys_pool_stop() -> None:
+    """fm7's docstring and G7: why an old worker is still there when the lab's grace (0.5 s) ends though no body
+    of it runs. An idle fm7 worker (REMAP_SIGTERM: the cold shutdown; nothing to wait for, nothing to cancel) is
+    sent SIGTERM, and exits only after Celery's pool stop: ``TaskPool.on_stop`` joins billiard's pool, each of
+    whose processes looks for the shutdown only between its 1 s waits for a job
+    (``billiard.pool.Worker._make_protected_receive``), and from 5.6.1 also joins the timer thread it starts to
+    keep heartbeats going, which sleeps 0.5 s between passes. So at least 1 s, and 1.5 s from 5.6: no grace
+    below that lets a worker exit by itself, and a production grace must add it to the soft timeout and a body."""
+    from lab.deploys import GRACE_SECONDS
+    fm = harness.load("fm7")
+    assert dict(fm.worker_env) == {"REMAP_SIGTERM": "SIGQUIT"}
+    floor = 1.5 if CELERY >= (5, 6) else 1.0
+    assert GRACE_SECONDS < floor
+    harness.reset(fm)
+    for n in (1, 2):  # twice: the floor is no accident of one run's timing
+        worker = Worker(fm, new_run_id(), workers.LOG_DIR / f"variant-fm7-idle-stop-{n}.log", part=f"idle{n}")
+        worker.start()
+        try:
+            worker.wait_ready()
+            assert worker.proc is not None
+            proc = worker.proc
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            assert wait_until(lambda: proc.poll() is not None, 15, interval=0.005), "the worker did not exit"
+            exited = time.monotonic() - sent
+            assert exited >= floor, f"exited after {exited:.3f}s (expected >= {floor}s)"
+        finally:
+            worker.stop(grace=0.5)
+    harness.reset(fm)
+
+
+_FM7_PREFETCH = ("app.conf.worker_prefetch_multiplier = 1  # FM-7: a worker holds (nearly) only what it runs; a deploy "
+                 "returns few unstarted\n", "")
+
+
+def _three_deploys_of_eight(fm: Fm, label: str) -> dict[str, tuple[int, str]]:
+    """Eight chord members that each hang (``HARD_HANG``: 1.5 s to fm7's hard timeout), two pool processes, and
+    three workers one after the other, each sent SIGTERM (the soft, then cold shutdown) once two more bodies
+    started: two cut per deploy. A fourth worker then serves (its beat drains the DLQ). Returns, per document,
+    its starts and how the chord's summary ended it."""
+    harness.reset(fm)
+    run_id = new_run_id()
+    docs = [f"doc{i}" for i in range(40, 48)]
+    fetched = [Result[Any].success({"doc": store_document(run_id, d, document_text(d, HARD_HANG)), "text":
+                                    document_text(d, HARD_HANG)}, 1).to_wire() for d in docs]
+    write_manifest(fm.app, run_id, [doc_id(run_id, d) for d in docs])
+    result = chord(group(fm.parse_document.s(f) for f in fetched))(fm.notify.s(run_id))
+    members = [str(r.id) for r in cast(Any, result.parent).results]
+
+    def started() -> int:
+        return sum(dlq.starts_of(fm.app, m) for m in members)
+
+    for n in (1, 2, 3):  # not _deploy_away: its readiness probe would wait behind a full prefetch (FM-5)
+        worker = Worker(fm, run_id, workers.LOG_DIR / f"{label}-{n}-{run_id}.log", part=f"d{n}")
+        worker.start()
+        try:
+            assert wait_until(lambda: started() >= 2 * n, 30), f"deploy {n}: two bodies never started"
+            assert worker.proc is not None
+            worker.proc.send_signal(signal.SIGTERM)
+            assert wait_until(lambda: worker.proc is None or worker.proc.poll() is not None, 15), "it did not exit"
+        finally:
+            worker.stop(grace=0.5)
+    assert started() == 6, started()
+    with running_worker(fm, run_id, f"{label}-4", grace=0.5):
+        summary = result.get(timeout=60)
+    payload = cast(dict[str, list[Any]], Result[Any].from_wire(summary).payload)
+    ended = {short_doc(str(d)): "ok" for d in payload["ok"]} | {short_doc(f["doc"]): f["reason"] for f in payload["failed"]}
+    out = {d: (dlq.starts_of(fm.app, m) if ended.get(d) == "dead_lettered" else -1, ended.get(d, "missing"))
+           for d, m in zip(docs, members)}
+    result.forget()
+    harness.reset(fm)
+    return out
+
+
+@pytest.mark.claim("C19", "with the default prefetch, deploys dead-letter messages that never ran (fm7)")
+def test_with_the_default_prefetch_three_deploys_dead_letter_messages_that_never_ran() -> None:
+    """fm7's docstring (prefetch 1): a deploy hands back every message the old worker held, started or not,
+    and RabbitMQ 3.x counts each return against ``x-delivery-limit: 2``. fm7 without the send-back (so that the
+    count shows) and with Celery's default prefetch (4 x 2 processes holds all eight members): three deploys
+    dead-letter all eight, and at least two of them never started (six starts in all, two per deploy), innocent
+    letters that only the send-back saves, each spending one of its five sends. With fm7's prefetch of 1 a
+    worker holds just the two it runs: every dead letter started at each of its deliveries."""
+    no_send_back = ("    return drain(app, DLQ, send_back=True)  # FM-7: a letter whose deliveries were not its own "
+                    "attempts goes back\n", "    return drain(app, DLQ)\n")
+    default = variants.derive("fm7_rolling_deploys", "fm7t_default_prefetch", [no_send_back, _FM7_PREFETCH])
+    assert default.app.conf.worker_prefetch_multiplier == 4
+    ends = _three_deploys_of_eight(default, "variant-fm7-default-prefetch")
+    dead = {d: s for d, (s, how) in ends.items() if how == "dead_lettered"}
+    assert len(dead) == 8 and sum(dead.values()) == 6, ends
+    assert sum(1 for s in dead.values() if s == 0) >= 2, ends
+    one = variants.derive("fm7_rolling_deploys", "fm7t_prefetch_one", [no_send_back])
+    assert one.app.conf.worker_prefetch_multiplier == 1
+    ends = _three_deploys_of_eight(one, "variant-fm7-prefetch-one")
+    dead = {d: s for d, (s, how) in ends.items() if how == "dead_lettered"}
+    assert all(s == 3 for s in dead.values()), ends
+    assert all(how in ("dead_lettered", "hard_timeout") for _, how in ends.values()), ends
