@@ -25,7 +25,12 @@ Fix (what a team deploys; each setting with the Celery version that has it):
 
 - ``worker_prefetch_multiplier = 1`` (every Celery 5): with ``acks_late`` a fresh worker
   holds only what its 2 processes run, so a deploy hands back next to no message that never
-  started (the run's first worker, after scenario 6's kills, was seen holding 3 more);
+  started (the run's first worker, after scenario 6's kills, was seen holding 3 more). Claim
+  C19: without it (and without the send-back below, so that the count shows) three deploys
+  dead-letter all 8 members a worker held, 6 of them never started; with it, only what the
+  deploys cut. The send-back alone would save those letters too (G7 passed in a run here
+  without prefetch 1), each at the cost of a trip through the DLQ to the queue's tail and one
+  of its five sends: prefetch 1 keeps that budget for the bodies deploys really cut;
 - ``WORKER_ENV``: ``REMAP_SIGTERM=SIGQUIT`` in the worker's environment (``billiard.common``
   reads it once, when the worker starts): SIGTERM becomes Celery's cold shutdown
   (``celery.apps.worker.on_cold_shutdown``), which, with ``worker_soft_shutdown_timeout = 0.3``
@@ -62,9 +67,14 @@ main process, asleep in the soft wait, has not yet read that it began, and
 ``Consumer.cancel_active_requests`` cuts only ``active_requests``; ``on_cold_shutdown`` then
 calls ``pool.stop()``, which waits for it, and the lab's grace kills it (one run in about
 twelve: doc39, begun 2 ms after its SIGTERM; G7 lists it, and it runs again). The old
-*process* may still be there: Celery needs about 1.5 s to stop its pool even when idle
-(billiard's pool join), three times the lab's grace. In production give the grace the soft
-timeout, one whole body and that stop.
+*process* is still there when the lab's grace ends, running nothing: Celery's own stop takes
+longer than the whole grace even when idle (claim C18: at least 1 s, and 1.5 s from 5.6).
+``TaskPool.on_stop`` joins billiard's pool, whose processes look for the shutdown only between
+their 1 s waits for a job (``billiard.pool.Worker._make_protected_receive``), and from 5.6.1 the
+timer thread it keeps heartbeats with, which sleeps 0.5 s a pass. So G7 asks that no body of
+the old worker still run when the SIGKILL comes, not that the process be gone: in the lab
+(grace shorter than a healthy body, which fm6's 1 s deadline bounds) none can be. In
+production give the grace the soft timeout, one whole body and that stop.
 
 Hard variant (``tests/test_celery_claims.py``, claim C15, a ``make matrix`` row): a warm
 shutdown longer than two broker heartbeats (``broker_heartbeat = 1``, a 6 s body). On Celery
@@ -81,18 +91,19 @@ Tradeoffs: a body cut at a deploy starts again from the beginning (its work is d
 one after the other: make it idempotent, FM-4). A body that finished inside the soft wait is
 not run again only because deduplication skips it; without it, 2 of 3 runs of fm7 here (with 40
 slow documents) parsed one twice at once or fetched one again. In production make the
-grace longer than the soft timeout plus the worker's stop (about 2 s here), so that the ack
-goes out. Deduplication costs a backend read for every redelivered message, and it changes
-what ``task_postrun`` reports for a redelivered body cut by a shutdown: ``state`` is the stored
+grace longer than the soft timeout plus the worker's stop (C18), so that the ack goes out.
+Deduplication costs a backend read for every redelivered message, and it changes what
+``task_postrun`` reports for a redelivered body cut by a shutdown: ``state`` is the stored
 state its check read (``PENDING``; on 5.5 ``RETRY``, which 5.5 stores for every cut and
-announces as a retry, ``Request._announce_cancelled``), not None (``celery.app.trace.build_tracer``;
-C16 asserts it), so a ``task_postrun`` handler must not take ``state`` for how the body ended.
-The send-back trusts that a crash sends no ``task_postrun``: a message that kills its process
-after its body ended (in the result store, say) looks innocent and is sent back 5 times before
-it is dead-lettered. Prefetch 1 costs a round trip per message, makes new work wait for a free
-process (FM-5's probe), and lets RabbitMQ itself expire and dead-letter a head sent already
-expired when no worker has room (FM-1's hard variant: G1 accepts it). ``REMAP_SIGTERM`` is an
-environment variable, not a setting: the deployment must set it.
+announces as a retry, ``Request._announce_cancelled``), not None
+(``celery.app.trace.build_tracer``; C16 asserts it), so a ``task_postrun`` handler must not
+take ``state`` for how the body ended. The send-back trusts that a crash sends no
+``task_postrun``: a message that kills its process after its body ended (in the result store,
+say) looks innocent and is sent back 5 times before it is dead-lettered. Prefetch 1 costs a
+round trip per message, makes new work wait for a free process (FM-5's probe), and lets
+RabbitMQ itself expire and dead-letter a head sent already expired when no worker has room
+(FM-1's hard variant: G1 accepts it). ``REMAP_SIGTERM`` is an environment variable, not a
+setting: the deployment must set it.
 
 Still open: the result backend going away mid-chord (FM-8).
 

@@ -226,7 +226,7 @@ def check_prefetch_over_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterab
             continue
         yield queue_finding(facts, rule, q, tasks, (
             f"With worker_prefetch_multiplier {multiplier} the worker holds {held}, most of them not started, "
-            "and a worker lost whole (an OOM kill, a deploy's SIGKILL) returns them all; RabbitMQ 3.10 to 4.2 counts each "
+            "and a worker that stops (a deploy, an OOM kill) returns them all; RabbitMQ 3.10 to 4.2 counts each "
             f"return against x-delivery-limit {q.delivery_limit}, so {q.delivery_limit + 1} such losses dead-letter "
             "a message that never ran."), hints=("worker_prefetch_multiplier", "x-delivery-limit", "task_queues"))
 
@@ -411,8 +411,8 @@ RULES: tuple[Rule, ...] = (
          "x-dead-letter-exchange and x-dead-letter-routing-key on the queue, a dead-letter queue declared with it "
          "(shared.dlq.DeadLetteringQueue), and a drain", check_limit_without_dlx),
     Rule("prefetch-above-delivery-limit", "prefetched messages spend their deliveries", "research: rolling deploys (FM-7)",
-         "medium", Proof("C9", _claim("test_a_whole_worker_kill_charges_a_delivery_to_every_message_it_held"),
-                         note="FM-7 (coming) runs it as a rolling deploy"),
+         "medium", Proof("C19", _claim("test_with_the_default_prefetch_three_deploys_dead_letter_messages_that_never_ran"),
+                         note="C9 shows the same for a worker killed whole"),
          "worker_prefetch_multiplier = 1, and x-delivery-limit above the whole-worker losses a message may live "
          "through", check_prefetch_over_limit),
     Rule("countdown-retry-on-quorum-direct", "countdown retries held in the worker on a quorum queue", "FM-5",

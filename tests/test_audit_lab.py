@@ -53,7 +53,7 @@ CLEARS = {
 
 EXPOSES = {
     2: {"unbounded-redelivery"},  # requeue with no bound: scenario 3 on fm2's code (S3), which FM-3 fixes
-    3: {"prefetch-above-delivery-limit"},  # x-delivery-limit 2 under the default prefetch (C9), which FM-7 fixes
+    3: {"prefetch-above-delivery-limit"},  # x-delivery-limit 2 under the default prefetch (C19), which FM-7 fixes
 }
 """What an FM's fix exposes that a later FM fixes: the lab's own chain of symptoms."""
 

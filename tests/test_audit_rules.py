@@ -140,7 +140,7 @@ def test_delivery_limit_without_a_dead_letter_exchange() -> None:
 def test_prefetch_above_one_with_a_delivery_limit() -> None:
     found = audit(make_app(worker_prefetch_multiplier=4))
     f = next(f for f in found if f.rule.id == "prefetch-above-delivery-limit")
-    assert f.rule.proof.cell == "C9" and "3 such losses" in f.consequence
+    assert f.rule.proof.cell == "C19" and "3 such losses" in f.consequence
     assert "prefetch-above-delivery-limit" not in ids(audit(make_app()))
 
 
