@@ -69,9 +69,9 @@ calls ``pool.stop()``, which waits for it, and the lab's grace kills it (one run
 twelve: doc39, begun 2 ms after its SIGTERM; G7 lists it, and it runs again). The old
 *process* is still there when the lab's grace ends, running nothing: Celery's own stop takes
 longer than the whole grace even when idle (claim C18: at least 1 s, and 1.5 s from 5.6).
-``TaskPool.on_stop`` joins billiard's pool, whose processes look for the shutdown only between
-their 1 s waits for a job (``billiard.pool.Worker._make_protected_receive``), and from 5.6.1 the
-timer thread it keeps heartbeats with, which sleeps 0.5 s a pass. So G7 asks that no body of
+``TaskPool.on_stop`` joins billiard's pool, each of whose processes sleeps 1 s after it
+announced its exit (``billiard.pool.Worker._do_exit``), and from 5.6.1 the timer thread it
+keeps heartbeats with, which sleeps 0.5 s a pass. So G7 asks that no body of
 the old worker still run when the SIGKILL comes, not that the process be gone: in the lab
 (grace shorter than a healthy body, which fm6's 1 s deadline bounds) none can be. In
 production give the grace the soft timeout, one whole body and that stop.

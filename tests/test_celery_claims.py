@@ -605,9 +605,9 @@ def test_an_idle_worker_exits_only_after_celerys_pool_stop() -> None:
     """fm7's docstring and G7: why an old worker is still there when the lab's grace (0.5 s) ends though no body
     of it runs. An idle fm7 worker (REMAP_SIGTERM: the cold shutdown; nothing to wait for, nothing to cancel) is
     sent SIGTERM, and exits only after Celery's pool stop: ``TaskPool.on_stop`` joins billiard's pool, each of
-    whose processes looks for the shutdown only between its 1 s waits for a job
-    (``billiard.pool.Worker._make_protected_receive``), and from 5.6.1 also joins the timer thread it starts to
-    keep heartbeats going, which sleeps 0.5 s between passes. So at least 1 s, and 1.5 s from 5.6: no grace
+    whose processes, told to stop, announces its death to the pool and then sleeps 1 s before it exits
+    (``billiard.pool.Worker._do_exit``, billiard 4.3.2 under all three), and from 5.6.1 it also joins the timer
+    thread it starts to keep heartbeats going, which sleeps 0.5 s between passes. So at least 1 s, and 1.5 s from 5.6: no grace
     below that lets a worker exit by itself, and a production grace must add it to the soft timeout and a body."""
     from lab.deploys import GRACE_SECONDS
     fm = harness.load("fm7")
