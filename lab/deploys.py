@@ -42,7 +42,8 @@ from lab.waiting import wait_until
 
 GRACE_SECONDS = 0.5
 """SIGTERM, then SIGKILL this long after (Kubernetes' ``terminationGracePeriodSeconds``, scaled down):
-shorter than a slow document's parse (``lab.faults.SLOW_SECONDS``)."""
+shorter than a slow document's parse (``lab.faults.SLOW_SECONDS``), and so shorter than Celery's own stop
+(claim C18: 1 s at least), which is why an old worker is SIGKILLed even when it runs nothing by then."""
 FRESH_SECONDS = 0.2
 """A slow document that started at most this long ago cannot end within the grace."""
 ARMED_SECONDS = 2.0
