@@ -350,6 +350,23 @@ def check_rpc_chords(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Findin
             rule.severity, (), None, "result_backend", facts.file, facts.line_of("result_backend"))
 
 
+# ---- FM-7 -----------------------------------------------------------------------------
+
+
+def check_warm_shutdown_only(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    raw = facts.settings.get("worker_soft_shutdown_timeout")
+    if isinstance(raw, int | float) and raw > 0:
+        return
+    hits = [t for t in facts.tasks if t.opt("acks_late")]
+    if hits:
+        yield Finding(rule, f"setting worker_soft_shutdown_timeout={raw!r}: {len(hits)} acks-late task(s)", (
+            "SIGTERM is Celery's warm shutdown, which waits for every running task however long it runs: a deploy "
+            "whose grace period is shorter than a task SIGKILLs it mid-body, so its work is lost and done again, "
+            "and every message the worker held goes back, each return counted against a delivery limit."),
+            rule.severity, tuple(t.name for t in hits), None, "worker_soft_shutdown_timeout", facts.file,
+            facts.line_of("worker_soft_shutdown_timeout"))
+
+
 # ---- case study: per-key order ----------------------------------------------------------
 
 
@@ -415,6 +432,12 @@ RULES: tuple[Rule, ...] = (
                          note="C9 shows the same for a worker killed whole"),
          "worker_prefetch_multiplier = 1, and x-delivery-limit above the whole-worker losses a message may live "
          "through", check_prefetch_over_limit),
+    Rule("warm-shutdown-only", "a deploy's SIGKILL cuts acks-late tasks mid-body", "FM-7", "medium",
+         Proof("fm7 S7", _fm(7)),
+         "worker_soft_shutdown_timeout (5.5+) and REMAP_SIGTERM=SIGQUIT in the worker's environment, so that SIGTERM "
+         "cancels running tasks after the soft wait and their messages go back unacked; a grace period above the "
+         "soft timeout, one task and Celery's own stop (claim C18); the drain's send_back for letters a deploy "
+         "charged (fm7_rolling_deploys.py)", check_warm_shutdown_only, since=(5, 5)),
     Rule("countdown-retry-on-quorum-direct", "countdown retries held in the worker on a quorum queue", "FM-5",
          "medium", Proof("fm5 S5 hard", _fm(5)),
          "retries that wait in the broker (per-message TTL delay queues that dead-letter back: "

@@ -23,7 +23,7 @@ from audit.rules import RULES, Finding, Options, run_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 FMS = ["fm0_naive", "fm1_mid_pipeline_error", "fm2_worker_crash", "fm3_dlq_reconciliation", "fm4_duplicated_runs",
-       "fm5_transient_failures", "fm6_task_timeouts"]
+       "fm5_transient_failures", "fm6_task_timeouts", "fm7_rolling_deploys"]
 PIPELINE = ("fetch_document", "parse_document", "notify")
 STUDIES = ["case_studies.severity_batch", "case_studies.bl_ingestion", "case_studies.cte_ingestion"]
 SB_DEADLINE = 20.0  # case_studies/severity_batch/fixed.py: DEADLINE_SECONDS, the run the chord must outlive
@@ -48,11 +48,12 @@ CLEARS = {
     4: set[str](),  # FM-4's claim is in notify's body
     5: set[str](),  # FM-5's @transient_retryable is in the body; its retries wait in the broker, so none is flagged
     6: {"no-deadline"},  # @hard_timeout in every pipeline task, time_limit with BackstopRequest
+    7: {"prefetch-above-delivery-limit", "warm-shutdown-only"},  # prefetch 1; the soft shutdown on SIGTERM
 }
 """What each FM N clears of the rules fm N-1 breaks."""
 
 EXPOSES = {
-    2: {"unbounded-redelivery"},  # requeue with no bound: scenario 3 on fm2's code (S3), which FM-3 fixes
+    2: {"unbounded-redelivery", "warm-shutdown-only"},  # requeue with no bound (S3, FM-3); acks late meets a deploy (S7, FM-7)
     3: {"prefetch-above-delivery-limit"},  # x-delivery-limit 2 under the default prefetch (C19), which FM-7 fixes
 }
 """What an FM's fix exposes that a later FM fixes: the lab's own chain of symptoms."""
@@ -62,7 +63,7 @@ def test_fm0_breaks_every_rule_its_configuration_can() -> None:
     assert pipeline_rules("fm0_naive") == {"acks-early", "no-deadline"}
 
 
-@pytest.mark.parametrize("n", range(1, 7))
+@pytest.mark.parametrize("n", range(1, 8))
 def test_each_fm_clears_the_rules_its_fix_fixes(n: int) -> None:
     before, after = pipeline_rules(FMS[n - 1]), pipeline_rules(FMS[n])
     assert before - after == CLEARS[n], f"fm{n} should clear {CLEARS[n]} of fm{n - 1}'s {before}; leaves {after}"
@@ -70,8 +71,12 @@ def test_each_fm_clears_the_rules_its_fix_fixes(n: int) -> None:
 
 
 def test_fm6_leaves_only_what_fm7_fixes() -> None:
-    assert pipeline_rules("fm6_task_timeouts") == {"prefetch-above-delivery-limit"}
+    assert pipeline_rules("fm6_task_timeouts") == {"prefetch-above-delivery-limit", "warm-shutdown-only"}
     assert not [f for f in findings("fm6_task_timeouts") if f.severity == "high"]
+
+
+def test_fm7_leaves_nothing_on_its_pipeline() -> None:
+    assert pipeline_rules("fm7_rolling_deploys") == set()
 
 
 # ---- the case studies ------------------------------------------------------------------------

@@ -24,7 +24,7 @@ def make_app(broker: str = RABBIT, backend: str = REDIS, **conf: Any) -> Celery[
     """An app with one plain task, ``work``; ``conf`` are its settings (a safe baseline unless overridden)."""
     app: Celery[Any] = Celery(f"audit_t{next(_names)}", broker=broker, backend=backend, set_as_current=False)
     app.conf.update(task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
-                    task_time_limit=30, task_default_queue="q",
+                    worker_soft_shutdown_timeout=1, task_time_limit=30, task_default_queue="q",
                     task_queues=[Queue("q", Exchange("q"), routing_key="q", queue_arguments=QUORUM)])
     app.conf.update(**conf)
 
@@ -142,6 +142,18 @@ def test_prefetch_above_one_with_a_delivery_limit() -> None:
     f = next(f for f in found if f.rule.id == "prefetch-above-delivery-limit")
     assert f.rule.proof.cell == "C19" and "3 such losses" in f.consequence
     assert "prefetch-above-delivery-limit" not in ids(audit(make_app()))
+
+
+# ---- FM-7 ------------------------------------------------------------------------------------
+
+
+def test_a_warm_shutdown_only_worker_with_acks_late_tasks() -> None:
+    found = [f for f in audit(make_app(worker_soft_shutdown_timeout=0)) if f.rule.id == "warm-shutdown-only"]
+    assert len(found) == 1 and found[0].setting == "worker_soft_shutdown_timeout" and found[0].severity == "medium"
+    assert found[0].rule.proof.cell == "fm7 S7" and "SIGKILLs it mid-body" in found[0].consequence
+    assert len(found[0].tasks) == 1 and found[0].tasks[0].endswith(".work")
+    assert "warm-shutdown-only" not in ids(audit(make_app()))  # a soft shutdown of 1 s
+    assert "warm-shutdown-only" not in ids(audit(make_app(task_acks_late=False, worker_soft_shutdown_timeout=0)))
 
 
 # ---- FM-5 ------------------------------------------------------------------------------------
