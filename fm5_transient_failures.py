@@ -23,7 +23,8 @@ is static (``celery.worker.consumer.tasks.Tasks.qos_global``, Celery 5.5 to 5.7,
 off; RabbitMQ does not apply a later per-consumer ``basic.qos`` to a running
 consumer): sixteen waiting retries fill the prefetch of 8 (2 processes x
 multiplier 4) and new work waits until they come due (``--prove``: a probe sent
-while the burst waits comes back only after the first of its retries ran).
+while the burst waits is taken by the worker only after the first of its retries
+ran and was acked).
 ``wait_in=QUEUE`` keeps waiting retries in the broker: delay queues
 ``QUEUE.retry.<bucket>.<slice>`` with a per-message TTL that dead-letter back to
 ``QUEUE`` (``shared/retry.py`` says how, and why not Celery's native delayed
