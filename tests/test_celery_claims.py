@@ -6,6 +6,7 @@ import json
 import signal
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -507,17 +508,53 @@ _FM7_NO_SEND_BACK = [("    return drain(app, DLQ, send_back=True)  # FM-7: a let
                       "    return drain(app, DLQ)\n")]
 
 
+DEPLOY_GRACE = 15.0
+"""How long ``_deploy_away`` waits for a worker sent SIGTERM to exit before it SIGKILLs it."""
+
+
+def _group_stacks(pgid: int) -> str:
+    """Each live process of group ``pgid``: its /proc state and, when py-spy is installed, its Python stacks
+    (what a worker that does not exit is waiting on)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    lines: list[str] = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or workers._after_comm((entry / "stat").read_text())[2] != str(pgid):  # pyright: ignore[reportPrivateUsage]
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            lines.append(f"pid {entry.name}: {cmdline[:120]}")
+            lines.append(f"  state {workers._after_comm((entry / 'stat').read_text())[0]}, wchan {(entry / 'wchan').read_text()}")  # pyright: ignore[reportPrivateUsage]
+        except OSError:
+            continue
+        if Path(spy).exists():
+            out = subprocess.run([spy, "dump", "--pid", entry.name], capture_output=True, text=True, timeout=20)
+            lines.append(out.stdout + out.stderr)
+    return "\n".join(lines)
+
+
 def _deploy_away(fm: Fm, run_id: str, label: str, running: Callable[[], bool]) -> None:
     """A worker of ``fm`` that serves until ``running()``, then gets SIGTERM (its main process: REMAP_SIGTERM
-    makes it the soft, then cold shutdown) and exits; no other worker runs meanwhile."""
+    makes it the soft, then cold shutdown); no other worker runs meanwhile. It exits in about 2 s; one that has
+    not after ``DEPLOY_GRACE`` is SIGKILLed, as a deploy's grace ends, and the run warns with what each of its
+    processes waited on (its log and stacks in a ``-stuck.txt`` beside its log): the callers' assertions on
+    what the body recorded decide the claim, a slow exit alone does not."""
     worker = Worker(fm, run_id, workers.LOG_DIR / f"{label}-{run_id}.log", part=label.rsplit("-", 1)[-1])
     worker.start()
     try:
         worker.wait_ready()
         assert wait_until(running, 30), f"{label}: the body never started"
-        assert worker.proc is not None
-        worker.proc.send_signal(signal.SIGTERM)
-        assert wait_until(lambda: worker.proc is None or worker.proc.poll() is not None, 15), "the worker did not exit"
+        proc = worker.proc
+        assert proc is not None
+        proc.send_signal(signal.SIGTERM)
+        if not wait_until(lambda: proc.poll() is not None, DEPLOY_GRACE):
+            stuck = workers.LOG_DIR / f"{label}-{run_id}-stuck.txt"
+            stuck.write_text(f"log:\n{worker.tail(80)}\nprocesses:\n{_group_stacks(proc.pid)}\n")
+            warnings.warn(f"{label}: the worker had not exited {DEPLOY_GRACE:.0f} s after SIGTERM and is "
+                          f"SIGKILLed as a deploy's grace ends; its log and stacks: {stuck}", stacklevel=2)
     finally:
         worker.stop(grace=0.5)
 
