@@ -68,13 +68,13 @@ main process, asleep in the soft wait, has not yet read that it began, and
 calls ``pool.stop()``, which waits for it, and the lab's grace kills it (one run in about
 twelve: doc39, begun 2 ms after its SIGTERM; G7 lists it, and it runs again). The old
 *process* is still there when the lab's grace ends, running nothing: Celery's own stop takes
-longer than the whole grace even when idle (claim C18: at least 1 s, and 1.5 s from 5.6).
+longer than the whole grace even when idle (claim C18: at least 1 s).
 ``TaskPool.on_stop`` joins billiard's pool, each of whose processes sleeps 1 s after it
 announced its exit (``billiard.pool.Worker._do_exit``), and from 5.6.1 the timer thread it
-keeps heartbeats with, which sleeps 0.5 s a pass. So G7 asks that no body of
-the old worker still run when the SIGKILL comes, not that the process be gone: in the lab
-(grace shorter than a healthy body, which fm6's 1 s deadline bounds) none can be. In
-production give the grace the soft timeout, one whole body and that stop.
+keeps heartbeats with, which sleeps 0.5 s a pass (its join adds 0 to 0.5 s). So G7 asks
+that no body of the old worker still run when the SIGKILL comes, not that the process be
+gone: in the lab (grace shorter than a healthy body, which fm6's 1 s deadline bounds) none
+can be. In production give the grace the soft timeout, one whole body and that stop.
 
 Hard variant (``tests/test_celery_claims.py``, claim C15, a ``make matrix`` row): a warm
 shutdown longer than two broker heartbeats (``broker_heartbeat = 1``, a 6 s body). On Celery
