@@ -359,6 +359,29 @@ def test_a_resend_is_deduplicated_even_behind_newer_events(book: Ledger) -> None
     assert book.lot_sequences() == {first.lot_code: [1, 2]} and book.lot_head(first.lot_code) == 2
 
 
+def test_a_payload_without_seq_is_an_event_and_a_null_seq_too() -> None:
+    without = clean_payload()
+    del without["seq"]  # real feeds send no sequence number
+    cte = validate(without, now=NOW)
+    assert isinstance(cte, CriticalTrackingEvent) and cte.seq is None
+    assert validate(clean_payload(seq=None), now=NOW) == cte
+
+
+def test_the_ledger_numbers_events_without_seq_in_commit_order_under_the_lots_lock(book: Ledger) -> None:
+    def unnumbered(source: str, event_type: str = "cooling") -> CriticalTrackingEvent:
+        return event(seq=None, source_event_id=source, event_type=event_type)
+
+    first, second, third = unnumbered("a"), unnumbered("b", "shipping"), unnumbered("c", "receiving")
+    assert [book.commit(first), book.commit(second), book.commit(first), book.commit(third)] \
+        == ["committed", "committed", "deduplicated", "committed"]  # a resend found by its key, not a seq
+    assert book.lot_sequences() == {first.lot_code: [1, 2, 3]} and book.lot_head(first.lot_code) == 3
+    assert book.lot_keys() == {first.lot_code: [idempotency_key(e) for e in (first, second, third)]}
+    assert book.commit(event(seq=5, source_event_id="d")) == "committed"  # a numbered one goes on from the head
+    assert book.commit(unnumbered("e")) == "committed"
+    assert book.lot_sequences() == {first.lot_code: [1, 2, 3, 5, 6]}
+    assert book.counts().out_of_order_attempts == 0 and book.counts().out_of_order_commits == 0
+
+
 def test_an_older_event_after_a_newer_one_is_refused_and_nothing_is_written(book: Ledger) -> None:
     newer, older = event(seq=3, source_event_id="c"), event(seq=2, source_event_id="b")
     assert book.commit(newer) == "committed"

@@ -67,7 +67,7 @@ WRITEUP_GTIN = r"^\d{12,14}$"
 """The write-up's patterns, kept only to show what they let through."""
 
 RawEvent: TypeAlias = dict[str, str | int]
-"""A payload as a producer sends it: JSON-shaped, every value a string but ``seq``."""
+"""A payload as a producer sends it: JSON-shaped, every value a string but ``seq`` (optional: real feeds send none)."""
 
 RawPayload: TypeAlias = str | bytes | Mapping[str, Any]
 """What ``validate`` takes: the JSON text, or the dict it decodes to."""
@@ -139,7 +139,8 @@ class CriticalTrackingEvent(BaseModel):
     quantity: Quantity
     unit_of_measure: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 .,/()_-]{0,63}$")  # "cases (12 x 1 lb bags)"
     source_event_id: KeyPart  # the producer's own id for the event
-    seq: int = Field(ge=1)  # the producer's order of the events of one lot
+    seq: int | None = Field(default=None, ge=1)  # the producer's order of a lot's events, when it sends one (real
+    # feeds do not): without it, the ledger numbers the lot's events in the order it commits them (``ledger.py``)
     # The rule's other KDEs, optional here (the stream's producers do not send them), typed when sent:
     product_description: str | None = Field(default=None, min_length=1, max_length=200)
     tlc_source_gln: Gln | None = None  # the traceability lot code source (where the lot code was assigned)

@@ -306,11 +306,12 @@ def replay(limit: int = 10_000, source: Ledger | None = None) -> dict[str, int]:
         event = validate(letter.payload)
         if isinstance(event, Quarantined) or letter.lot is None:
             continue  # not an event: only its producer can mend it
-        by_lot.setdefault(letter.lot, []).append((event.seq, letter.payload))
+        by_lot.setdefault(letter.lot, []).append((event.seq or 0, letter.payload))
     with app.producer_or_acquire() as producer:
         for lot, letters in by_lot.items():
             shard = shard_of(lot, SHARDS)
-            replay_batch.apply_async(([p for _, p in sorted(letters)], shard, turns().take(queue_name(shard))),
+            ordered = [p for _, p in sorted(letters, key=lambda letter: letter[0])]  # by seq; none sent: as dead-lettered
+            replay_batch.apply_async((ordered, shard, turns().take(queue_name(shard))),
                                      queue=queue_of(shard), producer=producer)
     return {lot: len(letters) for lot, letters in by_lot.items()}
 
