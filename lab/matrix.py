@@ -122,6 +122,8 @@ TITLES: dict[str, str] = {
     "CT3": "retries, a crash, a dead letter replayed once",
     "CT4": "metrics == ledger",
     "CT5": "dry run writes nothing",
+    "CT6": "no seq sent: each lot committed in the order produced",
+    "CT1 write-up": "digit patterns: wrong GS1 check digits committed",
     "CT2 write-up": "one shared queue reorders a lot",
     "CT3 write-up": "retries run out: the event is lost",
 }

@@ -18,6 +18,11 @@ Not the lesson and not a fix:
   event (the operator mended the cause, then replays); ``CRASH_ONCE`` SIGKILLs the process on
   attempt 1, before the commit (the transaction dies with the process, as a power cut would
   leave it).
+- ``as_published(payload)`` and ``ledger_event(fields, payload)``: what the write-up's program
+  (``writeup.py``) needs around it. Its model reads its own field names (``timestamp`` for the
+  stream's ``event_time``); it gives no ledger, so the lab's takes a row built from the event it
+  validated, not validated again, with what its model ignores from the payload (the supplier, the
+  unit, ``seq``: the producer's order, which only the lab's check of each lot's order reads).
 """
 
 from __future__ import annotations
@@ -58,6 +63,22 @@ def batches(payloads: Sequence[RawEvent], shards: int, size: int) -> list[tuple[
             open_batches[shard] = []
     out.extend((shard, batch) for shard, batch in sorted(open_batches.items()) if batch)
     return out
+
+
+def as_published(payload: RawEvent) -> RawEvent:
+    """The stream's payload under the write-up's field names: ``event_time`` sent as ``timestamp``."""
+    return {("timestamp" if k == "event_time" else k): v for k, v in payload.items()}
+
+
+def ledger_event(fields: Mapping[str, Any], payload: Mapping[str, Any]) -> CriticalTrackingEvent:
+    """The ledger's row of an event the write-up's model validated (``fields``: its ``model_dump()``), as it is."""
+    seq = payload.get("seq")
+    return CriticalTrackingEvent.model_construct(
+        supplier_id=str(payload.get("supplier_id", "unknown")), lot_code=fields["lot_code"],
+        event_type=fields["event_type"], location_gln=fields["location_gln"], gtin=fields["gtin"],
+        event_time=fields["timestamp"], quantity=fields["quantity"],
+        unit_of_measure=str(payload.get("unit_of_measure", "")), source_event_id=fields["source_event_id"],
+        seq=seq if isinstance(seq, int) else None)
 
 
 def _faults_key(prefix: str) -> str:

@@ -19,12 +19,19 @@ drained any of it.
     committed each once (8 attempts: in its message's transaction, 1 + 5 alone, the replay's);
   - CT4: the metrics equal the ledger: events by outcome and supplier, retries (12), every
     shard's queue depth 0 at the end after falling during the drain, dead-letter depth 0.
-  Write-up symptoms (``--prove``, the same burst on ``writeup.py``):
+  Write-up symptoms (``--prove``, the same burst on ``writeup.py``, on its Redis broker, each
+  payload under its field names, ``stand_ins.as_published``):
+  - CT1 write-up: its digit patterns let through the 16 events whose GLN or GTIN fails its GS1
+    check digit: each committed, the other 21 invalid payloads quarantined as sent;
   - CT2 write-up: events committed behind later events of their lot;
   - CT3 write-up: the exhausted event is lost: FAILURE after 6 attempts, in no ledger
     table and in no dead-letter store.
 - ``dry_run``: the workers run with ``CTE_DRY_RUN=1``. CT5: the ledger is untouched (no row
   in any table) and the metrics count exactly the outcomes a real run has on this stream.
+- ``no_seq``: the burst and its faults, every payload without ``seq`` (real feeds send none).
+  CT6: each lot's events committed in the order produced (the ledger's commit order of their
+  idempotency keys equals the stream's), the ledger's numbers 1..n per lot, assigned under the
+  lot's lock, zero out-of-order commits; CT1, CT3 and CT4 as in ``burst``.
 
 ``run_one(cell, kind, on_stage)`` is what the harness calls for a cell ``cte_ingestion/<scenario>``:
 kind ``fixed`` runs ``fixed.py`` (one worker per shard), ``broken`` the write-up (one worker, two
@@ -33,19 +40,20 @@ processes on one queue).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from celery.result import AsyncResult
 from sqlalchemy import select
 
 from case_studies.cte_ingestion import stand_ins
-from case_studies.cte_ingestion.events import RawEvent, Stream, generate, idempotency_key, validate
+from case_studies.cte_ingestion.events import InvalidKind, RawEvent, Stream, generate, idempotency_key, validate
 from case_studies.cte_ingestion.ledger import DeadLetter, Ledger, LedgerCounts
 from case_studies.cte_ingestion.metrics import CteMetrics, exporter_registry, outcomes, read, render, reset_dir
 from case_studies.logs import clear_event_logs
@@ -57,6 +65,7 @@ from lab.queues import queue_depth
 from lab.runner import Observations, Outcome, new_run_id
 from lab.waiting import wait_until
 from lab.workers import LOG_DIR, STATE_DIR, STOP_GRACE
+from shared.backend import backend_redis
 
 NAME = "cte_ingestion"
 SEED, EVENTS, INVALID_EVERY, DUPLICATE_EVERY = 20261130, 2000, 53, 41
@@ -76,11 +85,13 @@ class Scenario:
     number: int
     faults: bool = False
     dry_run: bool = False
+    no_seq: bool = False  # every payload without seq: the ledger numbers each lot's events as it commits them
 
 
 SCENARIOS: dict[str, Scenario] = {
     "burst": Scenario("burst", 1, faults=True),
     "dry_run": Scenario("dry_run", 2, dry_run=True),
+    "no_seq": Scenario("no_seq", 3, faults=True, no_seq=True),
 }
 WRITEUP_SHOWS = ("burst",)
 """The scenarios ``--prove`` also runs on the write-up's code."""
@@ -124,8 +135,27 @@ def clear_ledger() -> None:
 # ---- the burst and its faults ------------------------------------------------------
 
 
-def stream() -> Stream:
-    return generate(SEED, EVENTS, invalid_every=INVALID_EVERY, duplicate_every=DUPLICATE_EVERY)
+def stream(no_seq: bool = False) -> Stream:
+    """The burst; ``no_seq``: each payload without its ``seq``, as real feeds send them."""
+    s = generate(SEED, EVENTS, invalid_every=INVALID_EVERY, duplicate_every=DUPLICATE_EVERY)
+    if not no_seq:
+        return s
+    return replace(s, payloads=tuple({k: v for k, v in p.items() if k != "seq"} for p in s.payloads))
+
+
+LOOSE: tuple[InvalidKind, ...] = ("gln_check_digit", "gtin_check_digit")
+"""The invalid kinds the write-up's model lets through: its patterns count digits, not the GS1 check digit."""
+
+
+def loose(s: Stream) -> tuple[int, ...]:
+    """Positions of the payloads the fixed contract refuses and the write-up's model takes."""
+    return tuple(p for p, kind in sorted(s.invalid.items()) if kind in LOOSE)
+
+
+def raw_key(payload: RawEvent) -> str:
+    """The write-up's idempotency key of a payload, valid or not: sha256 of ``lot|type|source id``."""
+    text = f"{payload.get('lot_code', '')}|{payload.get('event_type', '')}|{payload.get('source_event_id', '')}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -204,6 +234,7 @@ class CaseRun:
     before_replay: tuple[DeadLetter, ...]
     replayed: Mapping[str, int]  # lot -> dead letters sent back
     attempts: Mapping[int, int]  # fault position -> ledger attempts
+    lot_keys: Mapping[str, list[str]]  # per lot, the committed keys in commit order
     samples: Mapping[str, float]  # every metric sample at the end
     by_supplier: Mapping[tuple[str, str], int]  # the ledger's (outcome, supplier) counts
     depths: tuple[tuple[float, tuple[int, ...]], ...]  # (seconds since publishing, depth per queue)
@@ -220,12 +251,21 @@ class Drain:
         self.fm, self.gauges, self.say = fm, gauges, say
         self.names = [str(q.name) for q in fm.task_queues]
         self.conn = harness.connect(fm)
+        options = cast(dict[str, Any], fm.app.conf.broker_transport_options or {})
+        self.list_prefix = str(options.get("global_keyprefix") or "") if "global_keyprefix" in options else None
         self.started = time.monotonic()
         self.samples: list[tuple[float, tuple[int, ...]]] = []
         self.printed = 0.0
 
+    def depth(self, name: str) -> int:
+        """Messages waiting in queue ``name``: on a Redis broker the length of its list (its key under the
+        program's prefix), on RabbitMQ the broker's count."""
+        if self.list_prefix is not None:
+            return int(cast(Any, backend_redis(self.fm.app)[0].llen(f"{self.list_prefix}{name}")))
+        return queue_depth(self.conn, name)
+
     def sample(self) -> tuple[int, ...]:
-        depths = tuple(queue_depth(self.conn, n) for n in self.names)
+        depths = tuple(self.depth(n) for n in self.names)
         now = time.monotonic() - self.started
         self.samples.append((now, depths))
         for name, d in zip(self.names, depths):
@@ -273,7 +313,7 @@ def _meta_states(fm: Fm, ids: Sequence[str]) -> list[str]:
 
 def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_dir: Any,
                  watch: Callable[[], None] | None = None, say: Callable[[str], None] = print) -> CaseRun:
-    s = stream()
+    s = stream(sc.no_seq)
     module = __import__(fm.module, fromlist=["submit"])
     shards = len(fm.task_queues)
     plan = choose_faults(s, shards, int(getattr(module, "BATCH", 1))) if sc.faults else None
@@ -289,7 +329,7 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
             watch()
         drain.sample()
 
-    payloads = list(s.payloads)
+    payloads = [stand_ins.as_published(p) for p in s.payloads] if kind == "broken" else list(s.payloads)
     started = time.monotonic()
     submitted_at = time.time()
     results: list[AsyncResult[Any]] = []
@@ -307,7 +347,7 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
             def settled() -> bool:
                 look()
                 return (all(st in ("SUCCESS", "FAILURE") for st in _meta_states(fm, ids))
-                        and ledger.counts().quarantined >= len(s.invalid))
+                        and ledger.counts().quarantined >= len(s.invalid) - len(loose(s)))
             wait_until(settled, RUN_TIMEOUT, interval=0.25)
             drained = time.monotonic() - started
             if plan is not None:
@@ -347,15 +387,19 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
     with ledger.engine.connect() as conn:
         committed_keys = frozenset(str(k) for k in conn.execute(select(ledger.events_table.c.key)).scalars())
     return CaseRun(obs, sc, kind, s, plan, counts, ledger.lot_sequences(), frozenset(ledger.quarantined()),
-                   committed_keys, before, replayed, attempts, samples, ledger.by_supplier(),
+                   committed_keys, before, replayed, attempts, ledger.lot_keys(), samples, ledger.by_supplier(),
                    tuple(drain.samples), published, drained, lost_state, {"exposition": text})
 
 
 # ---- guarantees (fixed) and symptoms (write-up) ---------------------------------------
 
 
+def _texts(payloads: Sequence[RawEvent]) -> frozenset[str]:
+    return frozenset(json.dumps(p, sort_keys=True, ensure_ascii=False) for p in payloads)
+
+
 def _invalid_texts(s: Stream) -> frozenset[str]:
-    return frozenset(json.dumps(s.payloads[p], sort_keys=True, ensure_ascii=False) for p in s.invalid)
+    return _texts([s.payloads[p] for p in s.invalid])
 
 
 def _ledger_exact(run: CaseRun) -> Check:
@@ -434,6 +478,25 @@ def _metrics_equal_ledger(run: CaseRun) -> Check:
     return c.result()
 
 
+def _in_order_without_seq(run: CaseRun) -> Check:
+    c = Collector("CT6")
+    s = run.stream
+    want: dict[str, list[str]] = {}
+    for p, payload in enumerate(s.payloads):
+        if p not in s.invalid and p not in s.duplicates:
+            want.setdefault(stand_ins.lot_of(payload), []).append(raw_key(payload))
+    differ = sorted(lot for lot in set(want) | set(run.lot_keys) if want.get(lot) != run.lot_keys.get(lot))
+    sent = sum("seq" in p for p in s.payloads)
+    c.expect(not differ and sent == 0, f"{len(differ)} of {len(want)} lots committed in another order "
+             f"({sent} payloads sent a seq)", f"all {len(want)} lots in the order produced, no payload with a seq")
+    numbered = all(seqs == list(range(1, len(seqs) + 1)) for seqs in run.sequences.values())
+    c.expect(numbered and run.counts.out_of_order_commits == 0 and run.counts.out_of_order_attempts == 0,
+             f"ledger numbers {'1..n' if numbered else 'not 1..n'} in every lot; out-of-order commits "
+             f"{run.counts.out_of_order_commits}, refused {run.counts.out_of_order_attempts}",
+             "1..n per lot, assigned under the lot's lock; 0 and 0")
+    return c.result()
+
+
 def _dry(run: CaseRun) -> Check:
     c = Collector("CT5")
     got = run.counts
@@ -444,6 +507,21 @@ def _dry(run: CaseRun) -> Check:
     want = run.stream.expected_outcomes()
     c.expect(would == want, f"decided {sum(would.values())} outcomes{'' if would == want else ' (differ)'}",
              f"a real run's {sum(want.values())}, by outcome and supplier")
+    return c.result()
+
+
+def _writeup_loose(run: CaseRun) -> Check:
+    c = Collector("CT1 write-up")
+    s = run.stream
+    through = loose(s)
+    committed = [p for p in through if raw_key(s.payloads[p]) in run.committed_keys]
+    c.expect(len(through) > 0 and committed == list(through),
+             f"{len(committed)} of the {len(through)} events with a wrong GS1 check digit committed",
+             f"all {len(through)}: its patterns count digits (the fixed contract quarantines them)")
+    refused = _texts([stand_ins.as_published(s.payloads[p]) for p in s.invalid if p not in through])
+    c.expect(run.quarantined == refused, f"quarantined {len(run.quarantined)}"
+             f"{'' if run.quarantined == refused else ', not the other invalid payloads'}",
+             f"{len(refused)}, the other invalid payloads as sent")
     return c.result()
 
 
@@ -470,16 +548,19 @@ def _writeup_lost(run: CaseRun) -> Check:
     c.expect(key not in run.committed_keys and run.counts.dead_lettered == 0,
              f"in the ledger: {'yes' if key in run.committed_keys else 'no'}; dead letters {run.counts.dead_lettered}",
              "no and 0: the event is lost")
-    c.expect(run.counts.committed == s.valid_distinct - 1, f"committed {run.counts.committed}",
-             f"{s.valid_distinct - 1} (one valid event missing)")
+    want_committed = s.valid_distinct + len(loose(s)) - 1
+    c.expect(run.counts.committed == want_committed, f"committed {run.counts.committed}",
+             f"{want_committed} (the valid distinct and the {len(loose(s))} let through, one missing)")
     return c.result()
 
 
 def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
     if kind == "broken":
-        return [_writeup_order(run), _writeup_lost(run)]
+        return [_writeup_loose(run), _writeup_order(run), _writeup_lost(run)]
     if run.scenario.dry_run:
         return [_dry(run)]
+    if run.scenario.no_seq:
+        return [_ledger_exact(run), _in_order_without_seq(run), _retried_and_replayed(run), _metrics_equal_ledger(run)]
     return [_ledger_exact(run), _in_order(run), _retried_and_replayed(run), _metrics_equal_ledger(run)]
 
 
