@@ -208,6 +208,30 @@ def test_the_writeups_model_reads_its_own_names_ignores_extras_and_counts_digits
 
 
 @pytest.mark.usefixtures("real_services")
+def test_an_outage_past_the_whole_backoff_loses_events_in_the_writeup_and_none_in_the_fix() -> None:
+    small = study.stream(events=study.OUTAGE_EVENTS)
+    fixed_run = cell("outage", "fixed")
+    assert [c.label for c in fixed_run.checks] == ["CT1", "CT2", "CT7"]
+    counts = Ledger().counts()
+    assert counts.committed == small.valid_distinct and counts.quarantined == len(small.invalid)
+    assert counts.dead_letters_pending == 0 and counts.out_of_order_commits == 0 and counts.dead_lettered > 0
+    lines = read_events("ct", fixed.DECISIONS)
+    exhausted = [e for e in lines if e["event"] == "event_dead_lettered" and e["reason"] == "retries_exhausted"]
+    assert exhausted and all(e["detail"] == "6 attempts: TransientLedgerError: the ledger is down (an outage)"
+                             for e in exhausted)
+    replayed = {e["event_id"] for e in lines if e["event"] == "event_committed" and e["replay"]}
+    assert {e["event_id"] for e in exhausted} <= replayed and len(replayed) == counts.dead_lettered
+
+    writeup_run = cell("outage", "broken")
+    assert [c.label for c in writeup_run.checks] == ["CT7 write-up"]
+    book = Ledger()
+    assert book.counts().dead_lettered == 0
+    assert book.counts().committed < small.valid_distinct + len(study.loose(small))  # some event lost for good
+    r, prefix = backend_redis(writeup.app)
+    assert not r.exists(f"{prefix}ledger-down")  # the runner brought the ledger back
+
+
+@pytest.mark.usefixtures("real_services")
 def test_without_seq_each_lot_is_committed_in_the_order_produced() -> None:
     report = cell("no_seq", "fixed")
     assert [c.label for c in report.checks] == ["CT1", "CT6", "CT3", "CT4"]

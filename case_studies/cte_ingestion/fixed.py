@@ -77,6 +77,12 @@ Fix:
   them and compare them with the ledger, exactly;
 - dry run (``CTE_DRY_RUN=1`` in the worker's environment): validates, decides
   and logs every commit it would make, and writes nothing;
+- an outage longer than an event's whole backoff (scenario ``outage``, CT7): the
+  event whose in-place retries ran out is dead-lettered and holds its lot, the
+  others commit once the ledger is back, and the replay commits the held lot in
+  order: every valid event once. (The stand-in fails commits only: a database
+  wholly down would refuse the dead letter too, and ``ingest_batch`` would fail
+  and be acked; not handled here);
 - ``seq`` optional (real feeds send none): the order is the shards' and the
   turns', so the ledger numbers an event without one ``head + 1`` under its
   lot's lock (scenario ``no_seq``, CT6: every lot in the order produced).

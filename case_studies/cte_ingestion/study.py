@@ -28,6 +28,14 @@ drained any of it.
     table and in no dead-letter store.
 - ``dry_run``: the workers run with ``CTE_DRY_RUN=1``. CT5: the ledger is untouched (no row
   in any table) and the metrics count exactly the outcomes a real run has on this stream.
+- ``outage``: the first ``OUTAGE_EVENTS`` payloads of the stream, published while the ledger is
+  down (every commit refused); the runner brings it back once the outage has outlasted an
+  event's whole backoff (the write-up: a task FAILURE after its 1 + 5 attempts; fixed: an
+  event dead-lettered ``retries_exhausted``), never on a timer. CT7 (fixed): every event whose
+  retries ran out dead-lettered with its payload, its lot held behind it, the replay committing
+  each once; every valid distinct event committed once, in each lot's order (CT1, CT2).
+  CT7 write-up: each event whose retries ran out is FAILURE, acked, in no table and no
+  dead-letter store; committed == the rest, exactly.
 - ``no_seq``: the burst and its faults, every payload without ``seq`` (real feeds send none).
   CT6: each lot's events committed in the order produced (the ledger's commit order of their
   idempotency keys equals the stream's), the ledger's numbers 1..n per lot, assigned under the
@@ -86,14 +94,16 @@ class Scenario:
     faults: bool = False
     dry_run: bool = False
     no_seq: bool = False  # every payload without seq: the ledger numbers each lot's events as it commits them
+    outage: bool = False  # the ledger down from the publish until the outage outlasted an event's backoff
 
 
 SCENARIOS: dict[str, Scenario] = {
     "burst": Scenario("burst", 1, faults=True),
     "dry_run": Scenario("dry_run", 2, dry_run=True),
     "no_seq": Scenario("no_seq", 3, faults=True, no_seq=True),
+    "outage": Scenario("outage", 4, outage=True),
 }
-WRITEUP_SHOWS = ("burst",)
+WRITEUP_SHOWS = ("burst", "outage")
 """The scenarios ``--prove`` also runs on the write-up's code."""
 
 CODES: dict[str, harness.Kind] = {"ct": "fixed", "ctw": "broken"}
@@ -135,9 +145,13 @@ def clear_ledger() -> None:
 # ---- the burst and its faults ------------------------------------------------------
 
 
-def stream(no_seq: bool = False) -> Stream:
-    """The burst; ``no_seq``: each payload without its ``seq``, as real feeds send them."""
-    s = generate(SEED, EVENTS, invalid_every=INVALID_EVERY, duplicate_every=DUPLICATE_EVERY)
+OUTAGE_EVENTS = 200
+"""The outage's stream: the burst's first 200 payloads (every event of it retries through the outage)."""
+
+
+def stream(no_seq: bool = False, events: int = EVENTS) -> Stream:
+    """The burst (its first ``events`` payloads); ``no_seq``: each payload without its ``seq``, as real feeds send them."""
+    s = generate(SEED, events, invalid_every=INVALID_EVERY, duplicate_every=DUPLICATE_EVERY)
     if not no_seq:
         return s
     return replace(s, payloads=tuple({k: v for k, v in p.items() if k != "seq"} for p in s.payloads))
@@ -313,7 +327,7 @@ def _meta_states(fm: Fm, ids: Sequence[str]) -> list[str]:
 
 def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_dir: Any,
                  watch: Callable[[], None] | None = None, say: Callable[[str], None] = print) -> CaseRun:
-    s = stream(sc.no_seq)
+    s = stream(sc.no_seq, OUTAGE_EVENTS if sc.outage else EVENTS)
     module = __import__(fm.module, fromlist=["submit"])
     shards = len(fm.task_queues)
     plan = choose_faults(s, shards, int(getattr(module, "BATCH", 1))) if sc.faults else None
@@ -330,7 +344,19 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
         drain.sample()
 
     payloads = [stand_ins.as_published(p) for p in s.payloads] if kind == "broken" else list(s.payloads)
+    outage: list[float] = []  # seconds since publishing: when the ledger went down, when it came back
+    stand_ins.set_outage(fm.app, False)
+    if sc.outage:
+        stand_ins.set_outage(fm.app, True)
+        outage.append(0.0)
     started = time.monotonic()
+
+    def outlasted(backoff_used: Callable[[], bool]) -> None:
+        """Bring the ledger back once an event has used its whole backoff during the outage."""
+        if len(outage) == 1 and backoff_used():
+            stand_ins.set_outage(fm.app, False)
+            outage.append(time.monotonic() - started)
+
     submitted_at = time.time()
     results: list[AsyncResult[Any]] = []
     if kind == "broken":
@@ -340,34 +366,41 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
     published = time.monotonic() - started
     ids = [r.id for r in results]
     lost_state: str | None = None
+    failed: tuple[int, ...] = ()
     before: tuple[DeadLetter, ...] = ()
     replayed: dict[str, int] = {}
     try:
         if kind == "broken":
             def settled() -> bool:
                 look()
-                return (all(st in ("SUCCESS", "FAILURE") for st in _meta_states(fm, ids))
+                states = _meta_states(fm, ids)
+                outlasted(lambda: "FAILURE" in states)
+                return (len(outage) != 1 and all(st in ("SUCCESS", "FAILURE") for st in states)
                         and ledger.counts().quarantined >= len(s.invalid) - len(loose(s)))
             wait_until(settled, RUN_TIMEOUT, interval=0.25)
             drained = time.monotonic() - started
             if plan is not None:
                 lost_state = _meta_states(fm, [ids[plan.exhausted]])[0]
+            failed = tuple(p for p, st in enumerate(_meta_states(fm, ids)) if st == "FAILURE")
         else:
             def handled(n: int) -> Callable[[], bool]:
                 def check() -> bool:
                     look()
-                    return _handled(metrics_dir) >= n
+                    outlasted(lambda: ledger.counts().dead_letters_pending > 0)
+                    return len(outage) != 1 and _handled(metrics_dir) >= n
                 return check
             wait_until(handled(len(payloads)), RUN_TIMEOUT, interval=0.25)
             drained = time.monotonic() - started
             before = tuple(ledger.pending_dead_letters(10_000))
-            if plan is not None and not sc.dry_run:
-                stand_ins.repair(fm.app, key_at(s, plan.exhausted))  # the operator mends the cause, then replays
+            if (plan is not None or sc.outage) and not sc.dry_run:
+                if plan is not None:
+                    stand_ins.repair(fm.app, key_at(s, plan.exhausted))  # the operator mends the cause, then replays
                 replayed = cast(Callable[..., dict[str, int]], getattr(module, "replay"))(source=ledger)
                 wait_until(handled(len(payloads) + sum(replayed.values())), RUN_TIMEOUT, interval=0.25)
             look()
     finally:
         drain.close()
+        stand_ins.set_outage(fm.app, False)  # a run that failed mid-outage leaves no ledger down
     counts = ledger.counts()
     gauges.set_dead_letter_depth(counts.dead_letters_pending)
     samples = dict(read(gauges.registry))
@@ -388,7 +421,8 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
         committed_keys = frozenset(str(k) for k in conn.execute(select(ledger.events_table.c.key)).scalars())
     return CaseRun(obs, sc, kind, s, plan, counts, ledger.lot_sequences(), frozenset(ledger.quarantined()),
                    committed_keys, before, replayed, attempts, ledger.lot_keys(), samples, ledger.by_supplier(),
-                   tuple(drain.samples), published, drained, lost_state, {"exposition": text})
+                   tuple(drain.samples), published, drained, lost_state,
+                   {"exposition": text, "outage": tuple(outage), "failed": failed})
 
 
 # ---- guarantees (fixed) and symptoms (write-up) ---------------------------------------
@@ -497,6 +531,52 @@ def _in_order_without_seq(run: CaseRun) -> Check:
     return c.result()
 
 
+def _outage_seconds(run: CaseRun) -> str:
+    spans = tuple(run.extra.get("outage", ()))
+    return f"ledger down {spans[1] - spans[0]:.1f}s" if len(spans) == 2 else "the outage never ended"
+
+
+def _outage_replayed(run: CaseRun) -> Check:
+    c = Collector("CT7")
+    s = run.stream
+    exhausted = {d.key for d in run.before_replay if d.reason.startswith("retries_exhausted")}
+    held = {d.key for d in run.before_replay if d.reason == "held"}
+    lots = {d.lot for d in run.before_replay if d.key in exhausted}
+    c.expect(len(run.extra.get("outage", ())) == 2 and len(exhausted) > 0,
+             f"{_outage_seconds(run)}; {len(exhausted)} event(s) dead-lettered retries_exhausted, {len(held)} held",
+             "> 0 events whose whole backoff the outage outlasted, each dead-lettered")
+    c.expect(len(exhausted) + len(held) == len(run.before_replay) and {d.lot for d in run.before_replay} == lots,
+             f"dead letters in {len({d.lot for d in run.before_replay})} lot(s), {len(lots)} with an exhausted event",
+             "only the exhausted events' lots, each held behind its first")
+    letters = exhausted | held
+    c.expect(letters <= run.committed_keys and sum(run.replayed.values()) == len(letters)
+             and run.counts.dead_letters_pending == 0,
+             f"replayed {sum(run.replayed.values())}, committed {len(letters & run.committed_keys)}, "
+             f"pending {run.counts.dead_letters_pending}", f"{len(letters)}, each once; 0 pending")
+    c.expect(run.counts.committed == s.valid_distinct, f"committed {run.counts.committed}",
+             f"{s.valid_distinct}: every valid distinct event")
+    return c.result()
+
+
+def _writeup_outage_lost(run: CaseRun) -> Check:
+    c = Collector("CT7 write-up")
+    s = run.stream
+    failed = set[int](run.extra.get("failed", ()))
+    copies: dict[str, set[int]] = {}  # an event's key to the positions that carry it (a resend: two)
+    for p, payload in enumerate(s.payloads):
+        copies.setdefault(raw_key(payload), set()).add(p)
+    lost = {key for key, where in copies.items() if where <= failed}  # every copy FAILURE
+    c.expect(len(run.extra.get("outage", ())) == 2 and len(lost) > 0 and not (lost & run.committed_keys)
+             and run.counts.dead_lettered == 0,
+             f"{_outage_seconds(run)}; {len(failed)} task(s) FAILURE, {len(lost)} event(s) with no other copy, "
+             f"{len(lost & run.committed_keys)} of them in the ledger, dead letters {run.counts.dead_lettered}",
+             "> 0 events FAILURE after 1 + 5 attempts, none in the ledger, nothing dead-lettered: lost")
+    want = s.valid_distinct + len(loose(s)) - len(lost)
+    c.expect(run.counts.committed == want, f"committed {run.counts.committed}",
+             f"{want} (every other event: {s.valid_distinct} valid distinct + {len(loose(s))} let through - the lost)")
+    return c.result()
+
+
 def _dry(run: CaseRun) -> Check:
     c = Collector("CT5")
     got = run.counts
@@ -555,8 +635,12 @@ def _writeup_lost(run: CaseRun) -> Check:
 
 
 def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
+    if kind == "broken" and run.scenario.outage:
+        return [_writeup_outage_lost(run)]
     if kind == "broken":
         return [_writeup_loose(run), _writeup_order(run), _writeup_lost(run)]
+    if run.scenario.outage:
+        return [_ledger_exact(run), _in_order(run), _outage_replayed(run)]
     if run.scenario.dry_run:
         return [_dry(run)]
     if run.scenario.no_seq:

@@ -45,7 +45,11 @@ What its design does not hold, shown by ``--prove`` (``study.py``):
 - the model (CT1 write-up): digit patterns accept a GLN or GTIN whose GS1 check
   digit is wrong (every GS1 number ends in one, there to catch a mistyped
   digit): the burst's 16 such events are committed, where the fixed contract
-  (``events.validate``) quarantines them.
+  (``events.validate``) quarantines them;
+- an outage longer than the whole backoff (CT7 write-up, scenario ``outage``:
+  the ledger down from the publish until a first task has used its 1 + 5
+  attempts): each event whose retries ran out in it is FAILURE, acked, in no
+  table and no dead-letter store; the others commit once the ledger is back.
 
 On Redis, ``visibility_timeout`` adds one more way to run an event twice: a
 message unacked for longer (a countdown retry held past it, or a slow commit) is
