@@ -372,15 +372,17 @@ def check_warm_shutdown_only(facts: AppFacts, _: Options, rule: Rule) -> Iterabl
 
 def check_per_key_order(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
     concurrency = facts.settings.get("worker_concurrency")
-    if facts.broker_kind != "rabbitmq" or (isinstance(concurrency, int) and concurrency == 1):
+    if facts.broker_kind not in ("rabbitmq", "redis") or (isinstance(concurrency, int) and concurrency == 1):
         return
     for name, tasks in sorted(by_queue(facts, facts.tasks).items()):
         q = facts.queues.get(name)
         if q is None or q.exchange_type != "topic" or not any(c in q.routing_key for c in "#*"):
             continue
         slots = concurrency if isinstance(concurrency, int) else "one per CPU"
+        where = ("One Redis list (kombu's topic exchange is a binding table: the routing key picks the list)"
+                 if facts.broker_kind == "redis" else "One queue")
         yield queue_finding(facts, rule, q, tasks, (
-            f"One queue bound by {q.routing_key!r} carries every key, and its messages are taken by competing pool "
+            f"{where} bound by {q.routing_key!r} carries every key, and its messages are taken by competing pool "
             f"processes ({slots}): two messages of one key can run at once and commit out of order, so an order "
             "per key that the routing key suggests is not kept."), hints=("task_queues", "worker_concurrency"))
 

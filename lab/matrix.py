@@ -122,8 +122,12 @@ TITLES: dict[str, str] = {
     "CT3": "retries, a crash, a dead letter replayed once",
     "CT4": "metrics == ledger",
     "CT5": "dry run writes nothing",
+    "CT6": "no seq sent: each lot committed in the order produced",
+    "CT7": "an outage past the backoff: dead-lettered, replayed once",
+    "CT1 write-up": "digit patterns: wrong GS1 check digits committed",
     "CT2 write-up": "one shared queue reorders a lot",
     "CT3 write-up": "retries run out: the event is lost",
+    "CT7 write-up": "outage past the backoff: FAILURE, acked, lost",
 }
 """A few words per lab check (the checks themselves are ``lab.checks`` and the case study's ``study``)."""
 

@@ -283,6 +283,17 @@ def test_one_topic_queue_for_every_key_with_competing_processes() -> None:
     assert "one-queue-per-key-order" not in ids(audit(make_app(worker_concurrency=2)))
 
 
+def test_one_topic_queue_for_every_key_on_a_redis_broker() -> None:
+    """The write-up of case study 3 on its own broker: kombu's Redis transport routes a topic exchange to one list."""
+    topic = [Queue("q", Exchange("q.lots", type="topic"), routing_key="lot.#")]
+    found = [f for f in audit(make_app(broker=REDIS, task_queues=topic, worker_concurrency=2))
+             if f.rule.id == "one-queue-per-key-order"]
+    assert len(found) == 1 and found[0].consequence.startswith("One Redis list")
+    assert "one-queue-per-key-order" not in ids(audit(make_app(broker=REDIS, task_queues=topic, worker_concurrency=1)))
+    assert "one-queue-per-key-order" not in ids(audit(make_app(broker="memory://", task_queues=topic,
+                                                               worker_concurrency=2)))
+
+
 # ---- where a task's option comes from ------------------------------------------------------
 
 

@@ -35,6 +35,7 @@ from stdnum.exceptions import InvalidChecksum
 
 from case_studies.cte_ingestion import events, ledger, metrics
 from case_studies.cte_ingestion.events import (CLOCK_SKEW, EXPECTED_ERROR, INVALID_KINDS, LIFECYCLE, WRITEUP_GLN,
+                                               RawEvent, transformed_lot,
                                                WRITEUP_GTIN, CriticalTrackingEvent, Quarantined, Stream, generate,
                                                idempotency_key, validate)
 from case_studies.cte_ingestion.ledger import Ledger, LedgerCounts, Outcome, TransientLedgerError
@@ -208,7 +209,8 @@ def test_generate_is_deterministic_for_a_seed() -> None:
     assert stream == generate(11, 3_000, invalid_every=17, duplicate_every=23)
     assert stream.payloads != generate(12, 3_000, invalid_every=17, duplicate_every=23).payloads
     assert len(stream.payloads) == 3_000 and generate(1, 0).payloads == ()
-    assert all(isinstance(value, str) for p in stream.payloads for name, value in p.items() if name != "seq")
+    assert all(isinstance(value, str) for p in stream.payloads for name, value in p.items()
+               if name not in ("seq", "input_lot_codes"))  # a transformation's inputs: a list of lot codes
     assert json.loads(json.dumps(stream.payloads)) == list(stream.payloads)  # JSON-shaped
     with pytest.raises(ValueError):
         generate(1, 10, suppliers=0)
@@ -243,20 +245,28 @@ def test_the_ground_truth_is_exact() -> None:
 
 def test_each_lot_is_a_lifecycle_in_order() -> None:
     stream = generate(8, 4_000, suppliers=3, lots=4)
-    by_lot: dict[str, list[dict[str, str | int]]] = {}
+    by_lot: dict[str, list[RawEvent]] = {}
     for payload in stream.payloads:
         by_lot.setdefault(str(payload["lot_code"]), []).append(payload)
     assert len(by_lot) > 500 and set(by_lot) == set(stream.lot_sequences)
     kinds: Counter[str] = Counter()
     for lot, lot_events in by_lot.items():
         types = [p["event_type"] for p in lot_events]
-        assert types == list(LIFECYCLE + ("transformation",))[:len(types)], (lot, types)
+        if types == ["transformation"]:  # a new lot: the rule's transformation assigns one, naming its input
+            (made,) = lot_events
+            source = made["input_lot_codes"]
+            assert isinstance(source, list) and lot == transformed_lot(source[0]) and made["seq"] == 1
+            assert [p["event_type"] for p in by_lot[source[0]]] == list(LIFECYCLE)  # the input lot ran its course
+            assert isinstance(validate(made, now=stream.as_of), CriticalTrackingEvent)
+            kinds["transformation"] += 1
+            continue
+        assert types == list(LIFECYCLE)[:len(types)], (lot, types)
         assert [p["seq"] for p in lot_events] == list(range(1, len(lot_events) + 1)) == list(stream.lot_sequences[lot])
         times = [datetime.fromisoformat(str(p["event_time"])) for p in lot_events]
         assert times == sorted(times) and all(t.tzinfo is not None and t < stream.as_of for t in times)
         supplier = str(lot_events[0]["supplier_id"])
-        assert {p["supplier_id"] for p in lot_events} == {supplier} and lot.startswith(supplier.replace("-", ""))
-        assert {p["location_gln"] for p in lot_events if p["event_type"] in ("harvesting", "cooling", "shipping")} \
+        assert {str(p["supplier_id"]) for p in lot_events} == {supplier} and lot.startswith(supplier.replace("-", ""))
+        assert {str(p["location_gln"]) for p in lot_events if p["event_type"] in ("harvesting", "cooling", "shipping")} \
             <= set(stream.locations[supplier])
         kinds[str(types[-1])] += 1
     assert kinds["transformation"] > 50  # some lots end transformed
@@ -357,6 +367,29 @@ def test_a_resend_is_deduplicated_even_behind_newer_events(book: Ledger) -> None
         == ["committed", "deduplicated", "committed", "deduplicated"]
     assert book.counts().committed == 2 and book.counts().out_of_order_attempts == 0
     assert book.lot_sequences() == {first.lot_code: [1, 2]} and book.lot_head(first.lot_code) == 2
+
+
+def test_a_payload_without_seq_is_an_event_and_a_null_seq_too() -> None:
+    without = clean_payload()
+    del without["seq"]  # real feeds send no sequence number
+    cte = validate(without, now=NOW)
+    assert isinstance(cte, CriticalTrackingEvent) and cte.seq is None
+    assert validate(clean_payload(seq=None), now=NOW) == cte
+
+
+def test_the_ledger_numbers_events_without_seq_in_commit_order_under_the_lots_lock(book: Ledger) -> None:
+    def unnumbered(source: str, event_type: str = "cooling") -> CriticalTrackingEvent:
+        return event(seq=None, source_event_id=source, event_type=event_type)
+
+    first, second, third = unnumbered("a"), unnumbered("b", "shipping"), unnumbered("c", "receiving")
+    assert [book.commit(first), book.commit(second), book.commit(first), book.commit(third)] \
+        == ["committed", "committed", "deduplicated", "committed"]  # a resend found by its key, not a seq
+    assert book.lot_sequences() == {first.lot_code: [1, 2, 3]} and book.lot_head(first.lot_code) == 3
+    assert book.lot_keys() == {first.lot_code: [idempotency_key(e) for e in (first, second, third)]}
+    assert book.commit(event(seq=5, source_event_id="d")) == "committed"  # a numbered one goes on from the head
+    assert book.commit(unnumbered("e")) == "committed"
+    assert book.lot_sequences() == {first.lot_code: [1, 2, 3, 5, 6]}
+    assert book.counts().out_of_order_attempts == 0 and book.counts().out_of_order_commits == 0
 
 
 def test_an_older_event_after_a_newer_one_is_refused_and_nothing_is_written(book: Ledger) -> None:

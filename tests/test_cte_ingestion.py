@@ -11,13 +11,14 @@ import pytest
 from celery.exceptions import Reject
 from sqlalchemy import func, select
 
-from case_studies.cte_ingestion import fixed, stand_ins, study
+from case_studies.cte_ingestion import fixed, stand_ins, study, writeup
 from case_studies.cte_ingestion.events import CriticalTrackingEvent, Quarantined, generate, idempotency_key, validate
 from case_studies.cte_ingestion.ledger import Ledger, LedgerCounts, TransientLedgerError
 from case_studies.cte_ingestion.metrics import CteMetrics, outcomes, read
 from case_studies.logs import read_events
 from lab import harness
-from lab.settings import amqp_name
+from lab.settings import amqp_name, redis_prefix
+from pydantic import ValidationError
 from lab.harness import RunReport
 from tests.cells import passing
 from shared.backend import backend_redis
@@ -171,15 +172,80 @@ def test_the_burst_commits_every_valid_event_once_in_each_lots_order() -> None:
 
 
 @pytest.mark.usefixtures("real_services")
-def test_the_writeup_reorders_lots_and_loses_the_exhausted_event() -> None:
+def test_the_writeup_on_its_redis_broker_lets_wrong_check_digits_through_reorders_lots_and_loses_an_event() -> None:
     report = cell("burst", "broken")
-    assert report.code == "ctw" and [c.label for c in report.checks] == ["CT2 write-up", "CT3 write-up"]
-    counts = Ledger().counts()
-    assert counts.committed == 1914 and counts.dead_lettered == 0 and counts.out_of_order_commits > 0
+    assert report.code == "ctw" and [c.label for c in report.checks] == ["CT1 write-up", "CT2 write-up", "CT3 write-up"]
+    loose = study.loose(STREAM)
+    assert len(loose) == 16 and {STREAM.invalid[p] for p in loose} == {"gln_check_digit", "gtin_check_digit"}
+    counts = Ledger().counts()  # 1,915 valid distinct + 16 let through - 1 lost
+    assert counts.committed == 1930 and counts.quarantined == 21 and counts.dead_lettered == 0
+    assert counts.out_of_order_commits > 0
     lines = read_events("ctw", "decisions")  # the write-up's line per decision; the lost event has none
     assert all({"timestamp", "level", "event", "event_id", "lot_code", "supplier"} <= set(e) for e in lines)
     committed = {e["event_id"] for e in lines if e["event"] == "cte_ingested" and e["outcome"] == "committed"}
-    assert len(committed) == 1914 and len({e["event_id"] for e in lines if e["event"] == "cte_quarantined"}) == 37
+    assert len(committed) == 1930 and {study.raw_key(STREAM.payloads[p]) for p in loose} <= committed
+    quarantined = [e for e in lines if e["event"] == "cte_quarantined"]
+    assert len({e["event_id"] for e in quarantined}) == 21
+    assert {t for e in quarantined for t in e["errors"]} == {"timezone_aware", "value_error", "greater_than"}
+    prefix = f"{redis_prefix('ctw')}broker:"  # its broker: the lab's Redis, every key under the program's prefix
+    assert writeup.app.conf.broker_url.startswith("redis://")
+    assert writeup.app.conf.broker_transport_options == {"global_keyprefix": prefix, "visibility_timeout": 3600}
+    r, _ = backend_redis(writeup.app)
+    assert r.exists(f"{prefix}_kombu.binding.{writeup.QUEUE}.lots") and r.llen(f"{prefix}{writeup.QUEUE}") == 0
+
+
+def test_the_writeups_model_reads_its_own_names_ignores_extras_and_counts_digits_only() -> None:
+    payload = stand_ins.as_published(STREAM.payloads[study.loose(STREAM)[0]])  # a wrong GS1 check digit
+    assert "timestamp" in payload and "event_time" not in payload
+    event = writeup.CTEEvent.model_validate(payload)
+    assert isinstance(validate(STREAM.payloads[study.loose(STREAM)[0]]), Quarantined)  # the fixed contract refuses it
+    assert not hasattr(event, "supplier_id") and not hasattr(event, "seq")  # extra="ignore": dropped, no error
+    assert writeup.idempotency_key(event) == study.raw_key(payload)
+    row = stand_ins.ledger_event(event.model_dump(), payload)  # the lab's ledger row: as validated, with seq
+    assert row.seq == payload["seq"] and row.location_gln == event.location_gln and row.event_time == event.timestamp
+    with pytest.raises(ValidationError, match="timestamp"):
+        writeup.CTEEvent.model_validate(STREAM.payloads[0])  # the lab's field name: its model finds no timestamp
+
+
+@pytest.mark.usefixtures("real_services")
+def test_an_outage_past_the_whole_backoff_loses_events_in_the_writeup_and_none_in_the_fix() -> None:
+    small = study.stream(events=study.OUTAGE_EVENTS)
+    fixed_run = cell("outage", "fixed")
+    assert [c.label for c in fixed_run.checks] == ["CT1", "CT2", "CT7"]
+    counts = Ledger().counts()
+    assert counts.committed == small.valid_distinct and counts.quarantined == len(small.invalid)
+    assert counts.dead_letters_pending == 0 and counts.out_of_order_commits == 0 and counts.dead_lettered > 0
+    lines = read_events("ct", fixed.DECISIONS)
+    exhausted = [e for e in lines if e["event"] == "event_dead_lettered" and e["reason"] == "retries_exhausted"]
+    assert exhausted and all(e["detail"] == "6 attempts: TransientLedgerError: the ledger is down (an outage)"
+                             for e in exhausted)
+    replayed = {e["event_id"] for e in lines if e["event"] == "event_committed" and e["replay"]}
+    assert {e["event_id"] for e in exhausted} <= replayed and len(replayed) == counts.dead_lettered
+
+    writeup_run = cell("outage", "broken")
+    assert [c.label for c in writeup_run.checks] == ["CT7 write-up"]
+    book = Ledger()
+    assert book.counts().dead_lettered == 0
+    assert book.counts().committed < small.valid_distinct + len(study.loose(small))  # some event lost for good
+    r, prefix = backend_redis(writeup.app)
+    assert not r.exists(f"{prefix}ledger-down")  # the runner brought the ledger back
+
+
+@pytest.mark.usefixtures("real_services")
+def test_without_seq_each_lot_is_committed_in_the_order_produced() -> None:
+    report = cell("no_seq", "fixed")
+    assert [c.label for c in report.checks] == ["CT1", "CT6", "CT3", "CT4"]
+    book = Ledger()
+    assert book.counts() == LedgerCounts(committed=1915, quarantined=37, dead_lettered=4, dead_letters_pending=0,
+                                         out_of_order_attempts=0, out_of_order_commits=0)
+    produced: dict[str, list[str]] = {}
+    for p, payload in enumerate(STREAM.payloads):
+        if p not in STREAM.invalid and p not in STREAM.duplicates:
+            produced.setdefault(stand_ins.lot_of(payload), []).append(study.raw_key(payload))
+    assert book.lot_keys() == produced
+    assert all(seqs == list(range(1, len(seqs) + 1)) for seqs in book.lot_sequences().values())
+    lines = read_events("ct", fixed.DECISIONS)
+    assert {e["seq"] for e in lines if e["event"] == "event_committed"} == {None}  # none was sent
 
 
 @pytest.mark.usefixtures("real_services")
@@ -215,8 +281,9 @@ def test_every_shard_queue_admits_one_active_consumer_and_no_name_leaves_the_nam
     assert [q.name for q in fm.task_queues] == [amqp_name('ct', f'shard.{k}') for k in range(fixed.SHARDS)]
     assert all((q.queue_arguments or {}).get("x-single-active-consumer") is True for q in fm.task_queues)
     assert fm.concurrency == 1 and fm.app.conf.worker_prefetch_multiplier == 1 and fm.app.conf.task_acks_late
-    writeup = study.program("broken")
-    assert len(writeup.task_queues) == 1 and writeup.concurrency == 2  # the write-up: one queue, two consumers
+    published = study.program("broken")
+    assert len(published.task_queues) == 1 and published.concurrency == 2  # the write-up: one queue, two consumers
+    assert [q.name for q in published.task_queues] == [amqp_name("ctw", "cte.ingest")]
 
 
 @pytest.mark.usefixtures("real_services")

@@ -66,8 +66,9 @@ WRITEUP_GLN = r"^\d{13}$"
 WRITEUP_GTIN = r"^\d{12,14}$"
 """The write-up's patterns, kept only to show what they let through."""
 
-RawEvent: TypeAlias = dict[str, str | int]
-"""A payload as a producer sends it: JSON-shaped, every value a string but ``seq``."""
+RawEvent: TypeAlias = dict[str, str | int | list[str]]
+"""A payload as a producer sends it: JSON-shaped, every value a string but ``seq`` (optional: real feeds send none)
+and a transformation's ``input_lot_codes``."""
 
 RawPayload: TypeAlias = str | bytes | Mapping[str, Any]
 """What ``validate`` takes: the JSON text, or the dict it decodes to."""
@@ -139,7 +140,8 @@ class CriticalTrackingEvent(BaseModel):
     quantity: Quantity
     unit_of_measure: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 .,/()_-]{0,63}$")  # "cases (12 x 1 lb bags)"
     source_event_id: KeyPart  # the producer's own id for the event
-    seq: int = Field(ge=1)  # the producer's order of the events of one lot
+    seq: int | None = Field(default=None, ge=1)  # the producer's order of a lot's events, when it sends one (real
+    # feeds do not): without it, the ledger numbers the lot's events in the order it commits them (``ledger.py``)
     # The rule's other KDEs, optional here (the stream's producers do not send them), typed when sent:
     product_description: str | None = Field(default=None, min_length=1, max_length=200)
     tlc_source_gln: Gln | None = None  # the traceability lot code source (where the lot code was assigned)
@@ -401,7 +403,14 @@ def _next_event(rng: random.Random, lot: _Lot) -> tuple[RawEvent, datetime]:
         "source_event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
         "seq": lot.done,
     }
+    if kind == "transformation":  # the rule: a transformation assigns a new lot code, naming the lots that went in
+        payload.update(lot_code=transformed_lot(lot.code), seq=1, input_lot_codes=[lot.code])
     return payload, local
+
+
+def transformed_lot(code: str) -> str:
+    """The lot code the transformer assigns to what it made of lot ``code`` (fresh-cut): a new lot."""
+    return f"{code}-FC"
 
 
 def _wrong_last_digit(rng: random.Random, number: str) -> str:
@@ -442,7 +451,10 @@ def generate(seed: int, events: int, suppliers: int = 6, lots: int = 8, invalid_
 
     ``suppliers`` each keep ``lots`` lots open at once; each payload is the next event of an open
     lot drawn at random (so lots interleave, each in lifecycle order with increasing ``seq`` and
-    times), and a finished lot is replaced by a new one. Payload ``i`` (1-based) is a resend of a
+    times), and a finished lot is replaced by a new one. A lot that ends transformed (fresh-cut at
+    the receiver, ``TRANSFORMED_SHARE`` of them) ends in a new lot, as the rule requires: the
+    transformation's ``lot_code`` is ``transformed_lot(input)``, its ``seq`` 1, its
+    ``input_lot_codes`` the lot that went in. Payload ``i`` (1-based) is a resend of a
     recent valid payload when ``i % duplicate_every == 0``, else invalid when ``i % invalid_every
     == 0``, in each of ``INVALID_KINDS`` in turn (0 turns either off)."""
     if events < 0 or suppliers < 1 or lots < 1 or invalid_every < 0 or duplicate_every < 0:
@@ -474,7 +486,7 @@ def generate(seed: int, events: int, suppliers: int = 6, lots: int = 8, invalid_
             _BREAK[kind](rng, payload, local)
             invalid[position] = kind
         else:
-            sequences.setdefault(lot.code, []).append(lot.done)
+            sequences.setdefault(str(payload["lot_code"]), []).append(int(cast(int, payload["seq"])))
             recent.append(position)
             if len(recent) > _RECENT:
                 del recent[0]

@@ -2,9 +2,10 @@
 
 The write-up: "High-volume CTE ingestion with Celery" (``writeup.py`` runs it as
 published) publishes each Critical Tracking Event with ``routing_key=lot.<code>``
-onto one queue with several consumers, claims per-lot order from the routing
-key, validates against a strict contract (invalid: quarantined with its payload,
-never retried), upserts into a ledger on the idempotency key and retries
+onto one queue with several consumers on a Redis broker, claims per-lot order
+from the routing key, validates with a pydantic model whose GLN and GTIN
+patterns count digits (invalid: quarantined with its payload, never retried),
+upserts into a ledger on the idempotency key and retries
 ``TransientLedgerError`` with backoff and jitter, at most 5 times; acks late,
 prefetch 1, reject on worker lost. It also asks for a dry-run mode and for
 alerts on queue depth, commit latency and the dead-letter rate per supplier.
@@ -12,8 +13,8 @@ alerts on queue depth, commit latency and the dead-letter rate per supplier.
 What the runs show (``python run_all_fms.py --only cte_ingestion --prove``): on
 a burst of 2,000 events from a seed (invalid and resent payloads in it, a ledger
 that drops its connection twice for some events, a process killed mid-commit,
-one event whose ledger faults outlast its retries), the write-up's code breaks
-both of its claims:
+one event whose ledger faults outlast its retries), the write-up's code, on its
+Redis broker with its own model, breaks both of its claims and lets bad numbers in:
 
 - order: one queue with two pool processes commits events behind later events
   of their lot. The worker holds two messages at once (prefetch multiplier x
@@ -26,7 +27,9 @@ both of its claims:
   ``autoretry_for``'s wrapper, ``celery.app.autoretry``) re-raises the last
   ``TransientLedgerError``, the task is FAILURE and, acks late or not, the
   message is acked (``task_acks_on_failure_or_timeout`` defaults to True): the
-  event is in no ledger table and in no dead-letter store.
+  event is in no ledger table and in no dead-letter store;
+- check digits: its patterns commit the burst's 16 events whose GLN or GTIN
+  fails its GS1 check digit; ``events.validate`` quarantines them.
 
 On this file the same burst commits 1,915 events (every valid distinct one) in
 each lot's order, quarantines the 37 invalid payloads, and its metrics equal
@@ -73,7 +76,25 @@ Fix:
   runner adds queue depth per shard and dead-letter depth. The checks read
   them and compare them with the ledger, exactly;
 - dry run (``CTE_DRY_RUN=1`` in the worker's environment): validates, decides
-  and logs every commit it would make, and writes nothing.
+  and logs every commit it would make, and writes nothing;
+- an outage longer than an event's whole backoff (scenario ``outage``, CT7): the
+  event whose in-place retries ran out is dead-lettered and holds its lot, the
+  others commit once the ledger is back, and the replay commits the held lot in
+  order: every valid event once. (The stand-in fails commits only: a database
+  wholly down would refuse the dead letter too, and ``ingest_batch`` would fail
+  and be acked; not handled here);
+- ``seq`` optional (real feeds send none): the order is the shards' and the
+  turns', so the ledger numbers an event without one ``head + 1`` under its
+  lot's lock (scenario ``no_seq``, CT6: every lot in the order produced).
+
+The broker: this program stays on RabbitMQ, where the write-up's is Redis,
+because its order rests on ``x-single-active-consumer``: the broker gives a
+shard to one consumer at a time and fails over when it dies. A Redis list has
+no such thing: a shard's order would rest on starting exactly one worker at
+``-c 1`` per list, which nothing checks (CT2 write-up: two consumers of one
+Redis list commit a lot out of order), and a message unacked past
+``visibility_timeout`` is handed out again while it may still run (case study
+2, BL8 write-up).
 
 Tradeoffs: a lot's order costs head-of-line blocking: an event retried in place
 holds its whole shard for up to the retries' backoff (about 3 s here), and a
@@ -306,11 +327,12 @@ def replay(limit: int = 10_000, source: Ledger | None = None) -> dict[str, int]:
         event = validate(letter.payload)
         if isinstance(event, Quarantined) or letter.lot is None:
             continue  # not an event: only its producer can mend it
-        by_lot.setdefault(letter.lot, []).append((event.seq, letter.payload))
+        by_lot.setdefault(letter.lot, []).append((event.seq or 0, letter.payload))
     with app.producer_or_acquire() as producer:
         for lot, letters in by_lot.items():
             shard = shard_of(lot, SHARDS)
-            replay_batch.apply_async(([p for _, p in sorted(letters)], shard, turns().take(queue_name(shard))),
+            ordered = [p for _, p in sorted(letters, key=lambda letter: letter[0])]  # by seq; none sent: as dead-lettered
+            replay_batch.apply_async((ordered, shard, turns().take(queue_name(shard))),
                                      queue=queue_of(shard), producer=producer)
     return {lot: len(letters) for lot, letters in by_lot.items()}
 

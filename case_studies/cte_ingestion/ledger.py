@@ -22,9 +22,12 @@ Knobs (environment variables), as for the severity ledger:
 3. The sequence guard: an event whose ``seq`` is not above the lot's last committed ``seq`` (an
    older event after a newer one) is refused, ``out_of_order``: no event and no head is written,
    only the attempt, in ``<ns>_cte_out_of_order``, so a check can count attempts and assert zero.
+   An event without ``seq`` (real feeds send none) is never refused: it has no order of its own to
+   break, and the shards and turns of ``fixed.py`` give the lot its order.
 4. Otherwise the event is written with the lot's next commit number (its place in the lot's commit
    order, assigned under the lock, so it is the true order on PostgreSQL too, which a clock column
-   is not), and the head moves to its ``seq``: ``committed``.
+   is not), and the head moves to its ``seq``: ``committed``. An event without ``seq`` is given the
+   head's next, ``head + 1``, under the same lock: two commits of one lot can never take one number.
 
 ``hold_lots=True`` (the fixed program): a lot with a pending dead letter (``dead_letter(..., lot=)``)
 is held. Its new events come back ``held`` from ``commit``, and the caller dead-letters them
@@ -304,27 +307,29 @@ class Ledger(SqlLedger):
         # update (seq = seq: nothing changes) whose row lock holds until this transaction ends.
         head = conn.execute(sql.lock_head, {"lot": cte.lot_code, "seq": 0, "commits": 0, "updated_at": now}).one()
         outcome: Outcome
-        if cte.seq <= head.seq and conn.execute(sql.find_event, {"find_key": key}).first() is not None:
-            outcome = "deduplicated"  # step 2: a resend (only an event at or below the head can be one)
+        behind = cte.seq is not None and cte.seq <= head.seq  # an older event than the lot's head
+        if (cte.seq is None or behind) and conn.execute(sql.find_event, {"find_key": key}).first() is not None:
+            outcome = "deduplicated"  # step 2: a resend (only an event at or below the head, or with no seq, can be one)
         elif self.hold_lots and not replay and conn.execute(sql.lot_held, {"held_lot": cte.lot_code}).first():
             outcome = "held"  # an earlier event of the lot waits in the dead letters: nothing passes it
-        elif cte.seq <= head.seq and self.sequence_guard:
+        elif behind and self.sequence_guard:
             conn.execute(sql.attempt, {"key": key, "lot": cte.lot_code, "seq": cte.seq, "head_seq": head.seq,
                                        "refused": True, "at": now})
             outcome = "out_of_order"  # step 3: refused; only the attempt is written
         else:
-            if cte.seq <= head.seq:  # unguarded (the write-up): committed behind a later event
+            if behind:  # unguarded (the write-up): committed behind a later event
                 conn.execute(sql.attempt, {"key": key, "lot": cte.lot_code, "seq": cte.seq, "head_seq": head.seq,
                                            "refused": False, "at": now})
+            seq = cte.seq if cte.seq is not None else head.seq + 1  # no seq sent: the lot's next, under its lock
             written = conn.execute(sql.insert_event, {
-                "key": key, "lot": cte.lot_code, "seq": cte.seq, "commit_no": head.commits + 1,
+                "key": key, "lot": cte.lot_code, "seq": seq, "commit_no": head.commits + 1,
                 "supplier": cte.supplier_id, "event_type": cte.event_type,
                 "event_time": cte.event_time.astimezone(UTC),  # SQLite keeps no offset: store UTC
                 "payload": cte.model_dump(mode="json"), "committed_at": now}).first()
             if written is None:  # the write-up's upsert on the key; under the lot's lock it never fires
                 outcome = "deduplicated"
             else:
-                conn.execute(sql.advance_head, {"head_lot": cte.lot_code, "head_seq": max(head.seq, cte.seq),
+                conn.execute(sql.advance_head, {"head_lot": cte.lot_code, "head_seq": max(head.seq, seq),
                                                 "head_commits": head.commits + 1, "head_at": now})
                 outcome = "committed"  # step 4
         if self.fault is not None:
@@ -348,13 +353,13 @@ class Ledger(SqlLedger):
             outcome = "deduplicated"
         elif self.hold_lots and not replay and cte.lot_code in {self._would_lot.get(k) for k in self._would_pending}:
             outcome = "held"
-        elif cte.seq <= head and self.sequence_guard:
+        elif cte.seq is not None and cte.seq <= head and self.sequence_guard:
             outcome = "out_of_order"
         else:
             outcome = "committed"
             self._would_commit.add(key)
-            self._would_head[cte.lot_code] = max(head, cte.seq)
-        log.info("dry run: %s lot %s seq %d (head %d) key %s", outcome, cte.lot_code, cte.seq, head, key[:12])
+            self._would_head[cte.lot_code] = max(head, cte.seq if cte.seq is not None else head + 1)
+        log.info("dry run: %s lot %s seq %s (head %d) key %s", outcome, cte.lot_code, cte.seq, head, key[:12])
         return outcome
 
     def _pending_dry(self, key: str) -> bool:
@@ -486,6 +491,15 @@ class Ledger(SqlLedger):
         with self.engine.connect() as conn:
             for lot, seq in conn.execute(select(e.lot, e.seq).order_by(e.lot, e.commit_no)):
                 found.setdefault(lot, []).append(seq)
+        return found
+
+    def lot_keys(self) -> dict[str, list[str]]:
+        """Per lot, the idempotency keys of its committed events in commit order."""
+        e = self.events_table.c
+        found: dict[str, list[str]] = {}
+        with self.engine.connect() as conn:
+            for lot, key in conn.execute(select(e.lot, e.key).order_by(e.lot, e.commit_no)):
+                found.setdefault(lot, []).append(key)
         return found
 
     def lot_head(self, lot: str) -> int | None:

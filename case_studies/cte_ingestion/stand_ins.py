@@ -17,7 +17,16 @@ Not the lesson and not a fix:
   timeout); ``FLAKE_FOREVER`` raises it on every attempt until the runner ``repair``s the
   event (the operator mended the cause, then replays); ``CRASH_ONCE`` SIGKILLs the process on
   attempt 1, before the commit (the transaction dies with the process, as a power cut would
-  leave it).
+  leave it). ``set_outage(app, True)`` takes the ledger down for every event until
+  ``set_outage(app, False)``: each commit raises ``TransientLedgerError`` (the runner ends it on what
+  it observes, once the outage has outlasted an event's whole backoff). Only commits fail: the
+  dead-letter and quarantine tables still answer (a database wholly down would refuse the fixed
+  program's dead letter too, which is not built here);
+- ``as_published(payload)`` and ``ledger_event(fields, payload)``: what the write-up's program
+  (``writeup.py``) needs around it. Its model reads its own field names (``timestamp`` for the
+  stream's ``event_time``); it gives no ledger, so the lab's takes a row built from the event it
+  validated, not validated again, with what its model ignores from the payload (the supplier, the
+  unit, ``seq``: the producer's order, which only the lab's check of each lot's order reads).
 """
 
 from __future__ import annotations
@@ -60,6 +69,22 @@ def batches(payloads: Sequence[RawEvent], shards: int, size: int) -> list[tuple[
     return out
 
 
+def as_published(payload: RawEvent) -> RawEvent:
+    """The stream's payload under the write-up's field names: ``event_time`` sent as ``timestamp``."""
+    return {("timestamp" if k == "event_time" else k): v for k, v in payload.items()}
+
+
+def ledger_event(fields: Mapping[str, Any], payload: Mapping[str, Any]) -> CriticalTrackingEvent:
+    """The ledger's row of an event the write-up's model validated (``fields``: its ``model_dump()``), as it is."""
+    seq = payload.get("seq")
+    return CriticalTrackingEvent.model_construct(
+        supplier_id=str(payload.get("supplier_id", "unknown")), lot_code=fields["lot_code"],
+        event_type=fields["event_type"], location_gln=fields["location_gln"], gtin=fields["gtin"],
+        event_time=fields["timestamp"], quantity=fields["quantity"],
+        unit_of_measure=str(payload.get("unit_of_measure", "")), source_event_id=fields["source_event_id"],
+        seq=seq if isinstance(seq, int) else None)
+
+
 def _faults_key(prefix: str) -> str:
     return f"{prefix}ledger-faults"
 
@@ -70,6 +95,19 @@ def _attempts_key(prefix: str, key: str) -> str:
 
 def _repaired_key(prefix: str) -> str:
     return f"{prefix}ledger-repaired"
+
+
+def _down_key(prefix: str) -> str:
+    return f"{prefix}ledger-down"
+
+
+def set_outage(app: Celery, down: bool) -> None:
+    """Take the ledger's commits down (``down``) or bring them back, for every process at once."""
+    r, prefix = backend_redis(app)
+    if down:
+        r.set(_down_key(prefix), "1", ex=3600)
+    else:
+        r.delete(_down_key(prefix))
 
 
 def repair(app: Celery, key: str) -> None:
@@ -110,10 +148,12 @@ class LedgerFaults:
 
     def __call__(self, cte: CriticalTrackingEvent) -> None:
         key = idempotency_key(cte)
+        r, prefix = backend_redis(self.app)
+        if r.exists(_down_key(prefix)):
+            raise TransientLedgerError("the ledger is down (an outage)")
         fault = self.plan().get(key)
         if fault is None:
             return
-        r, prefix = backend_redis(self.app)
         attempt = int(r.incr(_attempts_key(prefix, key)))
         r.expire(_attempts_key(prefix, key), 3600)
         if fault.kind == "FLAKY" and attempt <= fault.times:

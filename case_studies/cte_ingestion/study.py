@@ -19,12 +19,27 @@ drained any of it.
     committed each once (8 attempts: in its message's transaction, 1 + 5 alone, the replay's);
   - CT4: the metrics equal the ledger: events by outcome and supplier, retries (12), every
     shard's queue depth 0 at the end after falling during the drain, dead-letter depth 0.
-  Write-up symptoms (``--prove``, the same burst on ``writeup.py``):
+  Write-up symptoms (``--prove``, the same burst on ``writeup.py``, on its Redis broker, each
+  payload under its field names, ``stand_ins.as_published``):
+  - CT1 write-up: its digit patterns let through the 16 events whose GLN or GTIN fails its GS1
+    check digit: each committed, the other 21 invalid payloads quarantined as sent;
   - CT2 write-up: events committed behind later events of their lot;
   - CT3 write-up: the exhausted event is lost: FAILURE after 6 attempts, in no ledger
     table and in no dead-letter store.
 - ``dry_run``: the workers run with ``CTE_DRY_RUN=1``. CT5: the ledger is untouched (no row
   in any table) and the metrics count exactly the outcomes a real run has on this stream.
+- ``outage``: the first ``OUTAGE_EVENTS`` payloads of the stream, published while the ledger is
+  down (every commit refused); the runner brings it back once the outage has outlasted an
+  event's whole backoff (the write-up: a task FAILURE after its 1 + 5 attempts; fixed: an
+  event dead-lettered ``retries_exhausted``), never on a timer. CT7 (fixed): every event whose
+  retries ran out dead-lettered with its payload, its lot held behind it, the replay committing
+  each once; every valid distinct event committed once, in each lot's order (CT1, CT2).
+  CT7 write-up: each event whose retries ran out is FAILURE, acked, in no table and no
+  dead-letter store; committed == the rest, exactly.
+- ``no_seq``: the burst and its faults, every payload without ``seq`` (real feeds send none).
+  CT6: each lot's events committed in the order produced (the ledger's commit order of their
+  idempotency keys equals the stream's), the ledger's numbers 1..n per lot, assigned under the
+  lot's lock, zero out-of-order commits; CT1, CT3 and CT4 as in ``burst``.
 
 ``run_one(cell, kind, on_stage)`` is what the harness calls for a cell ``cte_ingestion/<scenario>``:
 kind ``fixed`` runs ``fixed.py`` (one worker per shard), ``broken`` the write-up (one worker, two
@@ -33,19 +48,20 @@ processes on one queue).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from celery.result import AsyncResult
 from sqlalchemy import select
 
 from case_studies.cte_ingestion import stand_ins
-from case_studies.cte_ingestion.events import RawEvent, Stream, generate, idempotency_key, validate
+from case_studies.cte_ingestion.events import InvalidKind, RawEvent, Stream, generate, idempotency_key, validate
 from case_studies.cte_ingestion.ledger import DeadLetter, Ledger, LedgerCounts
 from case_studies.cte_ingestion.metrics import CteMetrics, exporter_registry, outcomes, read, render, reset_dir
 from case_studies.logs import clear_event_logs
@@ -57,6 +73,7 @@ from lab.queues import queue_depth
 from lab.runner import Observations, Outcome, new_run_id
 from lab.waiting import wait_until
 from lab.workers import LOG_DIR, STATE_DIR, STOP_GRACE
+from shared.backend import backend_redis
 
 NAME = "cte_ingestion"
 SEED, EVENTS, INVALID_EVERY, DUPLICATE_EVERY = 20261130, 2000, 53, 41
@@ -76,13 +93,17 @@ class Scenario:
     number: int
     faults: bool = False
     dry_run: bool = False
+    no_seq: bool = False  # every payload without seq: the ledger numbers each lot's events as it commits them
+    outage: bool = False  # the ledger down from the publish until the outage outlasted an event's backoff
 
 
 SCENARIOS: dict[str, Scenario] = {
     "burst": Scenario("burst", 1, faults=True),
     "dry_run": Scenario("dry_run", 2, dry_run=True),
+    "no_seq": Scenario("no_seq", 3, faults=True, no_seq=True),
+    "outage": Scenario("outage", 4, outage=True),
 }
-WRITEUP_SHOWS = ("burst",)
+WRITEUP_SHOWS = ("burst", "outage")
 """The scenarios ``--prove`` also runs on the write-up's code."""
 
 CODES: dict[str, harness.Kind] = {"ct": "fixed", "ctw": "broken"}
@@ -124,8 +145,31 @@ def clear_ledger() -> None:
 # ---- the burst and its faults ------------------------------------------------------
 
 
-def stream() -> Stream:
-    return generate(SEED, EVENTS, invalid_every=INVALID_EVERY, duplicate_every=DUPLICATE_EVERY)
+OUTAGE_EVENTS = 200
+"""The outage's stream: the burst's first 200 payloads (every event of it retries through the outage)."""
+
+
+def stream(no_seq: bool = False, events: int = EVENTS) -> Stream:
+    """The burst (its first ``events`` payloads); ``no_seq``: each payload without its ``seq``, as real feeds send them."""
+    s = generate(SEED, events, invalid_every=INVALID_EVERY, duplicate_every=DUPLICATE_EVERY)
+    if not no_seq:
+        return s
+    return replace(s, payloads=tuple({k: v for k, v in p.items() if k != "seq"} for p in s.payloads))
+
+
+LOOSE: tuple[InvalidKind, ...] = ("gln_check_digit", "gtin_check_digit")
+"""The invalid kinds the write-up's model lets through: its patterns count digits, not the GS1 check digit."""
+
+
+def loose(s: Stream) -> tuple[int, ...]:
+    """Positions of the payloads the fixed contract refuses and the write-up's model takes."""
+    return tuple(p for p, kind in sorted(s.invalid.items()) if kind in LOOSE)
+
+
+def raw_key(payload: RawEvent) -> str:
+    """The write-up's idempotency key of a payload, valid or not: sha256 of ``lot|type|source id``."""
+    text = f"{payload.get('lot_code', '')}|{payload.get('event_type', '')}|{payload.get('source_event_id', '')}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -204,6 +248,7 @@ class CaseRun:
     before_replay: tuple[DeadLetter, ...]
     replayed: Mapping[str, int]  # lot -> dead letters sent back
     attempts: Mapping[int, int]  # fault position -> ledger attempts
+    lot_keys: Mapping[str, list[str]]  # per lot, the committed keys in commit order
     samples: Mapping[str, float]  # every metric sample at the end
     by_supplier: Mapping[tuple[str, str], int]  # the ledger's (outcome, supplier) counts
     depths: tuple[tuple[float, tuple[int, ...]], ...]  # (seconds since publishing, depth per queue)
@@ -220,12 +265,21 @@ class Drain:
         self.fm, self.gauges, self.say = fm, gauges, say
         self.names = [str(q.name) for q in fm.task_queues]
         self.conn = harness.connect(fm)
+        options = cast(dict[str, Any], fm.app.conf.broker_transport_options or {})
+        self.list_prefix = str(options.get("global_keyprefix") or "") if "global_keyprefix" in options else None
         self.started = time.monotonic()
         self.samples: list[tuple[float, tuple[int, ...]]] = []
         self.printed = 0.0
 
+    def depth(self, name: str) -> int:
+        """Messages waiting in queue ``name``: on a Redis broker the length of its list (its key under the
+        program's prefix), on RabbitMQ the broker's count."""
+        if self.list_prefix is not None:
+            return int(cast(Any, backend_redis(self.fm.app)[0].llen(f"{self.list_prefix}{name}")))
+        return queue_depth(self.conn, name)
+
     def sample(self) -> tuple[int, ...]:
-        depths = tuple(queue_depth(self.conn, n) for n in self.names)
+        depths = tuple(self.depth(n) for n in self.names)
         now = time.monotonic() - self.started
         self.samples.append((now, depths))
         for name, d in zip(self.names, depths):
@@ -273,7 +327,7 @@ def _meta_states(fm: Fm, ids: Sequence[str]) -> list[str]:
 
 def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_dir: Any,
                  watch: Callable[[], None] | None = None, say: Callable[[str], None] = print) -> CaseRun:
-    s = stream()
+    s = stream(sc.no_seq, OUTAGE_EVENTS if sc.outage else EVENTS)
     module = __import__(fm.module, fromlist=["submit"])
     shards = len(fm.task_queues)
     plan = choose_faults(s, shards, int(getattr(module, "BATCH", 1))) if sc.faults else None
@@ -289,8 +343,20 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
             watch()
         drain.sample()
 
-    payloads = list(s.payloads)
+    payloads = [stand_ins.as_published(p) for p in s.payloads] if kind == "broken" else list(s.payloads)
+    outage: list[float] = []  # seconds since publishing: when the ledger went down, when it came back
+    stand_ins.set_outage(fm.app, False)
+    if sc.outage:
+        stand_ins.set_outage(fm.app, True)
+        outage.append(0.0)
     started = time.monotonic()
+
+    def outlasted(backoff_used: Callable[[], bool]) -> None:
+        """Bring the ledger back once an event has used its whole backoff during the outage."""
+        if len(outage) == 1 and backoff_used():
+            stand_ins.set_outage(fm.app, False)
+            outage.append(time.monotonic() - started)
+
     submitted_at = time.time()
     results: list[AsyncResult[Any]] = []
     if kind == "broken":
@@ -300,34 +366,41 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
     published = time.monotonic() - started
     ids = [r.id for r in results]
     lost_state: str | None = None
+    failed: tuple[int, ...] = ()
     before: tuple[DeadLetter, ...] = ()
     replayed: dict[str, int] = {}
     try:
         if kind == "broken":
             def settled() -> bool:
                 look()
-                return (all(st in ("SUCCESS", "FAILURE") for st in _meta_states(fm, ids))
-                        and ledger.counts().quarantined >= len(s.invalid))
+                states = _meta_states(fm, ids)
+                outlasted(lambda: "FAILURE" in states)
+                return (len(outage) != 1 and all(st in ("SUCCESS", "FAILURE") for st in states)
+                        and ledger.counts().quarantined >= len(s.invalid) - len(loose(s)))
             wait_until(settled, RUN_TIMEOUT, interval=0.25)
             drained = time.monotonic() - started
             if plan is not None:
                 lost_state = _meta_states(fm, [ids[plan.exhausted]])[0]
+            failed = tuple(p for p, st in enumerate(_meta_states(fm, ids)) if st == "FAILURE")
         else:
             def handled(n: int) -> Callable[[], bool]:
                 def check() -> bool:
                     look()
-                    return _handled(metrics_dir) >= n
+                    outlasted(lambda: ledger.counts().dead_letters_pending > 0)
+                    return len(outage) != 1 and _handled(metrics_dir) >= n
                 return check
             wait_until(handled(len(payloads)), RUN_TIMEOUT, interval=0.25)
             drained = time.monotonic() - started
             before = tuple(ledger.pending_dead_letters(10_000))
-            if plan is not None and not sc.dry_run:
-                stand_ins.repair(fm.app, key_at(s, plan.exhausted))  # the operator mends the cause, then replays
+            if (plan is not None or sc.outage) and not sc.dry_run:
+                if plan is not None:
+                    stand_ins.repair(fm.app, key_at(s, plan.exhausted))  # the operator mends the cause, then replays
                 replayed = cast(Callable[..., dict[str, int]], getattr(module, "replay"))(source=ledger)
                 wait_until(handled(len(payloads) + sum(replayed.values())), RUN_TIMEOUT, interval=0.25)
             look()
     finally:
         drain.close()
+        stand_ins.set_outage(fm.app, False)  # a run that failed mid-outage leaves no ledger down
     counts = ledger.counts()
     gauges.set_dead_letter_depth(counts.dead_letters_pending)
     samples = dict(read(gauges.registry))
@@ -347,15 +420,20 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
     with ledger.engine.connect() as conn:
         committed_keys = frozenset(str(k) for k in conn.execute(select(ledger.events_table.c.key)).scalars())
     return CaseRun(obs, sc, kind, s, plan, counts, ledger.lot_sequences(), frozenset(ledger.quarantined()),
-                   committed_keys, before, replayed, attempts, samples, ledger.by_supplier(),
-                   tuple(drain.samples), published, drained, lost_state, {"exposition": text})
+                   committed_keys, before, replayed, attempts, ledger.lot_keys(), samples, ledger.by_supplier(),
+                   tuple(drain.samples), published, drained, lost_state,
+                   {"exposition": text, "outage": tuple(outage), "failed": failed})
 
 
 # ---- guarantees (fixed) and symptoms (write-up) ---------------------------------------
 
 
+def _texts(payloads: Sequence[RawEvent]) -> frozenset[str]:
+    return frozenset(json.dumps(p, sort_keys=True, ensure_ascii=False) for p in payloads)
+
+
 def _invalid_texts(s: Stream) -> frozenset[str]:
-    return frozenset(json.dumps(s.payloads[p], sort_keys=True, ensure_ascii=False) for p in s.invalid)
+    return _texts([s.payloads[p] for p in s.invalid])
 
 
 def _ledger_exact(run: CaseRun) -> Check:
@@ -434,6 +512,71 @@ def _metrics_equal_ledger(run: CaseRun) -> Check:
     return c.result()
 
 
+def _in_order_without_seq(run: CaseRun) -> Check:
+    c = Collector("CT6")
+    s = run.stream
+    want: dict[str, list[str]] = {}
+    for p, payload in enumerate(s.payloads):
+        if p not in s.invalid and p not in s.duplicates:
+            want.setdefault(stand_ins.lot_of(payload), []).append(raw_key(payload))
+    differ = sorted(lot for lot in set(want) | set(run.lot_keys) if want.get(lot) != run.lot_keys.get(lot))
+    sent = sum("seq" in p for p in s.payloads)
+    c.expect(not differ and sent == 0, f"{len(differ)} of {len(want)} lots committed in another order "
+             f"({sent} payloads sent a seq)", f"all {len(want)} lots in the order produced, no payload with a seq")
+    numbered = all(seqs == list(range(1, len(seqs) + 1)) for seqs in run.sequences.values())
+    c.expect(numbered and run.counts.out_of_order_commits == 0 and run.counts.out_of_order_attempts == 0,
+             f"ledger numbers {'1..n' if numbered else 'not 1..n'} in every lot; out-of-order commits "
+             f"{run.counts.out_of_order_commits}, refused {run.counts.out_of_order_attempts}",
+             "1..n per lot, assigned under the lot's lock; 0 and 0")
+    return c.result()
+
+
+def _outage_seconds(run: CaseRun) -> str:
+    spans = tuple(run.extra.get("outage", ()))
+    return f"ledger down {spans[1] - spans[0]:.1f}s" if len(spans) == 2 else "the outage never ended"
+
+
+def _outage_replayed(run: CaseRun) -> Check:
+    c = Collector("CT7")
+    s = run.stream
+    exhausted = {d.key for d in run.before_replay if d.reason.startswith("retries_exhausted")}
+    held = {d.key for d in run.before_replay if d.reason == "held"}
+    lots = {d.lot for d in run.before_replay if d.key in exhausted}
+    c.expect(len(run.extra.get("outage", ())) == 2 and len(exhausted) > 0,
+             f"{_outage_seconds(run)}; {len(exhausted)} event(s) dead-lettered retries_exhausted, {len(held)} held",
+             "> 0 events whose whole backoff the outage outlasted, each dead-lettered")
+    c.expect(len(exhausted) + len(held) == len(run.before_replay) and {d.lot for d in run.before_replay} == lots,
+             f"dead letters in {len({d.lot for d in run.before_replay})} lot(s), {len(lots)} with an exhausted event",
+             "only the exhausted events' lots, each held behind its first")
+    letters = exhausted | held
+    c.expect(letters <= run.committed_keys and sum(run.replayed.values()) == len(letters)
+             and run.counts.dead_letters_pending == 0,
+             f"replayed {sum(run.replayed.values())}, committed {len(letters & run.committed_keys)}, "
+             f"pending {run.counts.dead_letters_pending}", f"{len(letters)}, each once; 0 pending")
+    c.expect(run.counts.committed == s.valid_distinct, f"committed {run.counts.committed}",
+             f"{s.valid_distinct}: every valid distinct event")
+    return c.result()
+
+
+def _writeup_outage_lost(run: CaseRun) -> Check:
+    c = Collector("CT7 write-up")
+    s = run.stream
+    failed = set[int](run.extra.get("failed", ()))
+    copies: dict[str, set[int]] = {}  # an event's key to the positions that carry it (a resend: two)
+    for p, payload in enumerate(s.payloads):
+        copies.setdefault(raw_key(payload), set()).add(p)
+    lost = {key for key, where in copies.items() if where <= failed}  # every copy FAILURE
+    c.expect(len(run.extra.get("outage", ())) == 2 and len(lost) > 0 and not (lost & run.committed_keys)
+             and run.counts.dead_lettered == 0,
+             f"{_outage_seconds(run)}; {len(failed)} task(s) FAILURE, {len(lost)} event(s) with no other copy, "
+             f"{len(lost & run.committed_keys)} of them in the ledger, dead letters {run.counts.dead_lettered}",
+             "> 0 events FAILURE after 1 + 5 attempts, none in the ledger, nothing dead-lettered: lost")
+    want = s.valid_distinct + len(loose(s)) - len(lost)
+    c.expect(run.counts.committed == want, f"committed {run.counts.committed}",
+             f"{want} (every other event: {s.valid_distinct} valid distinct + {len(loose(s))} let through - the lost)")
+    return c.result()
+
+
 def _dry(run: CaseRun) -> Check:
     c = Collector("CT5")
     got = run.counts
@@ -444,6 +587,21 @@ def _dry(run: CaseRun) -> Check:
     want = run.stream.expected_outcomes()
     c.expect(would == want, f"decided {sum(would.values())} outcomes{'' if would == want else ' (differ)'}",
              f"a real run's {sum(want.values())}, by outcome and supplier")
+    return c.result()
+
+
+def _writeup_loose(run: CaseRun) -> Check:
+    c = Collector("CT1 write-up")
+    s = run.stream
+    through = loose(s)
+    committed = [p for p in through if raw_key(s.payloads[p]) in run.committed_keys]
+    c.expect(len(through) > 0 and committed == list(through),
+             f"{len(committed)} of the {len(through)} events with a wrong GS1 check digit committed",
+             f"all {len(through)}: its patterns count digits (the fixed contract quarantines them)")
+    refused = _texts([stand_ins.as_published(s.payloads[p]) for p in s.invalid if p not in through])
+    c.expect(run.quarantined == refused, f"quarantined {len(run.quarantined)}"
+             f"{'' if run.quarantined == refused else ', not the other invalid payloads'}",
+             f"{len(refused)}, the other invalid payloads as sent")
     return c.result()
 
 
@@ -470,16 +628,23 @@ def _writeup_lost(run: CaseRun) -> Check:
     c.expect(key not in run.committed_keys and run.counts.dead_lettered == 0,
              f"in the ledger: {'yes' if key in run.committed_keys else 'no'}; dead letters {run.counts.dead_lettered}",
              "no and 0: the event is lost")
-    c.expect(run.counts.committed == s.valid_distinct - 1, f"committed {run.counts.committed}",
-             f"{s.valid_distinct - 1} (one valid event missing)")
+    want_committed = s.valid_distinct + len(loose(s)) - 1
+    c.expect(run.counts.committed == want_committed, f"committed {run.counts.committed}",
+             f"{want_committed} (the valid distinct and the {len(loose(s))} let through, one missing)")
     return c.result()
 
 
 def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
+    if kind == "broken" and run.scenario.outage:
+        return [_writeup_outage_lost(run)]
     if kind == "broken":
-        return [_writeup_order(run), _writeup_lost(run)]
+        return [_writeup_loose(run), _writeup_order(run), _writeup_lost(run)]
+    if run.scenario.outage:
+        return [_ledger_exact(run), _in_order(run), _outage_replayed(run)]
     if run.scenario.dry_run:
         return [_dry(run)]
+    if run.scenario.no_seq:
+        return [_ledger_exact(run), _in_order_without_seq(run), _retried_and_replayed(run), _metrics_equal_ledger(run)]
     return [_ledger_exact(run), _in_order(run), _retried_and_replayed(run), _metrics_equal_ledger(run)]
 
 

@@ -9,12 +9,14 @@ Not the lesson and not a fix: what production has outside the Celery program.
 - ``extract(chunk)``: the staged extract of open claims (a warehouse query in
   production). The lab generates it from the run's seed (``claims.generate``),
   once per process;
-- ``feature_store(chunk)``: the feature service every chunk calls first. It plays
+- ``feature_store(chunk)``: the feature service every chunk of ``fixed.py`` calls first, once
+  (``row_features(task, chunk, row)``: the write-up's call, one per row). It plays
   the scenario's fault for the chunk, written by the runner into the lab's
   document store (``lab.pipeline.store_document``): ``FLAKY:n`` answers 503
   (``FeatureStoreUnavailable``) on the first n attempts, ``FLAKE_FOREVER`` on
   every one, ``SOFT_HANG`` answers after ``STRAGGLER_SECONDS`` on the first attempt
-  (a straggler);
+  (a straggler). Per row, the first row's call plays it: a 503 fails the first call of the
+  attempt, and a straggler's service is slow once, not once per row;
 - ``lab_chunk_fault(task, chunk)``: the lab's one line in ``score_chunk``, after
   the chunk's writes: ``CRASH_ONCE`` SIGKILLs the process on attempt 1, so the
   redelivered chunk writes every row a second time.
@@ -103,6 +105,16 @@ def feature_store(task: Task[Any, Any], chunk: ChunkRef) -> None:
         raise FeatureStoreUnavailable(f"503 from the feature store (attempt {attempt})")
     if fault.kind == "SOFT_HANG" and attempt == 1:
         time.sleep(STRAGGLER_SECONDS)
+
+
+def row_features(task: Task[Any, Any], chunk: ChunkRef, row: RawClaim) -> RawClaim:
+    """One claim's features from the feature service (the write-up loads them per row): the row with them.
+
+    The extract already holds the features (``claims.FEATURES``); the call is where the service fails
+    (``feature_store``'s faults, played by the chunk's first row: see the module)."""
+    if row["claim_id"] == extract(chunk)[0]["claim_id"]:
+        feature_store(task, chunk)
+    return row
 
 
 def lab_chunk_fault(task: Task[Any, Any], chunk: ChunkRef) -> None:

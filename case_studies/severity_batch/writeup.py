@@ -35,7 +35,7 @@ Departures the lab makes from the write-up's text, each keeping the mechanism:
 | chunk size | 500 ids | 250 in the scenarios | the same chord, eight chunks instead of four |
 | backoff | exponential, growing to minutes | ``retry_backoff_max = 1`` s | the same autoretry, count and jitter, scaled in time |
 | ``result_expires`` | Celery's default day | 8 s | a run longer than it, as one longer than a day |
-| features | loaded per row, inside the per-row ``try`` (which catches ``PoisonClaim``) | one call per chunk before its rows (``stand_ins.feature_store``: the scenario's 503s) | a 503 is not a ``PoisonClaim``: it leaves the row's ``try`` and the chunk retries whole, as here |
+| features | loaded per row, inside the per-row ``try`` (which catches ``PoisonClaim``) | the same: ``stand_ins.row_features`` per row, inside the ``try``; the extract holds the features, the call plays the scenario's faults on the chunk's first row | a 503 is not a ``PoisonClaim``: it leaves the row's ``try`` and the chunk retries whole; a 503 on a later row would redo the rows before it, which write nothing until the loop ends |
 | writes | an upsert per row, keyed on ``(claim_id, run_id)`` | one upsert statement per chunk, the same key | a redelivered chunk rewrites the same keys; no row doubles either way |
 | quarantine | a row per poison claim | the ledger's quarantine, which keeps a claim once per run | the counts ``reconcile`` sums come from the chunks' returns, not the table |
 | logging | structlog lines for dispatch, poison, imbalance and completion | the same four, each with ``run_id``, to the run's file (``case_studies.logs``, ``sbw-<run>.jsonl``) | only the destination |
@@ -56,7 +56,7 @@ from case_studies.logs import event_log
 from case_studies.severity_batch.claims import MODEL_VERSION, PoisonClaim, parse, score
 from case_studies.severity_batch.ledger import Ledger
 from case_studies.severity_batch.stand_ins import (ChunkRef, FeatureStoreUnavailable, RunSpec, chunks, extract,
-                                                   feature_store, lab_chunk_fault)
+                                                   lab_chunk_fault, row_features)
 from lab.app import lab_app
 
 app = lab_app(__name__, short="sbw")  # JSON only; queue, exchanges and result keys under the namespace
@@ -90,13 +90,12 @@ class BatchImbalance(Exception):
           retry_jitter=True, max_retries=5)
 def score_chunk(self: Task[Any, Any], chunk: ChunkRef) -> ChunkCounts:
     rows = extract(chunk)
-    feature_store(self, chunk)
     scored: list[tuple[str, Any]] = []
     quarantined: list[tuple[str, str]] = []
     skipped = 0
     for raw in rows:
         try:
-            claim = parse(raw)
+            claim = parse(row_features(self, chunk, raw))  # write-up: features loaded per row, inside the row's try
         except PoisonClaim as exc:
             quarantined.append((raw["claim_id"], exc.reason))
             log(chunk["run"]).warning("claim_poison", claim_id=raw["claim_id"], reason=exc.reason)
