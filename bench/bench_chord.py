@@ -8,6 +8,7 @@ Variants (``VARIANTS``), each over every N, interleaved (for each repeat, for ea
 variant in turn) so that a machine whose load drifts spreads it over all of them:
 
 - ``plain-chain`` and ``plain-task``: a plain Celery chord, no lab code (``bench/plain_chord.py``);
+  ``plain-chain-get``: the same chain, the submitter waiting with Celery's ``result.get()``;
 - ``fm0``, ``fm7`` (the final FM): the FM files' own ``submit``, driven directly (no harness),
   with the lab's observer on, and as ``fm0-obs-off``, ``fm7-obs-off`` with it off
   (``lab.observe.uninstall``: the production shape);
@@ -17,16 +18,22 @@ variant in turn) so that a machine whose load drifts spreads it over all of them
 
 One run: the namespace's queues and keys of the variant reset, its documents written to the
 document store, its worker started (``lab.workers.Worker``: its own process group) and ready;
-then the clock runs from the submit to the chord's result; the worker is stopped. A run counts
-only when every document is accounted for exactly (each of the N once among the body's ok
-documents, none failed; raw kombu: each message consumed once); otherwise the benchmark stops
-with ``Unaccounted`` (exit 1).
+then the clock runs from the submit until the chord body's result is stored (``_wait_for``: one
+GET every 50 ms, not ``result.get()``, whose cost ``plain-chain-get`` shows); the worker is
+stopped. A run counts only when every document is accounted for exactly (each of the N once among
+the body's ok documents, none failed; raw kombu: each message consumed once); otherwise the
+benchmark stops with ``Unaccounted`` (exit 1).
+
+The result backend is a ``redis-server`` of the benchmark's own (``lab.owned``, no persistence),
+so that its commands and its CPU are the benchmark's alone; ``--shared-redis`` uses
+``CELERY_RESULT_BACKEND``'s instead (then others' commands are estimated and subtracted, and
+their CPU counts). RabbitMQ is the shared one (its CPU counts others' work too).
 
 Per run: docs/s; ms per member (wall time / N); bytes per message (the mean size, body and
 headers as JSON, of the messages the submitter publishes: the chain heads, which carry the chord's
-body); Redis commands per document (``INFO commandstats``: the shared Redis, so other users'
-commands count too); CPU seconds of the worker (its process group), the submitter (this process),
-RabbitMQ (``beam.smp``) and Redis (``redis-server``), the last two shared as well.
+body); Redis commands per document (``INFO commandstats``, with the count per command in the
+JSON); CPU seconds of the worker (its process group), the submitter (this process), RabbitMQ
+(``beam.smp``) and Redis (``redis-server``).
 
 Output (``bench/results/``, which git ignores but for the published run): ``chord-<time>.json``
 (every run and the min/median/max per variant and N), ``.md`` (the table) and ``.png`` (docs/s
@@ -65,6 +72,7 @@ from lab.queues import queue_consumers
 from lab.settings import NAMESPACE, backend_url, broker_url, redis_prefix
 from lab.faults import document_text
 from lab.waiting import wait_until
+from lab.owned import OwnedRedis
 from lab.workers import LOG_DIR, Worker, prune_logs
 from shared.envelope import Result, is_envelope
 
@@ -88,11 +96,14 @@ class Variant:
     chunk: int = 0  # documents per task (fm7 chunked)
     plain: str = ""  # "chain" or "task" for the plain chord
     label: str = ""
+    celery_get: bool = False  # the submitter waits with Celery's result.get() (its result consumer) instead of a poll
 
 
 VARIANTS = (
     Variant("plain-chain", "celery", "bench.plain_chord", observer=False, plain="chain",
             label="plain Celery chord, a fetch | parse chain per document, no lab code"),
+    Variant("plain-chain-get", "celery", "bench.plain_chord", observer=False, plain="chain", celery_get=True,
+            label="plain-chain, the submitter waiting with Celery's result.get()"),
     Variant("plain-task", "celery", "bench.plain_chord", observer=False, plain="task",
             label="plain Celery chord, one task per document, no lab code"),
     Variant("fm0", "celery", "fm0_naive", label="fm0, the lab's observer on"),
@@ -146,9 +157,13 @@ def _group(pgid: int) -> list[int]:
     return _pids(lambda _pid, _comm, fields: fields[2] == str(pgid))
 
 
+_own_redis: list[int] = []
+"""The pid of the benchmark's own redis-server, when it runs one (the default); empty: the shared one."""
+
+
 def _services() -> dict[str, list[int]]:
     return {"rabbitmq": _pids(lambda _p, comm, _f: comm == "beam.smp"),
-            "redis": _pids(lambda _p, comm, _f: comm == "redis-server")}
+            "redis": list(_own_redis) or _pids(lambda _p, comm, _f: comm == "redis-server")}
 
 
 def _self_cpu() -> float:
@@ -156,9 +171,13 @@ def _self_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _redis_calls() -> int:
+def _redis_by_command() -> dict[str, int]:
     stats = cast(Mapping[str, Mapping[str, object]], cast(Any, client()).info("commandstats"))
-    return sum(int(cast(int, v.get("calls", 0))) for v in stats.values())
+    return {k.removeprefix("cmdstat_"): int(cast(int, v.get("calls", 0))) for k, v in stats.items()}
+
+
+def _redis_calls() -> int:
+    return sum(_redis_by_command().values())
 
 
 _last_background = [0.0]
@@ -175,6 +194,8 @@ class Meter:
     seconds: float = 0.0
     _start: dict[str, float] = field(default_factory=lambda: {})
     _calls: int = 0
+    _by_command: dict[str, int] = field(default_factory=lambda: {})
+    by_command: dict[str, int] = field(default_factory=lambda: {})  # the delta per command (others' included)
     _t: float = 0.0
     _pids: dict[str, list[int]] = field(default_factory=lambda: {})
 
@@ -185,7 +206,10 @@ class Meter:
         return out
 
     def background(self, calls: int, seconds: float) -> None:
-        """Others' commands: ``calls`` counted over ``seconds`` in which this benchmark sent (nearly) none."""
+        """Others' commands: ``calls`` counted over ``seconds`` in which this benchmark sent (nearly) none.
+        None on the benchmark's own Redis: every command there is the run's."""
+        if _own_redis:
+            return
         self.background_per_s = max(0.0, calls / seconds) if seconds > 0 else 0.0
         _last_background[0] = self.background_per_s
 
@@ -197,12 +221,15 @@ class Meter:
     def start(self) -> None:
         self._pids = _services()
         self._start = self._sample()
-        self._calls = _redis_calls()
+        self._by_command = _redis_by_command()
+        self._calls = sum(self._by_command.values())
         self._t = time.monotonic()
 
     def stop(self) -> None:
         self.seconds = time.monotonic() - self._t
-        self.redis_commands = _redis_calls() - self._calls - 1  # less this INFO itself
+        end_by_command = _redis_by_command()
+        self.redis_commands = sum(end_by_command.values()) - self._calls - 1  # less this INFO itself
+        self.by_command = {k: d for k, v in sorted(end_by_command.items()) if (d := v - self._by_command.get(k, 0)) > 0}
         end = self._sample()
         self.cpu = {k: round(end[k] - self._start.get(k, 0.0), 3) for k in end}
 
@@ -249,6 +276,7 @@ class Run:
     redis_background_per_s: float
     cpu: dict[str, float]
     accounted: int
+    redis_by_command: dict[str, int]
 
 
 def _program(variant: Variant) -> Any:
@@ -340,6 +368,33 @@ def account(variant: Variant, value: object, ids: list[str]) -> int:
     return len(ok)
 
 
+WAIT_POLL_SECONDS = 0.05
+
+
+def _wait_for(fm: Fm, result: AsyncResult[Any], timeout: float) -> object:
+    """The chord body's return value, once its result is stored: one GET of its key every
+    ``WAIT_POLL_SECONDS``. Not ``result.get()``: Celery's result consumer, in the submitter, would
+    subscribe to every header result and re-read them while it waits (measured: 6 to 30 GETs per
+    document), a cost a production submitter, which does not wait for its chord, does not pay."""
+    backend = cast(Any, fm.app.backend)
+    key = backend.get_key_for_task(result.id)
+    r = backend.client
+    found: list[bytes] = []
+
+    def stored() -> bool:
+        raw = r.get(key)
+        if raw is not None and json.loads(raw).get("status") in ("SUCCESS", "FAILURE"):
+            found.append(raw)
+        return bool(found)
+
+    if not wait_until(stored, timeout, interval=WAIT_POLL_SECONDS):
+        raise Unaccounted(f"the chord's result was not stored within {timeout:.0f}s")
+    meta = cast(dict[str, Any], json.loads(found[0]))
+    if meta.get("status") != "SUCCESS":
+        raise Unaccounted(f"the chord's body ended {meta.get('status')}: {meta.get('result')!r:.300}")
+    return meta.get("result")
+
+
 def run_celery(variant: Variant, n: int, repeat: int, timeout: float) -> Run:
     fm = _fm_of(variant)
     _reset(variant, fm)
@@ -358,7 +413,8 @@ def run_celery(variant: Variant, n: int, repeat: int, timeout: float) -> Run:
         meter.start()
         with SIZES.counting() as sizes:
             result = _submit(variant, ids, run_id)
-        value = result.get(timeout=timeout, propagate=True, disable_sync_subtasks=False)
+        value = (result.get(timeout=timeout, propagate=True, disable_sync_subtasks=False) if variant.celery_get
+                 else _wait_for(fm, result, timeout))
         meter.stop()
         accounted = account(variant, value, ids)
     finally:
@@ -371,7 +427,8 @@ def run_celery(variant: Variant, n: int, repeat: int, timeout: float) -> Run:
 def _run(variant: Variant, n: int, repeat: int, meter: Meter, accounted: int, sizes: list[int]) -> Run:
     return Run(variant.name, n, repeat, round(meter.seconds, 3), round(n / meter.seconds, 1),
                round(meter.seconds * 1000 / n, 3), round(statistics.mean(sizes), 1) if sizes else None, len(sizes),
-               round(meter.own_redis_commands / n, 1), round(meter.background_per_s, 1), meter.cpu, accounted)
+               round(meter.own_redis_commands / n, 1), round(meter.background_per_s, 1), meter.cpu, accounted,
+               meter.by_command)
 
 
 def run_raw_kombu(variant: Variant, n: int, repeat: int, size: int, timeout: float) -> Run:
@@ -446,7 +503,8 @@ def markdown(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> str:
     lines = [f"Chord benchmark, {meta['date']}, {meta['nproc']} cores, load average {meta['load_before']} before and "
              f"{meta['load_after']} after; Celery {meta['celery']}; {meta['repeats']} repeats (N >= {meta['big_n']}: "
              f"{meta['big_repeats']}). docs/s min / median / max; the rest medians; CPU seconds of one run. "
-             "Redis commands: the shared Redis's INFO commandstats delta, other users' included.", "",
+             f"Result backend: {meta['backend']}; Redis commands: its INFO commandstats delta per document"
+             f"{'' if 'own' in str(meta['backend']) else ' less the background rate measured before each run'}.", "",
              "| variant | N | docs/s (min / median / max) | ms per member | bytes per message | Redis cmds per doc "
              "| CPU worker | CPU submitter | CPU RabbitMQ | CPU Redis |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -503,6 +561,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--only", nargs="+", choices=list(BY_NAME), metavar="VARIANT", help=f"of {', '.join(BY_NAME)}")
     p.add_argument("--quick", action="store_true", help=f"one repeat; N {' and '.join(map(str, QUICK_NS))} unless -n says")
     p.add_argument("--raw-bytes", type=int, default=1200, help="raw kombu's message size when no fm7 run measured one")
+    p.add_argument("--shared-redis", action="store_true", help="the result backend on CELERY_RESULT_BACKEND's Redis "
+                   "(others' commands and CPU then count too) instead of a redis-server of the benchmark's own")
     p.add_argument("--out", type=Path, default=None, help="base path of the outputs (default bench/results/chord-<time>)")
     args = p.parse_args(argv)
     if args.quick:
@@ -527,11 +587,21 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": args.sizes, "repeats": args.repeats, "big_n": args.big_n, "big_repeats": min(args.big_repeats, args.repeats),
         "variants": {v.name: v.label for v in variants},
     }
+    owned = None if args.shared_redis else OwnedRedis("bench", persist=False)
     try:
-        runs = _measure(args, variants)
+        if owned is not None:  # before any client or app reads the URL: the workers inherit it too
+            owned.start()
+            os.environ["CELERY_RESULT_BACKEND"] = owned.url
+            _own_redis.extend([owned.proc.pid] if owned.proc is not None else [])
+            meta["backend"] = f"Redis of the benchmark's own (redis-server {owned.url.rsplit('@', 1)[-1]}, no persistence)"
+        try:
+            runs = _measure(args, variants)
+        finally:
+            clean(variants)
+            prune_logs()  # the workers' logs, under .lab/<namespace>/logs: the lab's usual bound
     finally:
-        clean(variants)
-        prune_logs()  # the workers' logs, under .lab/<namespace>/logs: the lab's usual bound
+        if owned is not None:
+            owned.remove()
     meta["load_after"] = _load()
     _report(meta, runs, base)
     return 0
