@@ -283,13 +283,31 @@ def _program(variant: Variant) -> Any:
     return importlib.import_module(variant.program)
 
 
+WORKER_LOGLEVEL = ["WARNING"]
+"""The workers' ``--loglevel`` (``--worker-loglevel``): Celery's default, not the lab's INFO, which
+writes two lines per task."""
+
+
+@dataclass(frozen=True)
+class BenchFm(Fm):
+    """An FM (or the plain program) whose worker logs at ``loglevel`` (click keeps the last ``--loglevel``)."""
+
+    loglevel: str = "WARNING"
+
+    def worker_args(self) -> list[str]:
+        return [*super().worker_args(), f"--loglevel={self.loglevel}"]
+
+
 def _fm_of(variant: Variant) -> Fm:
     """The lab's view of the program (queues, flags, probe), its worker serving ``bench.fm_worker``."""
     if variant.plain:
         plain = _program(variant)
-        return Fm("plain", variant.program, plain.app, plain.submit_chain, plain.parse_document, plain.collect, plain.probe)
+        return BenchFm("plain", variant.program, plain.app, plain.submit_chain, plain.parse_document, plain.collect,
+                       plain.probe, loglevel=WORKER_LOGLEVEL[0])
     base = load_module("fm7_rolling_deploys" if variant.program == "bench.fm7_bench" else variant.program)
-    return dataclasses.replace(base, module="bench.fm_worker")
+    fields: dict[str, Any] = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    fields["module"] = "bench.fm_worker"
+    return BenchFm(**fields, loglevel=WORKER_LOGLEVEL[0])
 
 
 def _reset(variant: Variant, fm: Fm) -> None:
@@ -563,6 +581,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--raw-bytes", type=int, default=1200, help="raw kombu's message size when no fm7 run measured one")
     p.add_argument("--shared-redis", action="store_true", help="the result backend on CELERY_RESULT_BACKEND's Redis "
                    "(others' commands and CPU then count too) instead of a redis-server of the benchmark's own")
+    p.add_argument("--worker-loglevel", default="WARNING", help="the workers' --loglevel (default Celery's, WARNING)")
     p.add_argument("--out", type=Path, default=None, help="base path of the outputs (default bench/results/chord-<time>)")
     args = p.parse_args(argv)
     if args.quick:
@@ -577,6 +596,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     variants = [BY_NAME[v] for v in args.only] if args.only else list(VARIANTS)
+    WORKER_LOGLEVEL[0] = str(args.worker_loglevel)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     base: Path = args.out or RESULTS / f"chord-{stamp}"
     base.parent.mkdir(parents=True, exist_ok=True)
@@ -585,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         "celery": celery.__version__, "python": platform.python_version(), "namespace": NAMESPACE,
         "broker": "RabbitMQ (shared)", "backend": f"Redis (shared) {backend_url().rsplit('@', 1)[-1]}",
         "sizes": args.sizes, "repeats": args.repeats, "big_n": args.big_n, "big_repeats": min(args.big_repeats, args.repeats),
-        "variants": {v.name: v.label for v in variants},
+        "variants": {v.name: v.label for v in variants}, "worker_loglevel": args.worker_loglevel,
     }
     owned = None if args.shared_redis else OwnedRedis("bench", persist=False)
     try:
