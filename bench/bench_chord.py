@@ -97,6 +97,8 @@ class Variant:
     plain: str = ""  # "chain" or "task" for the plain chord
     label: str = ""
     celery_get: bool = False  # the submitter waits with Celery's result.get() (its result consumer) instead of a poll
+    default: bool = True  # in a run without --only
+    quorum: bool = False  # raw kombu: fm7's queue type and prefetch (2) instead of a classic queue and Celery's 8
 
 
 VARIANTS = (
@@ -112,7 +114,11 @@ VARIANTS = (
     Variant("fm7-obs-off", "celery", "fm7_rolling_deploys", observer=False, label="fm7, observer off"),
     Variant("fm7-chunk10", "celery", "bench.fm7_bench", observer=False, chunk=10, label="fm7, 10 documents per task"),
     Variant("fm7-chunk50", "celery", "bench.fm7_bench", observer=False, chunk=50, label="fm7, 50 documents per task"),
+    Variant("fm7-runner", "runner", "fm7_rolling_deploys", default=False,
+            label="fm7 through the lab's runner (lab.runner.run_scenario, then the timeline), observer on"),
     Variant("raw-kombu", "raw-kombu", label="raw kombu: 2 messages per document published, consumed, acked"),
+    Variant("raw-kombu-fm7", "raw-kombu", quorum=True, default=False,
+            label="raw kombu on fm7's broker settings: a quorum queue, prefetch 2"),
     Variant("raw-redis", "raw-redis", label="raw Redis: the backend's 5 round trips per document, one at a time"),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
@@ -442,6 +448,42 @@ def run_celery(variant: Variant, n: int, repeat: int, timeout: float) -> Run:
     return _run(variant, n, repeat, meter, accounted, sizes)
 
 
+def run_runner(variant: Variant, n: int, repeat: int, timeout: float) -> Run:
+    """The harness's cost: fm7 driven by ``lab.runner.run_scenario`` (N documents, no fault, no side
+    chord, no probe afterwards) and its run's timeline built (``lab.show.timeline.build``), as
+    ``run_all_fms.py`` does for every run; the clock covers the runner's own writes of the documents,
+    its polling, its final reads and the timeline."""
+    from lab.runner import run_scenario
+    from lab.scenarios import Scenario
+    from lab.show.timeline import build
+
+    fm = _fm_of(variant)
+    _reset(variant, fm)
+    run_id = f"bench-{variant.name}-{n}-{repeat}-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+    sc = Scenario(1, {f"doc{i}": None for i in range(1, n + 1)}, duplicate_notify=False)
+    worker = Worker(fm, run_id, LOG_DIR / f"bench-{variant.name}-{run_id}.log",
+                    env={"RCL_BENCH_FM": variant.program, "RCL_BENCH_OBSERVER": "on"})
+    worker.start()
+    try:
+        worker.wait_ready()
+        if worker.proc is None:
+            raise Unaccounted(f"{variant.name}: the worker was never started")
+        meter = Meter(worker_pgid=worker.proc.pid)
+        meter.start()
+        with SIZES.counting() as sizes:
+            obs = run_scenario(fm, sc, run_id, timeout, probe_after=False)
+        build(obs)
+        meter.stop()
+    finally:
+        worker.stop()
+    if obs.stopped_by != "chord finished":
+        raise Unaccounted(f"{variant.name}: the runner stopped by {obs.stopped_by}")
+    accounted = account(variant, obs.summary(), [doc_id(run_id, d) for d in sc.docs])
+    delete_keys(f"{run_prefix(run_id)}*")
+    _reset(variant, fm)
+    return _run(variant, n, repeat, meter, accounted, sizes)
+
+
 def _run(variant: Variant, n: int, repeat: int, meter: Meter, accounted: int, sizes: list[int]) -> Run:
     return Run(variant.name, n, repeat, round(meter.seconds, 3), round(n / meter.seconds, 1),
                round(meter.seconds * 1000 / n, 3), round(statistics.mean(sizes), 1) if sizes else None, len(sizes),
@@ -453,10 +495,11 @@ def run_raw_kombu(variant: Variant, n: int, repeat: int, size: int, timeout: flo
     from bench import raw_limit
 
     raw_limit.delete()
-    raw_limit.declare()
+    raw_limit.declare(variant.quorum)
     count = 2 * n
     calls, since = _redis_calls(), time.monotonic()
-    consumer = subprocess.Popen([sys.executable, str(ROOT / "bench" / "raw_limit.py"), str(count)], cwd=ROOT,
+    options = ["--quorum", "--prefetch", "2"] if variant.quorum else []
+    consumer = subprocess.Popen([sys.executable, str(ROOT / "bench" / "raw_limit.py"), str(count), *options], cwd=ROOT,
                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         with Connection(broker_url()) as conn:
@@ -465,7 +508,7 @@ def run_raw_kombu(variant: Variant, n: int, repeat: int, size: int, timeout: flo
         meter = Meter(worker_pgid=consumer.pid)
         meter.background(_redis_calls() - calls, time.monotonic() - since)
         meter.start()
-        raw_limit.publish(count, size)
+        raw_limit.publish(count, size, variant.quorum)
         out, _ = consumer.communicate(timeout=timeout)
         meter.stop()
     finally:
@@ -595,7 +638,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    variants = [BY_NAME[v] for v in args.only] if args.only else list(VARIANTS)
+    variants = [BY_NAME[v] for v in args.only] if args.only else [v for v in VARIANTS if v.default]
     WORKER_LOGLEVEL[0] = str(args.worker_loglevel)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     base: Path = args.out or RESULTS / f"chord-{stamp}"
@@ -614,8 +657,14 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["CELERY_RESULT_BACKEND"] = owned.url
             _own_redis.extend([owned.proc.pid] if owned.proc is not None else [])
             meta["backend"] = f"Redis of the benchmark's own (redis-server {owned.url.rsplit('@', 1)[-1]}, no persistence)"
+        partial = base.with_suffix(".partial.json")  # every run so far, should a later one fail or be interrupted
+
+        def keep(runs: list[Run]) -> None:
+            partial.write_text(json.dumps({"meta": meta, "runs": [dataclasses.asdict(r) for r in runs]}, indent=1) + "\n")
+
         try:
-            runs = _measure(args, variants)
+            runs = _measure(args, variants, keep)
+            partial.unlink(missing_ok=True)
         finally:
             clean(variants)
             prune_logs()  # the workers' logs, under .lab/<namespace>/logs: the lab's usual bound
@@ -627,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _measure(args: argparse.Namespace, variants: list[Variant]) -> list[Run]:
+def _measure(args: argparse.Namespace, variants: list[Variant], keep: Callable[[list[Run]], None]) -> list[Run]:
     """Every run: for each repeat, for each N, each variant in turn (interleaved)."""
     runs: list[Run] = []
     measured_size: dict[int, float] = {}
@@ -642,11 +691,14 @@ def _measure(args: argparse.Namespace, variants: list[Variant]) -> list[Run]:
                     run = run_raw_kombu(variant, n, repeat, size, timeout)
                 elif variant.kind == "raw-redis":
                     run = run_raw_redis(variant, n, repeat)
+                elif variant.kind == "runner":
+                    run = run_runner(variant, n, repeat, timeout)
                 else:
                     run = run_celery(variant, n, repeat, timeout)
                     if variant.name in ("fm7", "fm7-obs-off") and run.bytes_per_message is not None:
                         measured_size[n] = run.bytes_per_message
                 runs.append(run)
+                keep(runs)
                 print(f"repeat {repeat} N={n:<6} {variant.name:<12} {run.docs_per_s:>8.1f} docs/s  {run.seconds:>7.2f}s  "
                       f"{run.bytes_per_message or 0:>7.0f} B/msg  {run.redis_commands_per_doc:>5.1f} cmds/doc  "
                       f"cpu {run.cpu}", flush=True)

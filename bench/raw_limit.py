@@ -38,8 +38,11 @@ CONSUME_TIMEOUT = 600.0
 ROUND_TRIPS_PER_DOC = 5
 
 
-def raw_queue() -> Queue:
-    return Queue(QUEUE_NAME, Exchange(QUEUE_NAME, type="direct"), routing_key=QUEUE_NAME, durable=True)
+def raw_queue(quorum: bool = False) -> Queue:
+    """Classic by default (Celery's default queue); ``quorum``: a quorum queue, as fm7's (FM-3 on)."""
+    arguments = {"x-queue-type": "quorum"} if quorum else None
+    return Queue(QUEUE_NAME, Exchange(QUEUE_NAME, type="direct"), routing_key=QUEUE_NAME, durable=True,
+                 queue_arguments=arguments)
 
 
 def payload(seq: int, size: int) -> str:
@@ -48,20 +51,20 @@ def payload(seq: int, size: int) -> str:
     return json.dumps({"seq": seq, "pad": "x" * max(0, size - len(head))})
 
 
-def publish(count: int, size: int) -> None:
+def publish(count: int, size: int, quorum: bool = False) -> None:
     """``count`` persistent messages of about ``size`` bytes, one publish each."""
     with Connection(broker_url()) as conn:
         producer = conn.Producer(serializer="json")
-        queue = raw_queue()
+        queue = raw_queue(quorum)
         for seq in range(count):
             producer.publish(payload(seq, size), exchange=queue.exchange, routing_key=QUEUE_NAME, declare=[queue],
                              delivery_mode=2, content_type="application/json", content_encoding="utf-8",
                              serializer=None)
 
 
-def declare() -> None:
+def declare(quorum: bool = False) -> None:
     with Connection(broker_url()) as conn:
-        raw_queue().bind(conn.default_channel).declare()
+        raw_queue(quorum).bind(conn.default_channel).declare()
 
 
 def delete() -> None:
@@ -76,7 +79,7 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def consume(count: int, timeout: float = CONSUME_TIMEOUT) -> dict[str, float]:
+def consume(count: int, quorum: bool = False, prefetch: int = PREFETCH, timeout: float = CONSUME_TIMEOUT) -> dict[str, float]:
     """Take ``count`` messages off the queue, acking each; what was seen (each sequence number once?)."""
     seen: set[int] = set()
     duplicates = 0
@@ -92,7 +95,7 @@ def consume(count: int, timeout: float = CONSUME_TIMEOUT) -> dict[str, float]:
     deadline = time.monotonic() + timeout
     cpu = _cpu_seconds()
     with Connection(broker_url()) as conn:
-        with conn.Consumer(raw_queue(), callbacks=[on_message], accept=["json", "text/plain"], prefetch_count=PREFETCH):
+        with conn.Consumer(raw_queue(quorum), callbacks=[on_message], accept=["json", "text/plain"], prefetch_count=prefetch):
             while len(seen) < count and time.monotonic() < deadline:
                 try:
                     conn.drain_events(timeout=1)
@@ -126,8 +129,10 @@ def redis_round_trips(doc_count: int) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description="consume COUNT raw messages (bench/bench_chord.py's raw kombu row)")
     p.add_argument("count", type=int)
+    p.add_argument("--quorum", action="store_true", help="the queue is a quorum queue (fm7's)")
+    p.add_argument("--prefetch", type=int, default=PREFETCH)
     args = p.parse_args()
-    print(json.dumps(consume(args.count)), flush=True)
+    print(json.dumps(consume(args.count, args.quorum, args.prefetch)), flush=True)
     return 0
 
 
