@@ -579,6 +579,17 @@ def markdown(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pivot(rows: list[dict[str, Any]]) -> str:
+    """Median docs/s, one row per variant, one column per N (the plot's numbers)."""
+    ns = sorted(dict.fromkeys(int(r["n"]) for r in rows))
+    median = {(r["variant"], int(r["n"])): float(r["docs_per_s"]["median"]) for r in rows}
+    lines = ["| variant (median docs/s) | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---:|" * len(ns)]
+    for name in dict.fromkeys(str(r["variant"]) for r in rows):
+        cells = [f"{median[(name, n)]:.0f}" if (name, n) in median else "-" for n in ns]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     """docs/s (median, min-max bars) against N, one line per variant; False without matplotlib."""
     try:
@@ -588,13 +599,15 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     matplotlib.use("Agg")
     plt: Any = importlib.import_module("matplotlib.pyplot")
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    for name in dict.fromkeys(r["variant"] for r in rows):
+    colours = plt.get_cmap("tab20")
+    for i, name in enumerate(dict.fromkeys(r["variant"] for r in rows)):
         mine = sorted((r for r in rows if r["variant"] == name), key=lambda r: r["n"])
         ns = [r["n"] for r in mine]
         med = [r["docs_per_s"]["median"] for r in mine]
         low = [m - r["docs_per_s"]["min"] for m, r in zip(med, mine)]
         high = [r["docs_per_s"]["max"] - m for m, r in zip(med, mine)]
-        ax.errorbar(ns, med, yerr=[low, high], marker="o", capsize=3, label=name)
+        ax.errorbar(ns, med, yerr=[low, high], marker="o", capsize=3, label=name, color=colours(i % 20),
+                    linestyle="--" if name.startswith("raw") else "-")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("documents in the chord (N)")
@@ -625,6 +638,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--shared-redis", action="store_true", help="the result backend on CELERY_RESULT_BACKEND's Redis "
                    "(others' commands and CPU then count too) instead of a redis-server of the benchmark's own")
     p.add_argument("--worker-loglevel", default="WARNING", help="the workers' --loglevel (default Celery's, WARNING)")
+    p.add_argument("--tables-from", type=Path, default=None, metavar="JSON",
+                   help="only write the table and the plot again from a run's JSON (beside it), then exit")
     p.add_argument("--out", type=Path, default=None, help="base path of the outputs (default bench/results/chord-<time>)")
     args = p.parse_args(argv)
     if args.quick:
@@ -640,6 +655,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     variants = [BY_NAME[v] for v in args.only] if args.only else [v for v in VARIANTS if v.default]
     WORKER_LOGLEVEL[0] = str(args.worker_loglevel)
+    if args.tables_from is not None:
+        data = cast(dict[str, Any], json.loads(Path(args.tables_from).read_text()))
+        write_tables(data["meta"], data["summary"], Path(args.tables_from).with_suffix(""))
+        return 0
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     base: Path = args.out or RESULTS / f"chord-{stamp}"
     base.parent.mkdir(parents=True, exist_ok=True)
@@ -709,7 +728,12 @@ def _report(meta: dict[str, Any], runs: list[Run], base: Path) -> None:
     rows = summarise(runs)
     base.with_suffix(".json").write_text(json.dumps({"meta": meta, "summary": rows, "runs": [dataclasses.asdict(r) for r in runs]},
                                                     indent=1) + "\n")
-    table = markdown(rows, meta)
+    write_tables(meta, rows, base)
+
+
+def write_tables(meta: Mapping[str, Any], rows: list[dict[str, Any]], base: Path) -> None:
+    """The Markdown table (with the pivot of median docs/s) and the plot, from the summary rows."""
+    table = markdown(rows, meta) + "\n" + pivot(rows)
     base.with_suffix(".md").write_text(table)
     drew = plot(rows, base.with_suffix(".png"))
     print("\n" + table)
