@@ -54,7 +54,7 @@ def test_a_quick_run_accounts_every_document_and_writes_json_table_and_plot(tmp_
     assert [r["variant"] for r in runs] == QUICK  # one repeat, in the given order
     for r in runs:
         assert r["accounted"] == N and r["n"] == N
-        assert r["docs_per_s"] > 0 and abs(r["ms_per_member"] - r["seconds"] * 1000 / N) < 0.01
+        assert r["docs_per_s"] > 0 and abs(r["ms_per_member"] - r["seconds"] * 1000 / N) < 0.05  # both rounded to 3 places
         assert set(r["cpu"]) >= {"submitter", "rabbitmq", "redis"}
     by = {r["variant"]: r for r in runs}
     assert by["plain-task"]["messages_published"] == N  # one message per document from the submitter
