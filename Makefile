@@ -2,6 +2,8 @@
 #   make lab    creates .venv, installs, makes sure RabbitMQ and Redis answer, runs the lab (JOBS runs at
 #               once, never two on the same FM's code; JOBS=1: one after another)
 #   make test   the same set-up, then pytest (unit + integration) and pyright (strict)
+#   make bench  the chord benchmark (bench/bench_chord.py, docs/benchmarks.md) in namespace rclbench unless
+#               RCL_NAMESPACE is set; options with BENCH_ARGS, e.g. make bench BENCH_ARGS="-n 100 1000 --repeats 2"
 #   make matrix the lab, --prove and the claims on every Celery version in matrix/ (one venv each
 #               under .lab/matrix/), then one table of what holds where (lab/matrix.py)
 # Pass options to the lab with ARGS, e.g. make lab ARGS="--only fm3 --prove"; to the matrix with
@@ -13,7 +15,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test matrix services typecheck down clean
+.PHONY: lab test matrix services typecheck down clean bench
+
+BENCH_STAMP := $(VENV)/.bench-installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is needed, this is " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -31,6 +35,13 @@ lab: services
 test: services
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(BIN)/pyright
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: services $(BENCH_STAMP)
+	RCL_NAMESPACE=$${RCL_NAMESPACE:-rclbench} $(BIN)/python bench/bench_chord.py $(BENCH_ARGS)
 
 matrix: services
 	$(BIN)/python -m lab.matrix $(MATRIX_ARGS)

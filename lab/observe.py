@@ -438,21 +438,34 @@ def _on_dead_letter_sent_back(sender: object = None, headers: Mapping[str, objec
 _installed = False
 
 
+def _connections() -> list[tuple[Any, Callable[..., None]]]:
+    """Every (signal, handler) pair the observer connects: one list for ``install`` and ``uninstall``."""
+    return [(task_prerun, _on_prerun), (task_postrun, _on_postrun), (task_retry, _on_retry),
+            (task_received, _on_received), (dlq.dead_lettered, _on_dead_lettered),
+            (dlq.dead_letter_kept, _on_dead_letter_kept), (dlq.dead_letter_parked, _on_dead_letter_parked),
+            (dlq.dead_letter_sent_back, _on_dead_letter_sent_back), (task_revoked, _on_revoked)]
+
+
 def install() -> None:
     """Connect the observer to Celery's signals (once per process)."""
     global _installed
     if _installed:
         return
-    task_prerun.connect(_on_prerun, weak=False)
-    task_postrun.connect(_on_postrun, weak=False)
-    task_retry.connect(_on_retry, weak=False)
-    task_received.connect(_on_received, weak=False)
-    dlq.dead_lettered.connect(_on_dead_lettered, weak=False)
-    dlq.dead_letter_kept.connect(_on_dead_letter_kept, weak=False)
-    dlq.dead_letter_parked.connect(_on_dead_letter_parked, weak=False)
-    dlq.dead_letter_sent_back.connect(_on_dead_letter_sent_back, weak=False)
-    task_revoked.connect(_on_revoked, weak=False)
+    for sig, handler in _connections():
+        sig.connect(handler, weak=False)
     _installed = True
+
+
+def uninstall() -> None:
+    """Disconnect the observer from every signal ``install`` connected: the process then runs the
+    FM's code alone, as production would, with no record in Redis (``bench/bench_chord.py``'s
+    "observer off" rows). Nothing counts a parse's attempts then: ``current_attempt`` answers 1,
+    so a fault that depends on the attempt (CRASH_ONCE, FLAKY) repeats; run no scenario this way.
+    A later ``install()`` connects it again."""
+    global _installed
+    for sig, handler in _connections():
+        sig.disconnect(handler)
+    _installed = False
 
 
 # ---- the read side --------------------------------------------------------------------

@@ -1,0 +1,75 @@
+"""``lab.observe.uninstall``: the observer off, the production shape the benchmark measures
+(``bench/bench_chord.py``). Celery's own signals are sent as a worker sends them; the observer's
+record is its Redis attempt counter and event stream (real Redis, keys under the test namespace)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+from celery.signals import task_postrun, task_prerun
+
+from lab import observe
+from lab.observe import doc_id, run_prefix
+
+pytestmark = pytest.mark.usefixtures("real_services")
+
+
+@pytest.fixture
+def observer_back() -> Iterator[None]:
+    """Whatever a test does, the process's observer is connected again afterwards (other tests need it)."""
+    yield
+    observe.install()
+
+
+class _Task:
+    """A task as the signals' sender (hashable, as Celery's signal cache needs)."""
+
+    name = "fm7_rolling_deploys.parse_document"
+
+
+def _one_attempt(run: str, task_id: str) -> None:
+    task = _Task()
+    args = [doc_id(run, "doc2")]
+    task_prerun.send(sender=task, task_id=task_id, task=task, args=args, kwargs={})
+    task_postrun.send(sender=task, task_id=task_id, task=task, args=args, kwargs={}, retval={"doc": args[0], "words": 4},
+                      state="SUCCESS")
+
+
+def _connected(sig: Any, handler: object) -> bool:
+    """Is ``handler`` among the signal's receivers (connected with ``weak=False``: the function itself)?"""
+    return any(receiver is handler for _, receiver in cast(list[tuple[object, object]], sig.receivers))
+
+
+def _recorded(run: str) -> tuple[int, int]:
+    r: Any = observe.client()
+    attempts = int(cast(str, r.get(f"{run_prefix(run)}attempts:doc2") or 0))
+    return attempts, int(r.xlen(f"{run_prefix(run)}events"))
+
+
+def test_uninstall_disconnects_every_signal_and_install_connects_them_again(observer_back: None) -> None:
+    run = f"test-uninstall-{uuid.uuid4().hex[:8]}"
+    observe.install()
+    _one_attempt(run, "t1")
+    assert _recorded(run) == (1, 2)  # attempt_start and attempt_end, one attempt counted
+
+    observe.uninstall()
+    _one_attempt(run, "t2")
+    assert _recorded(run) == (1, 2)  # nothing more: no INCR, no event
+    assert not any(_connected(sig, handler) for sig, handler in observe._connections())  # pyright: ignore[reportPrivateUsage]
+
+    observe.install()
+    _one_attempt(run, "t3")
+    assert _recorded(run) == (2, 4)
+    assert all(_connected(sig, handler) for sig, handler in observe._connections())  # pyright: ignore[reportPrivateUsage]
+    observe.client().delete(f"{run_prefix(run)}attempts:doc2", f"{run_prefix(run)}events")
+
+
+def test_uninstall_twice_is_harmless(observer_back: None) -> None:
+    observe.uninstall()
+    observe.uninstall()
+    run = f"test-uninstall-{uuid.uuid4().hex[:8]}"
+    _one_attempt(run, "t1")
+    assert _recorded(run) == (0, 0)
