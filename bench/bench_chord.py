@@ -365,12 +365,12 @@ def _put_documents(variant: Variant, run_id: str, n: int) -> list[str]:
 def _submit(variant: Variant, ids: list[str], run_id: str) -> AsyncResult[Any]:
     program = _program(variant)
     if variant.plain == "chain":
-        return cast(AsyncResult[Any], program.submit_chain(ids, run_id))
+        return cast("AsyncResult[Any]", program.submit_chain(ids, run_id))
     if variant.plain == "task":
-        return cast(AsyncResult[Any], program.submit_task(ids, run_id))
+        return cast("AsyncResult[Any]", program.submit_task(ids, run_id))
     if variant.chunk:
-        return cast(AsyncResult[Any], program.submit(ids, run_id, variant.chunk))
-    return cast(AsyncResult[Any], program.submit(ids, run_id))
+        return cast("AsyncResult[Any]", program.submit(ids, run_id, variant.chunk))
+    return cast("AsyncResult[Any]", program.submit(ids, run_id))
 
 
 def account(variant: Variant, value: object, ids: list[str]) -> int:
