@@ -419,20 +419,30 @@ def _wait_for(fm: Fm, result: AsyncResult[Any], timeout: float) -> object:
     return meta.get("result")
 
 
+def _run_id(variant: Variant, n: int, repeat: int) -> str:
+    """A run id no earlier run of this process or another used."""
+    return f"bench-{variant.name}-{n}-{repeat}-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+
+
+def _ready_meter(variant: Variant, worker: Worker) -> Meter:
+    """Waits until ``worker`` answers its probe; the meter of its process group."""
+    worker.wait_ready()
+    if worker.proc is None:
+        raise Unaccounted(f"{variant.name}: the worker was never started")
+    return Meter(worker_pgid=worker.proc.pid)
+
+
 def run_celery(variant: Variant, n: int, repeat: int, timeout: float) -> Run:
     fm = _fm_of(variant)
     _reset(variant, fm)
-    run_id = f"bench-{variant.name}-{n}-{repeat}-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+    run_id = _run_id(variant, n, repeat)
     ids = _put_documents(variant, run_id, n)
     env = {} if variant.plain else {"RCL_BENCH_FM": variant.program, "RCL_BENCH_OBSERVER": "on" if variant.observer else "off"}
     worker = Worker(fm, run_id, LOG_DIR / f"bench-{variant.name}-{run_id}.log", env=env)
     calls, since = _redis_calls(), time.monotonic()
     worker.start()
     try:
-        worker.wait_ready()
-        if worker.proc is None:
-            raise Unaccounted(f"{variant.name}: the worker was never started")
-        meter = Meter(worker_pgid=worker.proc.pid)
+        meter = _ready_meter(variant, worker)
         meter.background(_redis_calls() - calls, time.monotonic() - since)  # the worker's start sends a few of them
         meter.start()
         with SIZES.counting() as sizes:
@@ -459,16 +469,13 @@ def run_runner(variant: Variant, n: int, repeat: int, timeout: float) -> Run:
 
     fm = _fm_of(variant)
     _reset(variant, fm)
-    run_id = f"bench-{variant.name}-{n}-{repeat}-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+    run_id = _run_id(variant, n, repeat)
     sc = Scenario(1, {f"doc{i}": None for i in range(1, n + 1)}, duplicate_notify=False)
     worker = Worker(fm, run_id, LOG_DIR / f"bench-{variant.name}-{run_id}.log",
                     env={"RCL_BENCH_FM": variant.program, "RCL_BENCH_OBSERVER": "on"})
     worker.start()
     try:
-        worker.wait_ready()
-        if worker.proc is None:
-            raise Unaccounted(f"{variant.name}: the worker was never started")
-        meter = Meter(worker_pgid=worker.proc.pid)
+        meter = _ready_meter(variant, worker)
         meter.start()
         with SIZES.counting() as sizes:
             obs = run_scenario(fm, sc, run_id, timeout, probe_after=False)
