@@ -103,21 +103,33 @@ def test_the_batch_on_postgresql(postgres_url: str, monkeypatch: pytest.MonkeyPa
 def test_the_watch_flags_a_run_that_nobody_reconciled_by_its_deadline() -> None:
     """fixed.py: every run is signed or flagged within its deadline (plus the watch's period)."""
     fm = study.program("fixed")
+    watch_period = float(fm.app.conf.beat_schedule["watch"]["schedule"])
     harness.reset(fm)
     book = Ledger()
     book.create()
     book.clear()
     run_id = new_run_id()
+
+    def logged() -> list[dict[str, Any]]:
+        return [e for e in read_events("sb", run_id) if e["event"] == "run_not_reconciled"]
+
+    # Everything the watch does is awaited while its worker runs: the flag, then the run's removal from the
+    # watched set, then the decision's log line, in that order in watch_runs; a worker stopped after the flag
+    # alone would lose the other two (CI saw it, loaded).
     with harness.running_worker(fm, run_id, "severity-watch", grace=0.5):
         r, prefix = backend_redis(fm.app)
         cast(Any, r).zadd(f"{prefix}runs:open", {run_id: time.time() - 0.1})  # its deadline has just passed
         started = time.monotonic()
         assert wait_until(lambda: bool(book.flags(run_id)), 10), "the run was never flagged"
         took = time.monotonic() - started
+        assert wait_until(lambda: not cast(Any, r).zscore(f"{prefix}runs:open", run_id), 5), "still watched"
+        assert wait_until(lambda: bool(logged()), 5), "the decision was never logged"
     flags = book.flags(run_id)
     assert [(f.reason, f.detail) for f in flags] == [("not reconciled", "no manifest and no flag 20s after submission")]
-    assert took <= 2.5 and wait_until(lambda: not cast(Any, r).zscore(f"{prefix}runs:open", run_id), 2)
-    [line] = [e for e in read_events("sb", run_id) if e["event"] == "run_not_reconciled"]
+    # beat sends watch_runs every watch_period s: the flag comes on the next run, so within one period plus the
+    # time a loaded two-core machine takes to deliver and run it (2.5 s measured too tight under make lab + tests)
+    assert took <= watch_period + 3.0, f"flagged after {took:.2f}s"
+    [line] = logged()
     assert (line["run_id"], line["deadline_seconds"], line["level"]) == (run_id, 20, "error")
     harness.reset(fm)
 
