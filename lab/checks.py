@@ -1,4 +1,4 @@
-"""Guarantees G1..G7 and symptoms S1..S7 (DESIGN.md §2), checked on ``Observations``.
+"""Guarantees G1..G8 and symptoms S1..S8 (DESIGN.md §2), checked on ``Observations``.
 
 Every check is exact where the behaviour is exact and names the observed
 numbers when it fails. ``guarantees(n, obs, fm)`` checks G1..Gn of FM n's
@@ -423,13 +423,75 @@ def g7(obs: Observations, fm: Fm) -> Check:
     return c.result()
 
 
+BACKEND_RETURN_SECONDS = 12.0
+"""G8: the side chord ``outage`` is done (its ``notify`` ended) within this of the backend's last return.
+What is then left to do: the members the drain sends back run again (a pass every 0.25 s, 0.8 s a
+body), and ``notify``, whose claim met the outage, waits out its retry's backoff (fm8's
+``BACKEND_GONE``: a delay of 0.5 x 2^k to twice that, k the retries so far; a 4 s outage fits in
+k = 0..3, so the retry after the return may be up to 8 s away), then sends once more, the mail API
+deduplicating on the claim's key."""
+
+
+@dataclass(frozen=True)
+class OutageFindings:
+    """What scenario 8's side chord ``outage`` shows (``lab.outage``)."""
+
+    downs: list[Event]  # backend_down, per phase
+    ups: list[Event]  # backend_up, per phase
+    failed: list[Event]  # store_failed: a body ended and its result could not be stored
+    lost: list[str]  # what failed to store and never ran again: its message was acked, its outcome lost
+    done_after: float | None  # seconds from the last backend_up to the end of the side's notify
+
+
+def outage_findings(side: SideRun) -> OutageFindings:
+    events = side.events
+    downs = [e for e in events if e.kind == "backend_down"]
+    ups = [e for e in events if e.kind == "backend_up"]
+    failed = [e for e in events if e.kind == "store_failed"]
+    starts = {"parse_document": "attempt_start", "fetch_document": "fetch_start", "notify": "notify_start"}
+    lost = [f"{e.get('doc') or 'notify'} ({e.get('stage')})" for e in failed
+            if not any(later.kind == starts.get(e.get("stage")) and later.get("doc") == e.get("doc") and later.t > e.t
+                       for later in events)]
+    ends = [e.t for e in events if e.kind == "notify_end"]
+    done_after = max(ends) - ups[-1].t if ends and ups and max(ends) > ups[-1].t else None
+    return OutageFindings(downs, ups, failed, lost, done_after)
+
+
+def g8(obs: Observations, fm: Fm) -> Check:
+    c = Collector("G8")
+    if (side := _side(c, obs, "outage")) is None:
+        return c.result()
+    f = outage_findings(side)
+    phases = [e.get("phase") for e in f.ups]
+    held = ", ".join(f"{e.get('phase')} {e.get('seconds')}s" for e in f.ups)
+    c.expect(phases == ["members", "notify"], f"backend stopped and started again: {held or 'never'}",
+             "once while members stored, once while notify held its claim")
+    c.expect(any(e.get("stage") == "parse_document" for e in f.failed),
+             f"stores that failed: {len(f.failed)} ({', '.join(sorted({e.get('doc') or 'notify' for e in f.failed})) or 'none'})",
+             "at least one member's (the outage must meet a store)")
+    summary = summary_of_side(side)
+    n_ok, n_failed = len(summary.get("ok", [])), len(summary.get("failed", []))
+    once = sorted(short_doc(str(d)) for d in summary.get("ok", [])) == sorted(side.docs)
+    c.expect(_side_done(side) and once and n_failed == 0 and len(side.emails) == 1,
+             f"outage chord {_side_state(side)}: {n_ok} ok, {n_failed} failed of {len(side.docs)}, emails {len(side.emails)}",
+             f"SUCCESS, all {len(side.docs)} ok, 1 email")
+    after = f.done_after
+    c.expect(after is not None and after <= BACKEND_RETURN_SECONDS,
+             f"done {'never' if after is None else f'{after:.2f}s'} after the backend's last return",
+             f"within {BACKEND_RETURN_SECONDS:.0f}s")
+    c.expect(not f.lost, f"acked with its outcome unstored: {', '.join(f.lost) or 'none'}", "none")
+    overlaps = _overlaps(side.events)
+    c.expect(not overlaps, f"parsed twice at once: {'; '.join(overlaps) or 'none'}", "none")
+    return c.result()
+
+
 def summary_of_side(side: SideRun) -> Mapping[str, list[object]]:
     env = side.chord.envelope
     payload = cast(object, env.payload if env is not None and env.ok else None)
     return cast(Mapping[str, list[object]], payload) if isinstance(payload, Mapping) else {}
 
 
-GUARANTEES: tuple[Callable[[Observations, Fm], Check], ...] = (g1, g2, g3, g4, g5, g6, g7)
+GUARANTEES: tuple[Callable[[Observations, Fm], Check], ...] = (g1, g2, g3, g4, g5, g6, g7, g8)
 
 
 def guarantees(n: int, obs: Observations, fm: Fm) -> list[Check]:
@@ -530,7 +592,20 @@ def s7(obs: Observations, fixed: Fm) -> Check:
     return c.result()
 
 
-SYMPTOMS: tuple[Callable[[Observations, Fm], Check], ...] = (s1, s2, s3, s4, s5, s6, s7)
+def s8(obs: Observations, fixed: Fm) -> Check:
+    c = Collector("S8")
+    if (side := _side(c, obs, "outage")) is None:
+        return c.result()
+    f = outage_findings(side)
+    back = f.ups[0].t if f.ups else None
+    c.expect(back is not None and bool(f.lost) and not _side_done(side),
+             f"{len(f.failed)} stores failed; acked with the outcome unstored: {', '.join(f.lost) or 'none'}; "
+             f"outage chord {_side_state(side)}",
+             "members acked and lost, the chord not done after the backend was back")
+    return c.result()
+
+
+SYMPTOMS: tuple[Callable[[Observations, Fm], Check], ...] = (s1, s2, s3, s4, s5, s6, s7, s8)
 
 
 # ---- hard variants: scenario n on FM n without its hard fix (lab.weak) ----
@@ -693,7 +768,16 @@ def symptom_stop(n: int, fixed: Fm) -> tuple[str, StopCondition] | None:
     if n == 6:
         deadline = _hard_deadline(fixed)
         return ("doc8 outlived the hard deadline", lambda r: _outlived(r, "doc8", deadline))
+    if n == 8:
+        return (f"the outage chord not done {BACKEND_RETURN_SECONDS:.0f}s after the backend's return", _outage_outlived)
     return None
+
+
+def _outage_outlived(r: Reader) -> bool:
+    """S8's stop: G8's bound has passed since the backend came back from the members' outage."""
+    side = r.side_readers.get("outage")
+    ups = [e.t for e in side.events() if e.kind == "backend_up"] if side is not None else []
+    return bool(ups) and time.time() - ups[0] > BACKEND_RETURN_SECONDS
 
 
 def _outlived(r: Reader, doc: str, seconds: float, kind: str = "attempt_start") -> bool:

@@ -25,7 +25,7 @@ import importlib
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
@@ -39,6 +39,7 @@ from lab.checks import Check
 from lab.deploys import RollingDeploy
 from lab.fm import Fm, fm_modules, load_module
 from lab.observe import client, drain_last_run
+from lab.outage import BackendOutage, owned_backend
 from lab.queues import on_queue, queue_consumers
 from lab.runner import Observations, StopCondition, new_run_id, run_scenario
 from lab.scenarios import scenario
@@ -313,15 +314,25 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         set_current(lab)
         sc = scenario(sc_n)
         deploys = max((side.deploys for side in sc.sides), default=0)
-        with running_worker(lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage, wait=False,
-                            after=None if deploys else lambda: purge(lab)) as worker:  # the run's leftovers go once it is stopped
+        with ExitStack() as stack:
+            outage: BackendOutage | None = None
+            if any(side.outage for side in sc.sides):  # FM-8: this run's result backend is a Redis the lab owns
+                lab, server = stack.enter_context(owned_backend(lab))
+                outage = BackendOutage(server)
+                stack.callback(outage.close)
+            worker = stack.enter_context(running_worker(
+                lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage, wait=False,
+                after=None if deploys else lambda: purge(lab)))  # the run's leftovers go once it is stopped
             on_stage("running the scenario")
             deploy = RollingDeploy(lab, worker, lambda part: _spawn(lab, run_id, label, part), deploys) if deploys else None
             try:
                 obs = run_scenario(lab, sc, run_id, RUN_TIMEOUT, stop=stop,  # the hard variants' own chords; FM-7's deploys on fm6 too
                                    sides=kind in ("fixed", "weak") or bool(deploys),
-                                   watch=_deploy_watch(worker, deploy) if deploy else Liveness(worker), deploy=deploy)
+                                   watch=_deploy_watch(worker, deploy) if deploy else Liveness(worker), deploy=deploy,
+                                   outage=outage)
             finally:
+                if outage is not None:
+                    outage.close()
                 if deploy is not None:  # FM-7: every worker the deploys started, the serving one last (then the purge)
                     deploy.close()
                     for spawned in deploy.workers[1:]:

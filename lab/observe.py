@@ -24,7 +24,10 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
   letters carry their run in a header); ``shared.dlq.dead_letter_sent_back``: it published
   an innocent one again to its queue (FM-7, ``sent_back``);
 - ``task_revoked`` of ``fetch_document``: the worker discarded an expired (or revoked)
-  chain head.
+  chain head;
+- ``task_internal_error`` of a fetch, a parse or ``notify``: an error outside the body
+  (``celery.app.trace``'s "Exception raised outside body"), after its ``task_postrun``: the
+  body ended and its result could not be stored (FM-8, ``store_failed``).
 
 What a killed process cannot report (no ``task_postrun``), the attempt counter
 and the broker still tell: an attempt that started and never ended.
@@ -33,7 +36,8 @@ Sinks: every ``Happening`` goes to each function in ``SINKS``. The lab's own
 sink writes the run's record to Redis (``RunRecorder``); a metrics exporter would
 append its own (counts by envelope reason, attempts per document, DLQ drains).
 
-Redis layout (``P`` = ``<namespace>:run:<run_id>:``), every key with a TTL:
+Redis layout (``P`` = ``<namespace>:run:<run_id>:``, on the Redis ``RCL_OBSERVATIONS_URL`` names,
+the result backend's by default), every key with a TTL:
 
 - ``P doc:<doc>``: the document's text (the lab's document store, ``lab.pipeline``);
 - ``P attempts:<doc>``: INCR per attempt of ``parse_document``;
@@ -59,10 +63,11 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis
+from celery import current_task
 from celery.result import AsyncResult
-from celery.signals import task_postrun, task_prerun, task_received, task_retry, task_revoked
+from celery.signals import after_task_publish, task_internal_error, task_postrun, task_prerun, task_received, task_retry, task_revoked
 
-from lab.settings import NAMESPACE, backend_url
+from lab.settings import NAMESPACE, observations_url
 from shared import dlq
 from shared.envelope import Result, describe, is_envelope, note_attempt, reason_of
 
@@ -84,7 +89,7 @@ def client() -> redis.Redis:
     """One Redis client per process (pool children fork: a new one after fork)."""
     global _client
     if _client is None or _client[0] != os.getpid():
-        _client = (os.getpid(), connect(backend_url(), socket_timeout=SOCKET_TIMEOUT_SECONDS,
+        _client = (os.getpid(), connect(observations_url(), socket_timeout=SOCKET_TIMEOUT_SECONDS,
                                          socket_connect_timeout=SOCKET_TIMEOUT_SECONDS))
     return _client[1]
 
@@ -168,8 +173,12 @@ def _pipeline_in(args: Sequence[object], kwargs: Mapping[str, object]) -> str | 
     return value if isinstance(value, str) else None
 
 
-def _ending(state: str, retval: object) -> dict[str, str]:
+def _ending(state: str, retval: object, retry_sent: bool = False) -> dict[str, str]:
     """How a body ended: ``outcome`` (ok or an envelope reason), ``error``, and for notify ``sent``."""
+    if state != "SUCCESS" and retval is None and retry_sent:  # FM-8: its retry went out, its RETRY state did not
+        # celery.app.trace: Task.retry published the retry, then raised Retry; on_error's handle_retry could not
+        # store the RETRY state (the backend gone), so ``state`` was never assigned and task_postrun reports None.
+        return {"outcome": "retry", "error": "its retry was sent; its RETRY state could not be stored", "state": state}
     if state != "SUCCESS" and retval is None:  # FM-7: SystemExit in the body (a cold shutdown cancelled it)
         # Celery then reports the state it had before the body ran: None, or, for a redelivered message with
         # worker_deduplicate_successful_tasks, the stored state its check read (celery.app.trace.build_tracer
@@ -228,7 +237,9 @@ class Observer:
             run, doc = found  # the chain head's own end: ok, or failed for good (its parse records it)
             self.emit(Happening("fetch_end", run, task_id, doc, _ending(state, retval)))
         elif role == "notify" and (run := _pipeline_in(args, kwargs)):
-            self.emit(Happening("notify_end", run, task_id, "", _ending(state, retval)))
+            retry_sent = task_id in _retry_sent
+            _retry_sent.discard(task_id)
+            self.emit(Happening("notify_end", run, task_id, "", _ending(state, retval, retry_sent)))
 
     def retry(self, task: object, request: object, reason: object) -> None:
         task_id = str(getattr(request, "id", ""))
@@ -253,6 +264,17 @@ class Observer:
             self.emit(Happening("retry", run, task_id, doc, {"retry": str(n), "delay": delay}))
         elif role == "notify" and (run := _pipeline_in(args, kwargs)):
             self.emit(Happening("notify_retry", run, task_id, "", {"delay": delay}))
+
+    def internal_error(self, task_id: str, task: object, args: Sequence[object], kwargs: Mapping[str, object],
+                       exc: object) -> None:
+        """FM-8: an error outside the body (Celery's ``task_internal_error``): the body ended (its
+        ``attempt_end`` came first) and what follows it, the result's store, failed."""
+        role = _role_of(task)
+        error = describe(exc) if isinstance(exc, BaseException) else str(exc)
+        if role in ("parse_document", "fetch_document") and (found := doc_in(args)):
+            self.emit(Happening("store_failed", found[0], task_id, found[1], {"stage": role, "error": error}))
+        elif role == "notify" and (run := _pipeline_in(args, kwargs)):
+            self.emit(Happening("store_failed", run, task_id, "", {"stage": role, "error": error}))
 
     def letter(self, kind: str, task_id: str, args: Sequence[object], kwargs: Mapping[str, object],
                fields: dict[str, str]) -> None:
@@ -382,6 +404,22 @@ def _on_postrun(sender: object = None, task_id: str = "", task: object = None, a
     OBSERVER.postrun(task_id, task or sender, args or (), kwargs or {}, retval, str(state))
 
 
+_retry_sent: set[str] = set()
+"""Task ids whose running body published its own retry (``after_task_publish`` of a message with its id)."""
+
+
+def _on_published(sender: object = None, headers: Mapping[str, object] | None = None, **_: object) -> None:
+    request = getattr(current_task, "request", None) if current_task else None
+    running = str(getattr(request, "id", "") or "")
+    if running and (headers or {}).get("id") == running:
+        _retry_sent.add(running)
+
+
+def _on_internal_error(sender: object = None, task_id: str = "", args: Sequence[object] = (),
+                       kwargs: Mapping[str, object] | None = None, exception: object = None, **_: object) -> None:
+    OBSERVER.internal_error(task_id, sender, args or (), kwargs or {}, exception)
+
+
 def _on_retry(sender: object = None, request: object = None, reason: object = None, **_: object) -> None:
     OBSERVER.retry(sender, request, reason)
 
@@ -441,7 +479,7 @@ _installed = False
 def _connections() -> list[tuple[Any, Callable[..., None]]]:
     """Every (signal, handler) pair the observer connects: one list for ``install`` and ``uninstall``."""
     return [(task_prerun, _on_prerun), (task_postrun, _on_postrun), (task_retry, _on_retry),
-            (task_received, _on_received), (dlq.dead_lettered, _on_dead_lettered),
+            (task_received, _on_received), (task_internal_error, _on_internal_error), (after_task_publish, _on_published), (dlq.dead_lettered, _on_dead_lettered),
             (dlq.dead_letter_kept, _on_dead_letter_kept), (dlq.dead_letter_parked, _on_dead_letter_parked),
             (dlq.dead_letter_sent_back, _on_dead_letter_sent_back), (task_revoked, _on_revoked)]
 

@@ -54,6 +54,9 @@ def available() -> str | None:
 
 def _free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # as redis-server binds: a port whose last server just stopped keeps its clients' closed
+        # connections in TIME_WAIT for a minute; they do not stop a restart, so they must not count
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -34,6 +34,7 @@ from celery import chain, chord, group
 from celery.result import AsyncResult
 from kombu import Producer
 
+from lab.outage import BackendOutage
 from lab.deploys import RollingDeploy
 from lab.faults import document_text
 from lab.fm import Fm
@@ -245,7 +246,7 @@ class _SideChord:
     def pending(self) -> bool:
         """Still to wait for: sent and not finished, or the side ``behind``, not yet sent, on an FM with a DLQ."""
         if self.result is None:
-            return (self.side.behind_letters and self.fm.dead_letter_queue is not None) or self.side.deploys > 0
+            return (self.side.behind_letters and self.fm.dead_letter_queue is not None) or self.side.last
         return not self.result.ready()
 
     def observed(self) -> SideRun:
@@ -283,6 +284,7 @@ def run_scenario(
     watch: Callable[[], None] | None = None,
     sides: bool = False,
     deploy: RollingDeploy | None = None,
+    outage: BackendOutage | None = None,
 ) -> Observations:
     """Submit ``sc`` through ``fm.submit`` and observe it until it ends or ``timeout`` passes.
 
@@ -291,12 +293,14 @@ def run_scenario(
     ``sides``: submit the scenario's side chords too (a run without a stop condition then
     waits for them as well); the side ``behind`` goes once the run's dead letters were handled,
     behind ``foreign_letters(fm)`` letters the drain cannot place; the side ``deploy`` once all
-    else is over, and ``deploy`` (``lab.deploys``) then rolls the worker while it runs.
+    else is over, and ``deploy`` (``lab.deploys``) then rolls the worker while it runs; the side
+    ``outage`` after it, and ``outage`` (``lab.outage``) stops the result backend while it runs (the
+    runner reads no result while it is down).
     """
     reader = Reader(run_id)
     side_chords = [_SideChord(fm, side, run_id) for side in sc.sides] if sides else []
     for side in side_chords:
-        if not side.side.behind_letters and not side.side.deploys:
+        if not side.side.behind_letters and not side.side.last:
             side.submit()  # before the main chord, while the worker has room: an expired head is taken at once
     reader.side_readers = {side.side.tag: side.reader for side in side_chords}
     doc_ids = [store_document(run_id, doc, document_text(doc, fault)) for doc, fault in sc.faults.items()]
@@ -316,6 +320,11 @@ def run_scenario(
     def step() -> str | None:
         """One look at the run; returns why to stop, or None to go on."""
         nonlocal duplicate, gate_opened, burst_probe, burst_sent, burst_back
+        for side in side_chords:
+            if side.result is not None and side.side.outage and outage is not None:
+                outage.step(side.reader)
+        if outage is not None and outage.down:
+            return None  # FM-8: every look at a result waits for the backend's return
         if sc.burst:
             if burst_probe is None and _burst_waiting(reader, sc.burst):
                 burst_sent = time.time()
@@ -330,15 +339,16 @@ def run_scenario(
             elif duplicate is not None and not gate_opened and _duplicate_met_claim(reader):
                 reader.rec.open_gate()
                 gate_opened = True
-        for side in side_chords:
+        for i, side in enumerate(side_chords):
             if side.result is None and side.side.behind_letters and fm.dead_letter_queue is not None \
                     and _dead_letters_handled(reader, sc, side_chords):
                 put_foreign_letters(fm, run_id, foreign_letters(fm))
                 reader.rec.event("foreign_letters", count=foreign_letters(fm))
                 side.submit()
-            if side.result is None and side.side.deploys and body_result.ready() \
-                    and (duplicate is None or duplicate.ready()) and not any(s.pending() for s in side_chords if s is not side):
-                side.submit()  # FM-7: the deploys meet only the slow documents, none of the earlier faults
+            before = side_chords[:i] + [s for s in side_chords[i + 1:] if not s.side.last]  # the outage after the deploys
+            if side.result is None and side.side.last and body_result.ready() \
+                    and (duplicate is None or duplicate.ready()) and not any(s.pending() for s in before):
+                side.submit()  # FM-7, FM-8: the deploys and the outage meet only slow documents, none of the earlier faults
             if side.result is not None and side.side.deploys and deploy is not None:
                 deploy.step(side.reader)
         if stop is not None:

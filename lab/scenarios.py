@@ -8,7 +8,8 @@ Some hard variants need a chord of their own (``Side``): a chain head that expir
 (from scenario 1), a poison chord body and a poison member queued behind more dead
 letters than the drain reads in a pass (from scenario 3). Scenario 7's rolling deploys
 have one too (``deploy``): slow but healthy documents, sent once the rest of the run is
-over, so that a deploy meets none of the earlier faults and scenarios 1..6 stay as fast. The runner
+over, so that a deploy meets none of the earlier faults and scenarios 1..6 stay as fast;
+and so has scenario 8's backend outage (``outage``), sent after the deploys' side. The runner
 writes each fault into its document's text (``lab.faults.document_text``), so the
 code under test meets the fault as it is: an earlier FM's code gets a later
 scenario with no switch and no extra argument.
@@ -57,11 +58,14 @@ CRASH_PLAN: tuple[str, ...] = ("before_send", "after_send")
 """Scenario 4's hard variant: the first ``notify`` to reach the mail API is killed
 after claiming and before sending, the second once the email is out and before it
 marks the claim sent (``lab.pipeline.send_email`` plays it)."""
-SCENARIOS = range(1, 8)
+SCENARIOS = range(1, 9)
 DEPLOY_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(34, 34 + 32))
 """Scenario 7's slow but healthy documents (``SLOW``), a side chord of their own (``deploy``): 12.8 s of
 work on two processes, room for three deploys when a worker boots in 0.6 s (idle) and for two when it takes
 4 s (loaded; ``lab.checks.MIN_DEPLOYS``)."""
+OUTAGE_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(66, 66 + 12))
+"""Scenario 8's slow but healthy documents, the side chord ``outage``: 4.8 s of work on two processes, so
+that bodies still run, and end, while the result backend is gone (``lab.outage``)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,12 @@ class Side:
     expired_head: bool = False  # each document's fetch, the chain's head, is sent already expired
     behind_letters: bool = False  # sent once the run's dead letters were handled, behind the runner's foreign letters in the DLQ
     deploys: int = 0  # sent once everything else of the run is over; the runner deploys this many times while it runs
+    outage: bool = False  # sent once everything else is over; the runner stops the result backend twice (lab.outage)
+
+    @property
+    def last(self) -> bool:
+        """Sent once everything else of the run is over (the deploys, the outage)."""
+        return self.deploys > 0 or self.outage
 
 
 _SIDES: tuple[Side, ...] = (
@@ -83,6 +93,7 @@ _SIDES: tuple[Side, ...] = (
     Side("body", {"doc32": None}, 3, poison_mail=True),  # FM-3's: a poison chord body
     Side("behind", {"doc33": POISON}, 3, behind_letters=True),  # FM-3's: a poison member behind letters the drain cannot place
     Side("deploy", {doc: SLOW for doc in DEPLOY_DOCS}, 7, deploys=3),  # FM-7: rolling deploys while slow documents run
+    Side("outage", {doc: SLOW for doc in OUTAGE_DOCS}, 8, outage=True),  # FM-8: the result backend goes away
 )
 
 

@@ -4,6 +4,10 @@ Knobs (environment variables):
 
 - ``CELERY_BROKER_URL``: AMQP URL of RabbitMQ (default ``amqp://guest:guest@127.0.0.1:5672//``).
 - ``CELERY_RESULT_BACKEND``: Redis URL (default ``redis://127.0.0.1:6379/0``).
+- ``RCL_OBSERVATIONS_URL``: the Redis where the lab's observer writes what a run does
+  (default: ``CELERY_RESULT_BACKEND``'s). Scenario 8 stops the result backend, a Redis the
+  lab owns; the harness then points the backend there and keeps the observations on the
+  shared Redis, so that the run can still be read while its backend is gone.
 - ``RCL_NAMESPACE``: the prefix of every name the lab owns (default ``rcl`` when the
   variable is not set); two people sharing one development broker, or two runs of
   the lab at once, give themselves different namespaces. A value that breaks
@@ -46,6 +50,11 @@ def broker_url() -> str:
 
 def backend_url() -> str:
     return os.environ.get("CELERY_RESULT_BACKEND") or DEFAULT_BACKEND_URL
+
+
+def observations_url() -> str:
+    """Where the observer writes (``lab.observe``): ``RCL_OBSERVATIONS_URL``, else the result backend's Redis."""
+    return os.environ.get("RCL_OBSERVATIONS_URL") or backend_url()
 
 
 def broker_is_default() -> bool:

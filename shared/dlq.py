@@ -276,12 +276,13 @@ SENT_BACK_HEADER = "x-rcl-sent-back"
 
 
 def drain(app: Celery, dlq: Queue, batch: int = DRAIN_BATCH, *, chains: bool = True, bodies: bool = True,
-          park: bool = True, send_back: bool = False) -> int:
+          park: bool = True, send_back: bool = False, send_back_rejected: bool = False) -> int:
     """Finalise what sits in ``dlq``; return how many letters it finalised (see the module docstring).
 
     ``chains``, ``bodies`` and ``park`` are the drain's three hard fixes; each False is the drain
     as it stood before (what ``--prove`` runs to show the fix is needed). ``send_back`` (FM-7)
-    publishes an innocent letter again to its queue instead of finalising it."""
+    publishes an innocent letter again to its queue instead of finalising it; ``send_back_rejected``
+    (FM-8) does the same for a letter the worker rejected because its outcome could not be stored."""
     finalised = 0
     with app.connection_for_write() as conn:
         channel = conn.default_channel
@@ -297,7 +298,8 @@ def drain(app: Celery, dlq: Queue, batch: int = DRAIN_BATCH, *, chains: bool = T
             if message is None:
                 break
             try:
-                if send_back and (innocent := _innocent(app, message)) is not None:
+                reasons = ("delivery_limit",) * send_back + ("rejected",) * send_back_rejected
+                if reasons and (innocent := _innocent(app, message, reasons)) is not None:
                     _send_back(app, channel, message, innocent)
                     continue
                 letter, why = _finalise(app, message, chains, bodies)
@@ -349,13 +351,14 @@ def _sent_back(headers: Mapping[str, Any]) -> int:
     return int(headers.get(SENT_BACK_HEADER) or 0)
 
 
-def _innocent(app: Celery, message: Message) -> str | None:
-    """Why ``message`` did not use up its own attempts (None: it did, or it cannot be told)."""
+def _innocent(app: Celery, message: Message, reasons: tuple[str, ...] = ("delivery_limit",)) -> str | None:
+    """Why ``message``, dead-lettered for one of ``reasons``, did not use up its own attempts (None: it
+    did, or it died for another reason, or it cannot be told)."""
     headers = cast(Mapping[str, Any], message.headers or {})
     task_id = str(headers.get("id") or "")
     death, source = newest_death(headers)
     bound = delivery_bound(app, source)
-    if not task_id or death != "delivery_limit" or bound is None or _sent_back(headers) >= SEND_BACK_LIMIT:
+    if not task_id or death not in reasons or bound is None or _sent_back(headers) >= SEND_BACK_LIMIT:
         return None
     try:
         started, ended = starts_of(app, task_id), ends_of(app, task_id)
@@ -363,6 +366,8 @@ def _innocent(app: Celery, message: Message) -> str | None:
         raise BackendUnavailable(f"the result backend did not answer: {type(exc).__name__}: {exc}") from exc
     if started - ended >= bound:
         return None
+    if death == "rejected":  # FM-8: Celery's on_failure rejected it (task_acks_on_failure False): its store failed
+        return f"rejected with its outcome unstored, {started} started, {ended} ended in a live process"
     return f"{bound} deliveries, {started} started, {ended} ended in a live process"
 
 
