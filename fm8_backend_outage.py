@@ -1,16 +1,116 @@
-"""FM-8: the result backend goes away mid-chord (draft)."""
+"""FM-8: the result backend goes away mid-chord.
+
+Symptom (fm7 on scenario 8): the run's result backend is a Redis the lab owns (its own
+``redis-server``, append-only file on, ``lab.outage``). While the side chord ``outage`` runs (12
+slow but healthy documents, 0.8 s of parse each), the runner stops that Redis once two parses have
+ended and others still run, and starts it again 4 s later, its data intact. Every parse that ends
+in those 4 s has returned its envelope, and its result cannot be stored. fm7 acks those messages:
+the work is done, its outcome is nowhere, and the chord waits for members that will never report
+(``--prove``: ``9 stores failed; acked with the outcome unstored: doc68 (parse_document), ...;
+outage chord PENDING``, 12 s after the backend came back). No ``notify``, no email, nothing in the
+DLQ; the worker's window says ``Exception raised outside body: ConnectionError`` once per member.
+
+Root cause: the store comes after the body. ``celery.app.trace.build_tracer``'s ``trace_task`` calls
+``backend.mark_as_done`` once the body returned; its ``ConnectionError`` (after the backend
+client's own retries, ``lab.app.BACKEND_RETRY_POLICY``, 1.5 s) lands in the outer ``except``:
+``report_internal_error`` and the ``task_internal_error`` signal, and the worker's main process gets
+a failure. ``celery.worker.request.Request.on_failure`` then acks a late-acked message unless told
+otherwise: ``task_acks_on_failure_or_timeout`` (True by default) on 5.5 and 5.6; on 5.7
+``task_acks_on_failure``, which falls back to it (``celery.app.task.Task`` reads both). FM-1's envelope
+does not help: it is the very result that cannot be stored.
+
+Fix (each setting with the Celery version that has it):
+
+- ``task_acks_on_failure = False`` (Celery 5.7; 5.5 and 5.6: ``task_acks_on_failure_or_timeout =
+  False``): ``Request.on_failure`` rejects the message without requeue (``reject(requeue=False)``),
+  and FM-3's dead-letter exchange takes it. Every in-body failure is an envelope (FM-1) and a lost
+  process is requeued (FM-2), so what this rejects is a failure outside the body: a result that was
+  not stored. On 5.5 and 5.6 the one setting also rejects, with requeue, a message Celery's
+  ``time_limit`` killed; FM-6's ``BackstopRequest`` handles that kill itself and acks (outside a cold
+  shutdown), so nothing changes there. On 5.7 ``task_acks_on_timeout`` keeps its default (acked);
+- ``drain(..., send_back_rejected=True)``: FM-7's send-back for a letter dead-lettered
+  ``rejected`` (``shared.dlq``): one whose crashes (starts less ends) are below the bound is
+  published again to its queue, at most 5 times; it runs again and stores its outcome. The drain
+  reads the start counters from the backend, so while it is gone it keeps every letter in the DLQ
+  (``dead_letter_kept``) and sends them back on its first pass after the return;
+- ``BACKEND_GONE`` on ``notify`` (``@transient_retryable``): the claim's Redis is the backend's
+  (FM-4). A ``ConnectionError`` from it, in a blip shorter than the result store's retries, was
+  FM-1's terminal ``error`` envelope, stored once the blip was over: no email. It is now a retry
+  (backoff 0.5 s doubling, jittered, 6 times: 31 s at least). In a longer outage the retry is
+  published first (``Task.retry``) and Celery then cannot store its ``RETRY`` state: the message is
+  rejected as well, so ``notify`` comes back more than once (4 runs after the return in a run here);
+  the claim and the mail API's idempotency key (FM-4) keep it to one email. Scenario 8 stops the
+  backend while ``notify`` holds its claim and sends (the lab's mail API waits for the runner):
+  the email goes out, the claim cannot be marked sent, and the next run sends again under the same
+  key, which the mail API deduplicates.
+
+G8 (the side chord ``outage``; two outages of 4 s: while members store, while ``notify`` holds its
+claim): the chord completes, all 12 documents ok, each once, one email, within 12 s of the
+backend's last return (0.10 and 0.20 s in two runs here: the drain's next pass, 0.25 s apart, and
+one parse); every store that failed is followed by a new run of its task (no message acked with
+its outcome unstored); none parsed in two processes at once.
+
+Hard variant (``tests/test_celery_claims.py``, claim C20): the backend comes back empty (no
+persistence). What it held is gone: the results already stored, the chord's counter and the
+results it had gathered, the manifest, the claim, FM-3's start counters. The members that report
+after the restart never make a full chord, and nothing fails: the chord is PENDING for good. The
+fix here cannot rebuild what the backend lost; the test shows what is still known (the run's
+observations, which are on another Redis here) and the remedy: persistence on the backend
+(``appendonly yes``), and a submitter that waits with a deadline and submits the pipeline again
+(FM-4's claim and key make a second email impossible only while the claim's key survives).
+
+Delta from fm7: ``task_acks_on_failure`` (``task_acks_on_failure_or_timeout`` before 5.7),
+``send_back_rejected`` and ``BACKEND_GONE``.
+
+Tradeoffs: a rejected message goes through the DLQ to the tail of its queue, and its document is
+parsed again: make the work idempotent (FM-4). FM-3's start counters live in the backend, so an
+outage loses them (``sent back ..., 0 started``): the drain cannot tell a poison message whose
+crashes went uncounted and sends it back, up to 5 times. A chain head whose store fails has
+already sent its chain's next step (``celery.app.trace`` sends it before it stores the head's
+result: ``trace_task`` on 5.5, ``_dispatch_callbacks_and_chain`` on 5.6 and 5.7); sent back, the
+head runs again and sends the member again, so the member runs twice, and on 5.5 and 5.6 a second,
+different envelope counts twice in the chord (claim C11). Scenario 8 stops the backend after the
+heads ended and does not show it. ``result_backend_always_retry`` is the other way, not taken: its
+retries run after the body, where no in-body deadline guards them, so Celery's ``time_limit``
+(FM-6's backstop, 3 s) ends a long outage with a ``time_limit`` envelope for a body that succeeded.
+
+Still open: the broker drops the worker's connection mid-task (FM-9).
+
+You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
+
+- in the submitter's shell: ``fm8 fixed (scenario 8 on fm8, ...): PASS``, an ``ok`` line for each
+  of G1..G8, then the lanes fm7 lists, and the side chord ``outage``: doc66 to doc77 ok, a document
+  whose store failed with a second attempt;
+- in the worker's window, after Celery's banner (``results:`` the backend's URL): the lines fm7
+  lists, and per member that met the outage ``Exception raised outside body: ConnectionError`` and,
+  from the drain, ``dead letter ... sent back to its queue: rejected with its outcome unstored``.
+
+Run it alone (from the repository's folder after ``make lab``; a worker shell and the submitter's,
+both with the same two variables: the backend a Redis of your own that you may stop, the lab's
+observations on the shared one):
+
+    REMAP_SIGTERM=SIGQUIT .venv/bin/celery -A fm8_backend_outage worker --without-gossip --without-mingle --without-heartbeat -B
+    .venv/bin/python fm8_backend_outage.py
+
+with, in both shells first, ``export CELERY_RESULT_BACKEND=redis://127.0.0.1:16379/0
+RCL_OBSERVATIONS_URL=redis://127.0.0.1:6379/0`` and a Redis of your own started on that port
+(``redis-server --port 16379 --appendonly yes --dir /tmp``). Once the submitter's shell shows the
+side chord ``outage`` running, stop it (``redis-cli -p 16379 shutdown``) and start it again a few
+seconds later: G8 by hand asks that at least one store failed and that every document still ends
+ok, once, with one email. Or ``.venv/bin/python run_all_fms.py --only fm8``, which starts, stops
+and removes that Redis itself. Ctrl-C in the submitter's shell cancels the run (exit status 130).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import redis
-from celery import Task, chain, chord, group
+from celery import VERSION, Task, chain, chord, group
 from celery.result import AsyncResult
 from kombu import Exchange, Queue
 
 from lab.app import lab_app
-from lab.versions import CELERY
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
 from shared.claim import ClaimBusy, NotifyClaim, busy_waits, release_when_dead_lettered
@@ -37,11 +137,11 @@ app.conf.worker_prefetch_multiplier = 1  # FM-7: a worker holds (nearly) only wh
 app.conf.worker_soft_shutdown_timeout = 0.3  # FM-7 (Celery 5.5+): after SIGTERM running bodies get 0.3 s, then go back
 WORKER_ENV = {"REMAP_SIGTERM": "SIGQUIT"}  # FM-7: SIGTERM starts the soft/cold shutdown (Celery reads it at start only)
 app.conf.worker_deduplicate_successful_tasks = True  # FM-7 (5.1+): a redelivered task stored SUCCESS is not run
-if CELERY >= (5, 7):
-    app.conf.task_acks_on_failure = False  # FM-8 (5.7): a result that could not be stored is rejected, not acked
+if VERSION >= (5, 7):  # FM-8: a failure outside the body (a result it could not store) is rejected, into the DLX
+    app.conf.task_acks_on_failure = False  # 5.7 splits the setting; a timeout stays acked (FM-6's backstop)
 else:
-    app.conf.task_acks_on_failure_or_timeout = False  # FM-8 (5.5, 5.6): the same, and Celery's timeouts (BackstopRequest has them)
-BACKEND_GONE = RetryPolicy(max_retries=6, base=0.5, retry_on=(redis.ConnectionError, redis.TimeoutError))  # FM-8
+    app.conf.task_acks_on_failure_or_timeout = False  # 5.5, 5.6 (BackstopRequest acks its own time limits)
+BACKEND_GONE = RetryPolicy(max_retries=6, base=0.5, retry_on=(redis.ConnectionError, redis.TimeoutError))  # FM-8: 0.5..64 s
 
 
 @app.task(bind=True, time_limit=3, Request=BackstopRequest)  # FM-6: every task has a deadline; Celery's kills last

@@ -462,13 +462,16 @@ def g8(obs: Observations, fm: Fm) -> Check:
     if (side := _side(c, obs, "outage")) is None:
         return c.result()
     f = outage_findings(side)
-    phases = [e.get("phase") for e in f.ups]
-    held = ", ".join(f"{e.get('phase')} {e.get('seconds')}s" for e in f.ups)
-    c.expect(phases == ["members", "notify"], f"backend stopped and started again: {held or 'never'}",
-             "once while members stored, once while notify held its claim")
+    by_hand = not f.downs  # the harness stops the backend itself; by hand the outage is yours
+    if not by_hand:
+        held = ", ".join(f"{e.get('phase')} {e.get('seconds')}s" for e in f.ups)
+        c.expect([e.get("phase") for e in f.ups] == ["members", "notify"], f"backend stopped and started again: {held}",
+                 "once while members stored, once while notify held its claim")
     c.expect(any(e.get("stage") == "parse_document" for e in f.failed),
-             f"stores that failed: {len(f.failed)} ({', '.join(sorted({e.get('doc') or 'notify' for e in f.failed})) or 'none'})",
-             "at least one member's (the outage must meet a store)")
+             f"{'by hand: ' if by_hand else ''}stores that failed: {len(f.failed)} "
+             f"({', '.join(sorted({e.get('doc') or 'notify' for e in f.failed})) or 'none'})",
+             "at least one member's (stop the backend while the side chord runs)" if by_hand
+             else "at least one member's (the outage must meet a store)")
     summary = summary_of_side(side)
     n_ok, n_failed = len(summary.get("ok", [])), len(summary.get("failed", []))
     once = sorted(short_doc(str(d)) for d in summary.get("ok", [])) == sorted(side.docs)
@@ -476,7 +479,7 @@ def g8(obs: Observations, fm: Fm) -> Check:
              f"outage chord {_side_state(side)}: {n_ok} ok, {n_failed} failed of {len(side.docs)}, emails {len(side.emails)}",
              f"SUCCESS, all {len(side.docs)} ok, 1 email")
     after = f.done_after
-    c.expect(after is not None and after <= BACKEND_RETURN_SECONDS,
+    c.expect(by_hand or (after is not None and after <= BACKEND_RETURN_SECONDS),
              f"done {'never' if after is None else f'{after:.2f}s'} after the backend's last return",
              f"within {BACKEND_RETURN_SECONDS:.0f}s")
     c.expect(not f.lost, f"acked with its outcome unstored: {', '.join(f.lost) or 'none'}", "none")

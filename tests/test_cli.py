@@ -25,7 +25,7 @@ def test_short_and_full_names_resolve() -> None:
 
 
 def test_every_fm_file_is_found() -> None:
-    assert list(fm_modules()) == [f"fm{i}" for i in range(8)]
+    assert list(fm_modules()) == [f"fm{i}" for i in range(9)]
 
 
 def test_unknown_name_exits_2_with_the_valid_list(capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,8 +36,8 @@ def test_unknown_name_exits_2_with_the_valid_list(capsys: pytest.CaptureFixture[
         harness.resolve(["fm3", "nope"])
 
 
-def test_default_selection_is_fm1_to_fm7() -> None:
-    assert run_all_fms.selected(run_all_fms.parse_args([])) == [f"fm{i}" for i in range(1, 8)]
+def test_default_selection_is_fm1_to_fm8() -> None:
+    assert run_all_fms.selected(run_all_fms.parse_args([])) == [f"fm{i}" for i in range(1, 9)]
 
 
 def test_plan_orders_runs() -> None:
@@ -80,7 +80,7 @@ def test_diff_prints_the_step_plain_in_a_pipe_without_docstrings(capsys: pytest.
 def test_diff_without_a_name_prints_every_step_and_a_bad_name_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_all_fms.main(["--diff"]) == 0
     heads = [line.split(":")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("== ")]
-    assert heads == [f"== fm{i}" for i in range(1, 8)]
+    assert heads == [f"== fm{i}" for i in range(1, 9)]
     assert run_all_fms.main(["--diff", "fm9"]) == 2
     assert "unknown FM fm9" in capsys.readouterr().err
 

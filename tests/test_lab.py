@@ -42,7 +42,7 @@ def observed(report: RunReport) -> Observations:
     return report.observations
 
 
-@pytest.mark.parametrize("n", range(1, 8))
+@pytest.mark.parametrize("n", range(1, 9))
 def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int) -> None:
     report = harness.run_one(f"fm{n}", "fixed", quiet)
     obs = observed(report)
@@ -53,11 +53,18 @@ def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int) -> None:
     assert summary is not None
     assert {f["doc"]: f["reason"] for f in summary["failed"]} == {d: r for d, r in FAILED_REASONS.items() if d in obs.docs}
     assert obs.notify_runs["chord"] == (3 if n >= 4 else 1) and len(obs.emails) == 1  # 4+: the owner killed twice
-    assert sorted(obs.sides) == sorted((["behind", "body", "expired"] if n >= 3 else ["expired"]) + (["deploy"] if n >= 7 else []))
+    assert sorted(obs.sides) == sorted((["behind", "body", "expired"] if n >= 3 else ["expired"]) + (["deploy"] if n >= 7 else [])
+                                       + (["outage"] if n >= 8 else []))
     if n >= 7:  # two or three deploys (lab.checks.MIN_DEPLOYS); every slow document ok, none dead-lettered
         deploy = obs.sides["deploy"]
         assert checks.MIN_DEPLOYS <= sum(1 for e in deploy.events if e.kind == "deploy_term") <= 3
         assert not any(e.kind == "dead_lettered" for e in deploy.events) and len(deploy.emails) == 1
+    if n >= 8:  # two outages of the backend; every store that failed was run again, the side chord whole, one email
+        outage = obs.sides["outage"]
+        assert [e.get("phase") for e in outage.events if e.kind == "backend_up"] == ["members", "notify"]
+        failed = {e.get("task") for e in outage.events if e.kind == "store_failed" and e.get("doc")}
+        assert failed and failed <= {e.get("task") for e in outage.events if e.kind == "sent_back"}
+        assert outage.chord.state == "SUCCESS" and len(outage.emails) == 1 and all(outage.attempts[d] >= 1 for d in outage.docs)
     if n >= 3:
         assert obs.fetch_attempts["doc9"] == 3
         assert obs.parked == runner.foreign_letters(harness.load(f"fm{n}")) and obs.dlq_depth == 0
@@ -83,7 +90,7 @@ def symptom_run(n: int, kind: harness.Kind, code: str, label: str) -> tuple[RunR
     return report, obs
 
 
-@pytest.mark.parametrize("n", range(1, 8))
+@pytest.mark.parametrize("n", range(1, 9))
 def test_earlier_code_shows_the_symptom_of_the_later_scenario(n: int) -> None:
     _, obs = symptom_run(n, "broken", f"fm{n - 1}", f"S{n}")
     if n == 2:
@@ -99,6 +106,10 @@ def test_earlier_code_shows_the_symptom_of_the_later_scenario(n: int) -> None:
     if n == 7:  # fm6's warm shutdown outlives the grace: a SIGKILL ends a slow document's body
         kills = [e for e in obs.sides["deploy"].events if e.kind == "deploy_kill"]
         assert 2 <= len(kills) <= 3 and any(e.get("lost") for e in kills)
+    if n == 8:  # fm7 acks what it could not store: the side chord waits for members that never report
+        outage = obs.sides["outage"]
+        assert outage.chord.state == "PENDING" and not any(e.kind == "sent_back" for e in outage.events)
+        assert obs.stopped_by.startswith("the outage chord not done")
 
 
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 6])
