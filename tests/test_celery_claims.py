@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import time
@@ -15,14 +16,15 @@ from celery import chord, group
 from celery.app.task import Context
 from kombu import Connection, Exchange, Producer, Queue
 
-from lab import harness, variants, weak, workers
-from lab.faults import HARD_HANG, SOFT_HANG, document_text
+from lab import checks, harness, variants, weak, workers
+from lab.faults import HARD_HANG, SLOW, SOFT_HANG, document_text
 from lab.fm import Fm
 from lab.harness import running_worker
 from lab.observe import Reader, doc_id, short_doc
+from lab.outage import owned_backend
 from lab.pipeline import store_document
 from lab.queues import queue_depth
-from lab.runner import Observations, StopCondition, dlq_depth, new_run_id, run_scenario
+from lab.runner import Observations, StopCondition, _member_results, dlq_depth, new_run_id, run_scenario  # pyright: ignore[reportPrivateUsage]
 from lab.scenarios import scenario
 from lab.settings import broker_url
 from lab.waiting import wait_until
@@ -30,7 +32,7 @@ from lab.versions import CELERY
 from lab.workers import Worker
 from shared import dlq
 from shared.envelope import Result
-from shared.manifest import write_manifest
+from shared.manifest import ManifestMissing, read_manifest, write_manifest
 
 pytestmark = pytest.mark.usefixtures("real_services")
 
@@ -745,3 +747,61 @@ def test_with_the_default_prefetch_three_deploys_dead_letter_messages_that_never
     dead = {d: s for d, (s, how) in ends.items() if how == "dead_lettered"}
     assert all(s == 3 for s in dead.values()), ends
     assert all(how in ("dead_lettered", "hard_timeout") for _, how in ends.values()), ends
+
+
+# ---- FM-8's hard variant: the backend comes back empty ------------------------------------------
+
+
+@pytest.mark.claim("C20", "a backend that comes back empty leaves the chord PENDING; a resubmission recovers (fm8)")
+def test_a_backend_that_comes_back_empty_loses_the_chord_and_the_run_says_what_was_lost() -> None:
+    """fm8's docstring (the hard variant): the backend, without persistence, is stopped once two of twelve slow
+    members have stored their results and started again empty. fm8 still sends back every member whose store
+    failed, and each stores its result; but what the backend held before is gone: the results stored before
+    the stop, the manifest (``ManifestMissing``) and the chord's size (the Redis backend's ``.s`` key, which
+    ``set_chord_size`` wrote when the chord was sent): the join never completes, nothing fails, no email.
+    The run's observations, on another Redis, still say that every body ended ok. A resubmission of the same
+    pipeline recovers it: every document ok once, one email."""
+    fm = harness.load("fm8")
+    harness.reset(fm)
+    run_id = new_run_id()
+    docs = tuple(f"doc{n}" for n in range(66, 78))
+    with owned_backend(fm, persist=False) as (moved, server), running_worker(moved, run_id, "c20", 2.0):
+        ids = [store_document(run_id, d, document_text(d, SLOW)) for d in docs]
+        first = moved.submit(ids, run_id)
+        reader = Reader(run_id)
+
+        def ends() -> list[str]:
+            return [e.get("doc") for e in reader.events() if e.kind == "attempt_end" and e.get("outcome") == "ok"]
+
+        assert wait_until(lambda: len(ends()) >= 2 and len(ends()) < len(docs), 30), "no member ended"
+        server.stop()
+        stored = set(ends())  # stored before the stop (their bodies ended while the backend answered)
+        assert wait_until(lambda: any(e.kind == "store_failed" for e in reader.events()), 10), "no store met the outage"
+        server.start()  # empty
+        back = time.monotonic()
+        def rerun() -> tuple[set[str], set[str]]:
+            """The documents whose store failed, and those of them sent back and ended again since."""
+            events = reader.events()
+            failed = {e.get("doc") for e in events if e.kind == "store_failed"}
+            resent = {e.get("doc"): e.t for e in events if e.kind == "sent_back"}
+            again = {e.get("doc") for e in events if e.kind == "attempt_end" and e.get("doc") in resent and e.t > resent[e.get("doc")]}
+            return failed, again
+
+        assert wait_until(lambda: set(ends()) >= set(docs) and rerun()[0] == rerun()[1], 30), f"after the return: {rerun()}"
+        failed = rerun()[0]
+        assert failed and not failed & stored
+        assert not wait_until(first.ready, checks.BACKEND_RETURN_SECONDS - (time.monotonic() - back))
+        states = {doc: str(m.state) for doc, m in _member_results(first, docs).items()}  # pyright: ignore[reportPrivateUsage]
+        assert {d for d, s in states.items() if s == "PENDING"} == stored  # stored before the stop: lost
+        assert {d for d, s in states.items() if s == "SUCCESS"} == set(docs) - stored  # stored after the return
+        with pytest.raises(ManifestMissing):
+            read_manifest(moved.app, run_id)
+        assert reader.emails() == []
+        again = moved.submit(ids, run_id)  # the remedy: the same pipeline once more
+        assert wait_until(again.ready, 30), "the resubmitted chord did not complete"
+        summary = cast(Any, again.result)["payload"]  # read, not awaited: no subscription outlives the server
+        assert sorted(short_doc(str(d)) for d in summary["ok"]) == sorted(docs) and summary["failed"] == []
+        assert len(reader.emails()) == 1
+        del first, again  # Celery unsubscribes each from the backend when it goes: while the server still runs
+        gc.collect()
+    harness.reset(fm)
