@@ -80,6 +80,7 @@ TITLES: dict[str, str] = {
     "G5": "bounded retries with backoff, probe not held",
     "G6": "deadlines in every task's body; time_limit backstop as an envelope",
     "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, no running body killed",
+    "G8": "backend outage mid-chord: every store that failed runs again, chord whole, one email",
     "S1": "a raising member: ChordError, notify never runs",
     "S2": "early ack: the killed task is lost",
     "S3": "poison redelivered past the bound",
@@ -87,6 +88,7 @@ TITLES: dict[str, str] = {
     "S5": "a transient error fails for good",
     "S6": "a hang pins a slot, notify never runs",
     "S7": "warm shutdown past the grace: a body SIGKILLed, prefetch charged",
+    "S8": "backend outage: members acked with no result, chord PENDING",
     "S1 hard": "an expired chain head: its chord PENDING for ever",
     "S3 hard": "drain as first built: head, poison body, blocked letters",
     "S4 hard": "owner's redelivery turned away by its claim",
@@ -264,7 +266,7 @@ def reported_labels(datas: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str],
 
 def lab_cells(data: Mapping[str, Any], known: Mapping[tuple[str, str], Sequence[str]] | None = None) -> dict[str, Cell]:
     """``run_all_fms.py --json`` output -> one cell per check label, over every run that checks it
-    (G1 is checked by fm1..fm7: it passes only where all seven hold). A run that ended in ERROR fails
+    (G1 is checked by fm1..fm8: it passes only where all eight hold). A run that ended in ERROR fails
     the checks it would have made (``expected_labels``, with ``known`` from the other versions)."""
     seen: dict[str, list[tuple[str, bool, str]]] = {}
     for run in cast(list[dict[str, Any]], data.get("runs", [])):
