@@ -317,7 +317,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         with ExitStack() as stack:
             outage: BackendOutage | None = None
             if any(side.outage for side in sc.sides):  # FM-8: this run's result backend is a Redis the lab owns
-                lab, server = stack.enter_context(owned_backend(lab))
+                lab, server = stack.enter_context(owned_backend(lab, run_id))
                 outage = BackendOutage(server)
                 stack.callback(outage.close)
             worker = stack.enter_context(running_worker(

@@ -36,11 +36,12 @@ from celery import Celery
 
 from lab.fm import Fm
 from lab.observe import Reader
-from lab.owned import OwnedRedis
+from lab.owned import OwnedRedis, stop_leftovers
 from lab.settings import observations_url
 
 OWNED_NAME = "backend"
-"""The owned server's name (``.lab/<namespace>/owned/redis-backend/``)."""
+"""The owned server's name, then the run's id (``.lab/<namespace>/owned/redis-backend-<run id>/``): two runs
+of scenario 8 at once (``--jobs``: fm8 on its code and on fm7's) each have their own."""
 MEMBERS_ENDED = 2
 """The members phase stops the backend once this many of the side's parse bodies have ended."""
 OUTAGE_SECONDS = 4.0
@@ -67,11 +68,11 @@ def point_backend(app: Celery, url: str) -> None:
 
 
 @contextmanager
-def owned_backend(fm: Fm, persist: bool = True) -> Generator[tuple[Fm, OwnedRedis], None, None]:
-    """``fm`` with its result backend on a started ``OwnedRedis`` (see the module's docstring); the server
-    is removed (stopped, its data deleted) and the app pointed back at the end."""
-    server = OwnedRedis(OWNED_NAME, persist=persist)
-    server.remove()  # a server an earlier run left (killed before its end), and its data
+def owned_backend(fm: Fm, run_id: str, persist: bool = True) -> Generator[tuple[Fm, OwnedRedis], None, None]:
+    """``fm`` with its result backend on a started ``OwnedRedis`` of the run's own (see the module's
+    docstring); the server is removed (stopped, its data deleted) and the app pointed back at the end."""
+    stop_leftovers(orphans_only=True)  # what a killed run left running
+    server = OwnedRedis(f"{OWNED_NAME}-{run_id}", persist=persist)
     server.start()
     shared = str(fm.app.conf.result_backend)
     env = (("CELERY_RESULT_BACKEND", server.url), ("RCL_OBSERVATIONS_URL", observations_url()))
@@ -79,8 +80,27 @@ def owned_backend(fm: Fm, persist: bool = True) -> Generator[tuple[Fm, OwnedRedi
     try:
         yield dataclasses.replace(fm, worker_env=(*fm.worker_env, *env)), server
     finally:
+        _forget_subscriptions(fm.app)
         point_backend(fm.app, shared)
         server.remove()
+
+
+def _forget_subscriptions(app: Celery) -> None:
+    """Close the owned backend's result subscriptions while its server still runs.
+
+    The Redis backend subscribes to a task's result channel when the task is sent
+    (``RedisBackend.on_task_call``), and each ``AsyncResult`` unsubscribes when it is garbage
+    collected (``AsyncResult.__del__``, ``ResultConsumer.cancel_for``). One that outlives the
+    server would reconnect to a port nobody serves: on 5.5 with no end (seen: the harness hung in
+    ``retry_over_time``). ``cancel_for`` does nothing once the consumer has no pubsub (5.5 to 5.7)."""
+    consumer: Any = getattr(cast(Any, app).backend, "result_consumer", None)
+    if consumer is None:
+        return
+    try:
+        consumer.stop()
+    except Exception:  # a pubsub that is already broken has nothing left to close
+        pass
+    consumer._pubsub = None
 
 
 class BackendOutage:

@@ -10,9 +10,11 @@ FM-8's result backend goes away mid-chord, so the lab starts its own ``redis-ser
   AOF would; ``persist=False``: nothing on disk, a restart comes back empty);
 - ``start()`` waits until it answers PING, ``stop()`` sends SIGTERM (Redis writes what it must and
   exits) and waits until the process is gone, SIGKILL after ``STOP_SECONDS``;
-- a pid file beside the data: ``stop_leftovers()`` (each run's start and ``run_all_fms.py --down``)
-  kills a server that a killed run left behind, found by that file and checked by its command
-  line, never any other process.
+- a pid file beside the data, and the pid of the process that started it (``owner``):
+  ``stop_leftovers(orphans_only=True)`` (before a scenario 8 run starts its own) kills a server
+  whose owner is gone (a killed run's), and ``stop_leftovers()`` (``run_all_fms.py --down``, which
+  refuses while a run holds the namespace) every one; each found by that file and checked by its
+  command line, never any other process.
 
 ``available()`` says whether ``redis-server`` is installed; a machine without it gets
 ``OwnedServiceMissing``, whose words the scenario's cells print as their reason to skip.
@@ -117,6 +119,7 @@ class OwnedRedis:
                  *durability, "--daemonize", "no"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         (self.folder / "pid").write_text(str(self.proc.pid))
+        (self.folder / "owner").write_text(str(os.getpid()))
         proc = self.proc
         if not wait_until(lambda: proc.poll() is not None or self.answers(), READY_SECONDS, interval=0.05) \
                 or proc.poll() is not None:
@@ -149,12 +152,15 @@ class OwnedRedis:
         self.remove()
 
 
-def stop_leftovers() -> list[str]:
+def stop_leftovers(orphans_only: bool = False) -> list[str]:
     """Kill the owned servers a killed run left running (by their pid files, checked by their command
-    lines: Redis shows ``redis-server 127.0.0.1:<port>`` there); returns their names."""
+    lines: Redis shows ``redis-server 127.0.0.1:<port>`` there), with ``orphans_only`` only those whose
+    owner process is gone; returns their names. Their folders go too."""
     stopped: list[str] = []
     for pidfile in sorted(OWNED_DIR.glob("*/pid")) if OWNED_DIR.exists() else []:
         folder = pidfile.parent
+        if orphans_only and _alive(folder / "owner"):
+            continue
         try:
             pid, port = int(pidfile.read_text()), int((folder / "port").read_text())
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -166,7 +172,18 @@ def stop_leftovers() -> list[str]:
             wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), STOP_SECONDS, interruptible=False)
             stopped.append(folder.name)
         pidfile.unlink(missing_ok=True)
+        if orphans_only:
+            shutil.rmtree(folder, ignore_errors=True)
     return stopped
+
+
+def _alive(owner_file: Path) -> bool:
+    """Does the process named in ``owner_file`` still run (not a zombie)?"""
+    try:
+        pid = int(owner_file.read_text())
+    except (OSError, ValueError):
+        return False
+    return Path(f"/proc/{pid}").exists() and not _zombie(pid)
 
 
 def _zombie(pid: int) -> bool:

@@ -765,7 +765,7 @@ def test_a_backend_that_comes_back_empty_loses_the_chord_and_the_run_says_what_w
     harness.reset(fm)
     run_id = new_run_id()
     docs = tuple(f"doc{n}" for n in range(66, 78))
-    with owned_backend(fm, persist=False) as (moved, server), running_worker(moved, run_id, "c20", 2.0):
+    with owned_backend(fm, run_id, persist=False) as (moved, server), running_worker(moved, run_id, "c20", 2.0):
         ids = [store_document(run_id, d, document_text(d, SLOW)) for d in docs]
         first = moved.submit(ids, run_id)
         reader = Reader(run_id)

@@ -76,3 +76,22 @@ def test_a_machine_without_redis_server_is_told_what_to_install(monkeypatch: pyt
     monkeypatch.setattr(owned, "available", lambda: None)
     with pytest.raises(owned.OwnedServiceMissing, match="needs redis-server"):
         owned.OwnedRedis("t-missing").start()
+
+
+@needs_redis
+def test_the_next_scenario_8_run_stops_only_the_servers_whose_run_is_gone() -> None:
+    """lab/outage.py starts each run's backend after ``stop_leftovers(orphans_only=True)``: a server whose
+    owner died goes (with its folder); one whose owner still runs (another ``--jobs`` run) stays."""
+    ns = derived("orphans")
+    code = ("from lab import owned; s = owned.OwnedRedis('t-dead-owner'); s.start(); print(s.proc.pid, flush=True); "
+            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    env = {**os.environ, "RCL_NAMESPACE": ns}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    orphan = int(done.stdout)
+    check = ("from lab import owned\nwith owned.OwnedRedis('t-live-owner') as s:\n"
+             "    print(owned.stop_leftovers(orphans_only=True), s.answers(), flush=True)")
+    said = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert said.stdout.split("\n")[0] == "['redis-t-dead-owner'] True", said.stdout + said.stderr
+    assert wait_until(lambda: not Path(f"/proc/{orphan}").exists() or owned._zombie(orphan), 10)  # pyright: ignore[reportPrivateUsage]
+    assert not (ROOT / ".lab" / ns / "owned" / "redis-t-dead-owner").exists()
