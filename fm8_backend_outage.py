@@ -106,13 +106,14 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from celery import VERSION, Task, chain, chord, group
+from celery import Task, chain, chord, group
 from celery.result import AsyncResult
 from kombu import Exchange, Queue
 
 from lab.app import lab_app
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
+from shared.backend import reject_unstored
 from shared.claim import ClaimBusy, NotifyClaim, busy_waits, release_when_dead_lettered
 from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
@@ -137,10 +138,7 @@ app.conf.worker_prefetch_multiplier = 1  # FM-7: a worker holds (nearly) only wh
 app.conf.worker_soft_shutdown_timeout = 0.3  # FM-7 (Celery 5.5+): after SIGTERM running bodies get 0.3 s, then go back
 WORKER_ENV = {"REMAP_SIGTERM": "SIGQUIT"}  # FM-7: SIGTERM starts the soft/cold shutdown (Celery reads it at start only)
 app.conf.worker_deduplicate_successful_tasks = True  # FM-7 (5.1+): a redelivered task stored SUCCESS is not run
-if VERSION >= (5, 7):  # FM-8: a failure outside the body (a result it could not store) is rejected, into the DLX
-    app.conf.task_acks_on_failure = False  # 5.7 splits the setting; a timeout stays acked (FM-6's backstop)
-else:
-    app.conf.task_acks_on_failure_or_timeout = False  # 5.5, 5.6 (BackstopRequest acks its own time limits)
+reject_unstored(app)  # FM-8: a result the backend cannot store rejects its message, into the DLX: nothing acked or stored
 BACKEND_GONE = RetryPolicy(max_retries=6, base=0.5, retry_on=(redis.ConnectionError, redis.TimeoutError))  # FM-8: 0.5..64 s
 
 

@@ -27,7 +27,8 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
   chain head;
 - ``task_internal_error`` of a fetch, a parse or ``notify``: an error outside the body
   (``celery.app.trace``'s "Exception raised outside body"), after its ``task_postrun``: the
-  body ended and its result could not be stored (FM-8, ``store_failed``).
+  body ended and its result could not be stored (FM-8, ``store_failed``); with fm8's fix,
+  ``shared.backend.result_unstored`` says it instead, before the message is rejected.
 
 What a killed process cannot report (no ``task_postrun``), the attempt counter
 and the broker still tell: an attempt that started and never ended.
@@ -69,6 +70,7 @@ from celery.signals import after_task_publish, task_internal_error, task_postrun
 
 from lab.settings import NAMESPACE, observations_url
 from shared import dlq
+from shared.backend import ResultNotStored, result_unstored
 from shared.envelope import Result, describe, is_envelope, note_attempt, reason_of
 
 TTL_SECONDS = 3600
@@ -417,7 +419,15 @@ def _on_published(sender: object = None, headers: Mapping[str, object] | None = 
 
 def _on_internal_error(sender: object = None, task_id: str = "", args: Sequence[object] = (),
                        kwargs: Mapping[str, object] | None = None, exception: object = None, **_: object) -> None:
-    OBSERVER.internal_error(task_id, sender, args or (), kwargs or {}, exception)
+    if not isinstance(exception, ResultNotStored):  # fm8's reject_unstored told it already (_on_unstored)
+        OBSERVER.internal_error(task_id, sender, args or (), kwargs or {}, exception)
+
+
+def _on_unstored(sender: object = None, task_id: str = "", error: str = "", **_: object) -> None:
+    request = getattr(current_task, "request", None) if current_task else None
+    args = cast(Sequence[object], getattr(request, "args", None) or ())
+    kwargs = cast(Mapping[str, object], getattr(request, "kwargs", None) or {})
+    OBSERVER.internal_error(task_id, current_task, args, kwargs, error)
 
 
 def _on_retry(sender: object = None, request: object = None, reason: object = None, **_: object) -> None:
@@ -479,7 +489,8 @@ _installed = False
 def _connections() -> list[tuple[Any, Callable[..., None]]]:
     """Every (signal, handler) pair the observer connects: one list for ``install`` and ``uninstall``."""
     return [(task_prerun, _on_prerun), (task_postrun, _on_postrun), (task_retry, _on_retry),
-            (task_received, _on_received), (task_internal_error, _on_internal_error), (after_task_publish, _on_published), (dlq.dead_lettered, _on_dead_lettered),
+            (task_received, _on_received), (task_internal_error, _on_internal_error), (result_unstored, _on_unstored),
+            (after_task_publish, _on_published), (dlq.dead_lettered, _on_dead_lettered),
             (dlq.dead_letter_kept, _on_dead_letter_kept), (dlq.dead_letter_parked, _on_dead_letter_parked),
             (dlq.dead_letter_sent_back, _on_dead_letter_sent_back), (task_revoked, _on_revoked)]
 

@@ -12,7 +12,10 @@ import os
 from typing import Any, cast
 
 import redis
-from celery import Celery
+from celery import Celery, current_task
+from celery.exceptions import Reject
+from celery.utils.dispatch import Signal
+from kombu.utils.imports import symbol_by_name
 
 _clients: dict[tuple[int, str], redis.Redis] = {}
 
@@ -25,3 +28,85 @@ def backend_redis(app: Celery) -> tuple[redis.Redis, str]:
         _clients[key] = cast(Any, redis.Redis).from_url(url, decode_responses=True)
     options = cast(dict[str, Any], app.conf.result_backend_transport_options or {})
     return _clients[key], str(options.get("global_keyprefix") or "")
+
+
+# ---- FM-8: a task whose own result cannot be stored is rejected, not acked ----------------------
+
+GONE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+"""The errors of a Redis backend that does not answer."""
+
+
+class ResultNotStored(Reject):
+    """The running task's own outcome could not be stored (the backend is gone): Celery rejects its message
+    without requeue, stores nothing and acks nothing; a dead-letter exchange keeps it (``reject_unstored``)."""
+
+
+result_unstored = Signal(name="result_unstored", providing_args=["task_id", "state", "error"])
+"""Sent (``sender`` the app) in the process whose store failed, before its message is rejected."""
+
+
+def _own(task_id: str) -> bool:
+    """Is ``task_id`` the task this process is running (not a result the drain or the main process writes)?"""
+    request = getattr(current_task, "request", None) if current_task else None
+    return bool(task_id) and getattr(request, "id", None) == task_id
+
+
+class RejectUnstored:
+    """A mixin over Celery's Redis backend (``reject_unstored`` applies it): see ``reject_unstored``."""
+
+    app: Celery
+
+    def _not_stored(self, task_id: str, state: str, exc: BaseException) -> ResultNotStored:
+        error = f"{type(exc).__name__}: {exc}"
+        result_unstored.send(sender=self.app, task_id=task_id, state=state, error=error)
+        return ResultNotStored(f"{state} of {task_id} not stored, the result backend is gone ({error})", requeue=False)
+
+    def mark_as_done(self, task_id: str, result: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return cast(Any, super()).mark_as_done(task_id, result, *args, **kwargs)
+        except GONE as exc:
+            if not _own(task_id):
+                raise
+            raise self._not_stored(task_id, "SUCCESS", exc) from exc
+
+    def mark_as_retry(self, task_id: str, exc: Exception, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return cast(Any, super()).mark_as_retry(task_id, exc, *args, **kwargs)
+        except GONE as gone:
+            if not _own(task_id):
+                raise
+            raise self._not_stored(task_id, "RETRY", gone) from gone
+
+    def mark_as_failure(self, task_id: str, exc: Exception, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(exc, ResultNotStored):  # the failure is the store itself: no outcome of the task to record
+            return None  # (5.7's Request.on_failure records a Reject without requeue as FAILURE before it rejects)
+        try:
+            return cast(Any, super()).mark_as_failure(task_id, exc, *args, **kwargs)
+        except GONE as gone:
+            if not _own(task_id):
+                raise
+            raise self._not_stored(task_id, "FAILURE", gone) from gone
+
+
+def reject_unstored(app: Celery) -> None:
+    """FM-8: a task whose own result (SUCCESS, RETRY or FAILURE) its Redis backend cannot store raises
+    ``ResultNotStored``, a ``Reject`` without requeue, instead of the backend's ``ConnectionError``.
+
+    Why: ``celery.app.trace`` stores the result after the body; an error there is a failure outside the
+    body, which ``Request.on_failure`` acks (``task_acks_on_failure_or_timeout``, True by default; 5.7:
+    ``task_acks_on_failure``), and which Celery also tries to store as the task's FAILURE: in the pool
+    (``handle_failure``) and in the main process (``Request.on_failure``), each with the backend's retries,
+    so a backend back within them records the member as failed and its chord fails. A ``Reject`` is what
+    ``Request.on_failure`` rejects before anything else, on 5.5 to 5.7, storing nothing: the message goes
+    to the queue's dead-letter exchange (FM-3), and ``drain(send_back_rejected=True)`` publishes it again
+    once the backend answers. Applied to the app's ``redis://`` backend class (``loader.override_backends``,
+    read by ``celery.app.backends.by_name``), whatever class that is; only a task's own result, in the
+    process running it: the drain and the main process get the backend's own errors."""
+    loader = cast(Any, app.loader)
+    overrides = cast(dict[str, str], loader.override_backends or {})
+    current = overrides.get("redis") or "celery.backends.redis:RedisBackend"
+    base = cast(type, symbol_by_name(current))
+    name = f"RejectUnstored_{base.__module__.replace('.', '_')}_{base.__name__}"
+    if name not in globals():
+        globals()[name] = type(name, (RejectUnstored, base), {})
+    loader.override_backends = {**overrides, "redis": f"{__name__}:{name}"}

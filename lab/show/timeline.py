@@ -62,6 +62,8 @@ from lab.runner import Observations, SideRun
 from lab.scenarios import SCENARIOS, Side, scenario
 
 End = Literal["ok", "raised", "retried", "killed", "running"]
+UNSTORED = "its body ended ok; its result could not be stored"
+"""FM-8: the error of an attempt whose result store failed after its body (the observer's ``store_failed``)."""
 Final = Literal["ok", "failed", "kept", "revoked", "member failure", "killed", "running", "retrying", "not started"]
 NotifyEnd = Literal["sent", "skipped", "ended", "retried", "killed", "running"]
 
@@ -153,6 +155,11 @@ class DocTimeline:
         if self.final == "member failure":
             return "member_failure"
         return {"retrying": "retried", "not started": "running"}.get(self.final, self.final)
+
+    @property
+    def unstored(self) -> bool:
+        """FM-8: its last attempt's body ended ok and its result could not be stored."""
+        return bool(self.attempts) and self.attempts[-1].error.startswith(UNSTORED)
 
     @property
     def hung(self) -> bool:
@@ -296,10 +303,17 @@ def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over
     member_failed = not chord_over and member is not None and member.state == "FAILURE"
     settled = dead is not None or kept is not None or chord_over or member_failed  # the run went on past its last attempt
     attempts: list[Attempt] = []
+    unstored = [e for e in events if e.kind == "store_failed" and e.get("stage") == "parse_document"]  # FM-8
     for i, start in enumerate(starts):
         n = int(start.get("attempt") or i + 1)
         end = ends.get(str(n))
-        attempts.append(_attempt(n, start.t - at, end, retries.get(str(n)), at, i + 1 < len(starts) or settled))
+        attempt = _attempt(n, start.t - at, end, retries.get(str(n)), at, i + 1 < len(starts) or settled)
+        # reported after its start (before its end with fm8's fix, after it without) and before the next start
+        lost = next((e for e in unstored if e.get("task") == start.get("task") and end is not None and e.t >= start.t
+                     and (i + 1 == len(starts) or e.t <= starts[i + 1].t)), None)
+        if lost is not None and attempt.how == "ok":  # its body ended ok; the result store after it failed
+            attempt = Attempt(n, attempt.start, attempt.end, "raised", "error", f"{UNSTORED} ({lost.get('error')})")
+        attempts.append(attempt)
     if not starts:  # no parse ever began: show the fetches, the chain's head (they died, or are running)
         fetches = [e for e in events if e.kind == "fetch_start"]
         for i, f in enumerate(fetches):
@@ -319,6 +333,8 @@ def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over
         final, reason, error = ("ok", None, "") if stored.ok else ("failed", stored.reason or "error", stored.error or "")
     if member_failed and final != "failed":
         final, reason, error = "member failure", None, ""
+    if final == "failed" and attempts and attempts[-1].error.startswith(UNSTORED):
+        final, reason, error = "killed", None, ""  # FM-8 unfixed: acked with no outcome stored, the work lost
     return DocTimeline(doc, tuple(attempts), dead, final, reason, error,
                        None if kept is None else kept.t - at, kept.get("why") if kept is not None else "",
                        None if revoked is None else revoked.t - at, revoked is not None and revoked.get("expired") == "True",
@@ -424,7 +440,9 @@ def _side(obs: Observations, run: SideRun, span: float, body: str) -> SideTimeli
     at = obs.submitted_at
     deliveries = sum(1 for n in tl.notifies if n.role == "chord")
     dead = next((e.t - at for e in events if e.kind == "dead_lettered" and not e.get("doc")), None)
-    kept = [e for e in events if e.kind == "dead_letter_kept" and not e.get("doc")]
+    # a body's letter kept while the backend was gone and sent back on its return was not kept for good (FM-8)
+    resent = any(e.kind == "sent_back" and not e.get("doc") for e in events)
+    kept = [] if resent else [e for e in events if e.kind == "dead_letter_kept" and not e.get("doc")]
     fate: BodyFate
     if not run.submitted:
         fate, seen = "not sent", None
@@ -491,6 +509,11 @@ def _side_words(obs: Observations, run: SideRun, tl: Timeline, fate: BodyFate, d
                           "kept"))
     if run.tag in _SIDES and _SIDES[run.tag].behind_letters:
         facts.append(_letters_words(obs))
+    for up in (e for e in run.events if e.kind == "backend_up"):  # FM-8: the runner's outages of the result backend
+        while_ = "members stored" if up.get("phase") == "members" else "notify held its claim"
+        facts.append(Fact(f"result backend stopped while {while_}, back after {up.get('seconds')}s", "kept"))
+    if stores := sum(1 for e in run.events if e.kind == "store_failed"):
+        facts.append(Fact(f"{stores} result store{'s' if stores > 1 else ''} failed outside the body", "error"))
     facts += [_side_doc_words(d, run) for d in tl.docs if d.final != "ok"]  # an ok document says nothing new
     if fate == "sent":
         facts.append(Fact("email sent", "email"))

@@ -92,7 +92,9 @@ def _side(side: SideTimeline, stopped_at: float) -> list[Line]:
 def _doc(d: DocTimeline, stopped_at: float, width: int = 6) -> list[Line]:
     what = (f"failed: {d.reason}" if d.final == "failed" else d.member_words if d.final == "member failure"
             else f"head {'expired' if d.expired else 'revoked'} before it ran: nothing after it ran" if d.final == "revoked"
-            else "unfinished: fetch still running (hung head)" if d.hung else FINAL_WORDS.get(d.final, d.final))
+            else "unfinished: fetch still running (hung head)" if d.hung
+            else "lost: acked with its result unstored, never delivered again" if d.final == "killed" and d.unstored
+            else FINAL_WORDS.get(d.final, d.final))
     out: list[Line] = [(Piece(f"  {d.doc:<{width}}"), Piece(what, d.mark))]
     for a in d.attempts:
         stage = "fetch " if a.stage == "fetch" else ""
