@@ -19,25 +19,33 @@ otherwise: ``task_acks_on_failure_or_timeout`` (True by default) on 5.5 and 5.6;
 ``task_acks_on_failure``, which falls back to it (``celery.app.task.Task`` reads both). FM-1's envelope
 does not help: it is the very result that cannot be stored.
 
-Fix (each setting with the Celery version that has it):
+The settings alone are not the fix. With ``task_acks_on_failure = False`` (5.7;
+``task_acks_on_failure_or_timeout = False`` on 5.5 and 5.6) the message is rejected into FM-3's
+dead-letter exchange, but Celery still tries to store the member's FAILURE, in the pool
+(``handle_failure``) and in the main process (``Request.on_failure``), each with the backend's
+retries: a backend back within them records the member as failed, the chord counts it, and the
+chord fails (``ChordError: Dependency ... raised ConnectionError``, one run in two on 5.6.3 here).
 
-- ``task_acks_on_failure = False`` (Celery 5.7; 5.5 and 5.6: ``task_acks_on_failure_or_timeout =
-  False``): ``Request.on_failure`` rejects the message without requeue (``reject(requeue=False)``),
-  and FM-3's dead-letter exchange takes it. Every in-body failure is an envelope (FM-1) and a lost
-  process is requeued (FM-2), so what this rejects is a failure outside the body: a result that was
-  not stored. On 5.5 and 5.6 the one setting also rejects, with requeue, a message Celery's
-  ``time_limit`` killed; FM-6's ``BackstopRequest`` handles that kill itself and acks (outside a cold
-  shutdown), so nothing changes there. On 5.7 ``task_acks_on_timeout`` keeps its default (acked);
+Fix:
+
+- ``reject_unstored(app)`` (``shared.backend``, Celery 5.5 to 5.7): the app's Redis backend class
+  gains a guard: a task whose own result (SUCCESS, RETRY or FAILURE) cannot be stored raises
+  ``ResultNotStored``, a ``Reject`` without requeue, instead of the ``ConnectionError``, and a
+  FAILURE that is only that is never stored. ``Request.on_failure`` rejects a ``Reject`` before
+  anything else, on all three versions (5.7 first records it as FAILURE, ``celery#4222``: the guard
+  stores nothing there), so the message goes to the dead-letter exchange with nothing acked and
+  nothing recorded. Only a task's own result, in the process running it: the drain and the main
+  process still see the backend's own errors;
 - ``drain(..., send_back_rejected=True)``: FM-7's send-back for a letter dead-lettered
   ``rejected`` (``shared.dlq``): one whose crashes (starts less ends) are below the bound is
   published again to its queue, at most 5 times; it runs again and stores its outcome. The drain
   reads the start counters from the backend, so while it is gone it keeps every letter in the DLQ
   (``dead_letter_kept``) and sends them back on its first pass after the return;
 - ``BACKEND_GONE`` on ``notify`` (``@transient_retryable``): the claim's Redis is the backend's
-  (FM-4). A ``ConnectionError`` from it, in a blip shorter than the result store's retries, was
-  FM-1's terminal ``error`` envelope, stored once the blip was over: no email. It is now a retry
+  (FM-4). A ``ConnectionError`` from it, in a blip shorter than the result store's retries, would be
+  FM-1's terminal ``error`` envelope, stored once the blip was over: no email. It is a retry
   (backoff 0.5 s doubling, jittered, 6 times: 31 s at least). In a longer outage the retry is
-  published first (``Task.retry``) and Celery then cannot store its ``RETRY`` state: the message is
+  published first (``Task.retry``) and its ``RETRY`` state cannot be stored: the message is
   rejected as well, so ``notify`` comes back more than once (4 runs after the return in a run here);
   the claim and the mail API's idempotency key (FM-4) keep it to one email. Scenario 8 stops the
   backend while ``notify`` holds its claim and sends (the lab's mail API waits for the runner):
@@ -46,7 +54,7 @@ Fix (each setting with the Celery version that has it):
 
 G8 (the side chord ``outage``; two outages of 4 s: while members store, while ``notify`` holds its
 claim): the chord completes, all 12 documents ok, each once, one email, within 12 s of the
-backend's last return (0.10 and 0.20 s in two runs here: the drain's next pass, 0.25 s apart, and
+backend's last return (0.07 to 0.20 s in runs here: the drain's next pass, 0.25 s apart, and
 one parse); every store that failed is followed by a new run of its task (no message acked with
 its outcome unstored); none parsed in two processes at once.
 
@@ -59,8 +67,7 @@ observations, which are on another Redis here) and the remedy: persistence on th
 (``appendonly yes``), and a submitter that waits with a deadline and submits the pipeline again
 (FM-4's claim and key make a second email impossible only while the claim's key survives).
 
-Delta from fm7: ``task_acks_on_failure`` (``task_acks_on_failure_or_timeout`` before 5.7),
-``send_back_rejected`` and ``BACKEND_GONE``.
+Delta from fm7: ``reject_unstored``, ``send_back_rejected`` and ``BACKEND_GONE``.
 
 Tradeoffs: a rejected message goes through the DLQ to the tail of its queue, and its document is
 parsed again: make the work idempotent (FM-4). FM-3's start counters live in the backend, so an
@@ -82,8 +89,9 @@ You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
   of G1..G8, then the lanes fm7 lists, and the side chord ``outage``: doc66 to doc77 ok, a document
   whose store failed with a second attempt;
 - in the worker's window, after Celery's banner (``results:`` the backend's URL): the lines fm7
-  lists, and per member that met the outage ``Exception raised outside body: ConnectionError`` and,
-  from the drain, ``dead letter ... sent back to its queue: rejected with its outcome unstored``.
+  lists, and per member that met the outage ``ResultNotStored: SUCCESS of ... not stored, the
+  result backend is gone`` and, from the drain, ``dead letter ... sent back to its queue: rejected
+  with its outcome unstored``.
 
 Run it alone (from the repository's folder after ``make lab``; a worker shell and the submitter's,
 both with the same two variables: the backend a Redis of your own that you may stop, the lab's

@@ -15,7 +15,6 @@ from lab.fm import ROOT, fm_modules, layers
 from lab.scenarios import scenario
 from lab.settings import NAMESPACE
 from lab.variants import VARIANTS_DIR
-from lab.versions import CELERY
 from lab.show.diff import code_of, step
 from shared.timeouts import BackstopRequest
 
@@ -23,7 +22,7 @@ FMS = list(fm_modules().items())  # (short, module), fm0..fm8
 STEPS = [short for short, _ in FMS if short != "fm0"]
 MAX_CODE_LINES = 100
 MAX_SPREAD = 50  # fm0 to fm8: eight fixes and their hard variants, a few lines each (fm7 adds four settings, fm8 one
-# that Celery 5.7 renamed, so two branches)
+# guard on the result backend, a send-back and a retry)
 MAX_STEP = 25
 STACK = ("app.task", "enveloped", "transient_retryable", "hard_timeout")
 """The designed decorator order, outermost first (DESIGN.md §1)."""
@@ -141,8 +140,8 @@ def test_each_fm_adds_its_fix_and_keeps_the_earlier_ones(short: str, module: str
     assert (fm.retry_policy is not None) is (n >= 5)
     assert (fm.hard_timeout is not None) is (n >= 6)
     assert fm.prefetch_one is (n >= 7) and (dict(fm.worker_env).get("REMAP_SIGTERM") == "SIGQUIT") is (n >= 7)
-    acks_on_failure = conf.task_acks_on_failure if CELERY >= (5, 7) else conf.task_acks_on_failure_or_timeout
-    assert (acks_on_failure is False) is (n >= 8) and ("send_back_rejected=True" in source) is (n >= 8)
+    assert ("reject_unstored(app)" in source) is (n >= 8) and ("send_back_rejected=True" in source) is (n >= 8)
+    assert ("RejectUnstored" in str(fm.app.loader.override_backends.get("redis"))) is (n >= 8)
 
 
 def test_every_fm6_task_has_in_body_deadlines_below_celerys_backstop_and_no_celery_soft_limit() -> None:
