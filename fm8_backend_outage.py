@@ -100,13 +100,15 @@ observations on the shared one):
     REMAP_SIGTERM=SIGQUIT .venv/bin/celery -A fm8_backend_outage worker --without-gossip --without-mingle --without-heartbeat -B
     .venv/bin/python fm8_backend_outage.py
 
-with, in both shells first, ``export CELERY_RESULT_BACKEND=redis://127.0.0.1:16379/0
+with, in every shell first, ``export CELERY_RESULT_BACKEND=redis://127.0.0.1:16379/0
 RCL_OBSERVATIONS_URL=redis://127.0.0.1:6379/0`` and a Redis of your own started on that port
-(``redis-server --port 16379 --appendonly yes --dir /tmp``). Once the submitter's shell shows the
-side chord ``outage`` running, stop it (``redis-cli -p 16379 shutdown``) and start it again a few
+(``redis-server --port 16379 --appendonly yes --dir /tmp``). Scenario 8 holds scenario 7: deploy
+as fm7's docstring says while the side chord ``deploy`` runs (a second worker with ``-n
+second@%h``, then SIGTERM of the first). Once the submitter's shell shows the side chord
+``outage`` running, stop your Redis (``redis-cli -p 16379 shutdown``) and start it again a few
 seconds later: G8 by hand asks that at least one store failed and that every document still ends
 ok, once, with one email. Or ``.venv/bin/python run_all_fms.py --only fm8``, which starts, stops
-and removes that Redis itself. Ctrl-C in the submitter's shell cancels the run (exit status 130).
+and removes a Redis of its own. Ctrl-C in the submitter's shell cancels the run (exit status 130).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from lab.outage import BackendOutage, owned_backend
 from lab.queues import on_queue, queue_consumers
 from lab.runner import Observations, StopCondition, new_run_id, run_scenario
 from lab.scenarios import scenario
-from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, mask_url, redis_prefix
+from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, mask_url, observations_url, redis_prefix
 from lab.variants import VARIANTS_DIR
 from lab.waiting import raise_if_interrupted, wait_until
 from lab.workers import LOG_DIR, STOP_GRACE, Worker, WorkerFailed, wait_stopped
@@ -518,10 +518,12 @@ class Liveness:
 
 
 def service_problems() -> list[tuple[str, str]]:
-    """``(the service at its masked URL, what is wrong)`` for each service that does not answer now."""
+    """``(the service at its masked URL, what is wrong)`` for each service that does not answer now: the broker
+    and the Redis of the run's record (the result backend's, unless ``RCL_OBSERVATIONS_URL`` names another:
+    scenario 8 stops a result backend of its own on purpose)."""
     found: list[tuple[str, str]] = []
     for what, url, problem in (("the broker", broker_url(), services.broker_problem(timeout=2.0)),
-                               ("Redis", backend_url(), services.backend_problem(timeout=2.0))):
+                               ("Redis", observations_url(), services.backend_problem(observations_url(), timeout=2.0))):
         if problem is not None:
             found.append((f"{what} at {mask_url(url)}", problem))
     return found

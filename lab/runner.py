@@ -40,6 +40,8 @@ from lab.faults import document_text
 from lab.fm import Fm
 from lab.observe import BURST_PROBE, FOREIGN_RUN_HEADER, Event, Reader, attempt_starts, short_doc
 from lab.pipeline import store_document
+from lab.settings import observations_url
+from shared.backend import GONE
 from lab.scenarios import Scenario, Side
 from lab.waiting import wait_until
 from shared.claim import NotifyClaim
@@ -365,10 +367,17 @@ def run_scenario(
 
     reasons: list[str] = []
 
+    away = str(fm.app.conf.result_backend) != observations_url()  # FM-8: a backend apart from the run's record
+
     def should_stop() -> bool:
         if watch is not None:
             watch()
-        reason = step()
+        try:
+            reason = step()
+        except GONE:
+            if not away:
+                raise
+            reason = None  # FM-8 by hand: the result backend you stopped; the record says the rest (deadline holds)
         if reason is not None:
             reasons.append(reason)
         return reason is not None

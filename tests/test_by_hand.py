@@ -23,10 +23,10 @@ from typing import Any, cast
 import pytest
 from billiard.exceptions import WorkerLostError
 
-from lab import harness, worker_log
+from lab import harness, owned, worker_log
 from lab.fm import ROOT, Fm, fm_modules
 from lab.observe import client
-from lab.settings import NAMESPACE
+from lab.settings import NAMESPACE, observations_url
 from lab.waiting import wait_until
 from tests.broker import consumers
 
@@ -194,6 +194,41 @@ def test_a_by_hand_fm7_deploy_is_a_sigterm_of_one_of_two_workers(hand_worker: Ca
     log = stop(first)
     assert "Initiating Soft Shutdown, terminating in 0.3 seconds" in log and "worker: Cold shutdown (MainProcess)" in log, log
     stop(second)
+
+
+def test_a_by_hand_fm8_outage_is_a_redis_of_your_own_stopped_and_started(
+        hand_worker: Callable[..., Shell], monkeypatch: pytest.MonkeyPatch) -> None:
+    """fm8's docstring: both shells with ``CELERY_RESULT_BACKEND`` on a Redis of your own (persistence on) and
+    ``RCL_OBSERVATIONS_URL`` on the shared one; fm7's deploy by hand while the side chord ``deploy`` runs; once
+    the side chord ``outage`` runs, that Redis stopped and, a few seconds later, started again: G7 and G8 by
+    hand hold (G8: a store failed, every document ok once, one email)."""
+    if owned.available() is None:
+        pytest.skip("redis-server is not installed")
+    with owned.OwnedRedis(f"t-by-hand-{os.getpid()}") as mine:
+        monkeypatch.setenv("RCL_OBSERVATIONS_URL", observations_url())  # the shared Redis: before the next line
+        monkeypatch.setenv("CELERY_RESULT_BACKEND", mine.url)
+        fm = harness.load("fm8")
+        first = hand_worker(fm, NAMESPACE)
+
+        def started(side: str) -> int:
+            keys = cast(Callable[..., Iterator[str]], cast(Any, client()).scan_iter)
+            return sum(int(cast(Any, client()).get(k) or 0) for k in keys(match=f"{NAMESPACE}:run:*-{side}:attempts:*"))
+
+        before = started("deploy")
+        submitter = Shell(fm.submit_command(), NAMESPACE)
+        assert wait_until(lambda: started("deploy") > before or submitter.proc.poll() is not None, 120), submitter.text
+        hand_worker(fm, NAMESPACE, " -n second@%h")
+        first.proc.send_signal(signal.SIGTERM)  # the deploy, as fm7's
+        before = started("outage")
+        assert wait_until(lambda: started("outage") >= before + 3 or submitter.proc.poll() is not None, 120), submitter.text
+        mine.stop()  # redis-cli -p <port> shutdown, in the docstring's words
+        waited = wait_until(lambda: submitter.proc.poll() is not None, 4)
+        assert not waited, submitter.finish() and submitter.text  # the submitter waits for the backend's return
+        mine.start()
+        assert submitter.finish() == 0, submitter.text
+    out = submitter.text
+    assert re.search(r"^fm8 fixed \(scenario 8 on fm8, [\d.]+s\): PASS$", out, re.M), out
+    assert re.search(r"^  ok   G8: by hand: stores that failed: [1-9]", out, re.M), out
 
 
 def _record(msg: str, *args: object) -> logging.LogRecord:
