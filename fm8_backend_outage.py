@@ -35,7 +35,12 @@ Fix:
   anything else, on all three versions (5.7 first records it as FAILURE, ``celery#4222``: the guard
   stores nothing there), so the message goes to the dead-letter exchange with nothing acked and
   nothing recorded. Only a task's own result, in the process running it: the drain and the main
-  process still see the backend's own errors;
+  process still see the backend's own errors. And not a chain's head: ``celery.app.trace`` sends
+  the chain's next step before it stores the head's result (inline in ``trace_task`` on 5.5,
+  ``_dispatch_callbacks_and_chain`` on 5.6 and 5.7), with the result in it, so a head run again
+  would send its parse twice (run twice, and on 5.5 and 5.6 counted twice in the chord, claim C11);
+  its lost store is logged and its message acked (claim C21: the backend gone while all 12 heads
+  run; each parse runs, the chord counts each document once);
 - ``drain(..., send_back_rejected=True)``: FM-7's send-back for a letter dead-lettered
   ``rejected`` (``shared.dlq``): one whose crashes (starts less ends) are below the bound is
   published again to its queue, at most 5 times; it runs again and stores its outcome. The drain
@@ -72,12 +77,9 @@ Delta from fm7: ``reject_unstored``, ``send_back_rejected`` and ``BACKEND_GONE``
 Tradeoffs: a rejected message goes through the DLQ to the tail of its queue, and its document is
 parsed again: make the work idempotent (FM-4). FM-3's start counters live in the backend, so an
 outage loses them (``sent back ..., 0 started``): the drain cannot tell a poison message whose
-crashes went uncounted and sends it back, up to 5 times. A chain head whose store fails has
-already sent its chain's next step (``celery.app.trace`` sends it before it stores the head's
-result: ``trace_task`` on 5.5, ``_dispatch_callbacks_and_chain`` on 5.6 and 5.7); sent back, the
-head runs again and sends the member again, so the member runs twice, and on 5.5 and 5.6 a second,
-different envelope counts twice in the chord (claim C11). Scenario 8 stops the backend after the
-heads ended and does not show it. ``result_backend_always_retry`` is the other way, not taken: its
+crashes went uncounted and sends it back, up to 5 times. A chain head whose store failed has no
+stored result: FM-7's deduplication cannot skip it if a deploy later hands its message back, and
+anything that reads the head's state sees PENDING. ``result_backend_always_retry`` is the other way, not taken: its
 retries run after the body, where no in-body deadline guards them, so Celery's ``time_limit``
 (FM-6's backstop, 3 s) ends a long outage with a ``time_limit`` envelope for a body that succeeded.
 

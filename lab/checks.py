@@ -448,10 +448,13 @@ def outage_findings(side: SideRun) -> OutageFindings:
     downs = [e for e in events if e.kind == "backend_down"]
     ups = [e for e in events if e.kind == "backend_up"]
     failed = [e for e in events if e.kind == "store_failed"]
-    starts = {"parse_document": "attempt_start", "fetch_document": "fetch_start", "notify": "notify_start"}
+    # What must follow a failed store: a member or notify runs again; a chain head's outcome travels in the
+    # parse it sent before its store (celery.app.trace), so that parse must have started, before or after.
     lost = [f"{e.get('doc') or 'notify'} ({e.get('stage')})" for e in failed
-            if not any(later.kind == starts.get(e.get("stage")) and later.get("doc") == e.get("doc") and later.t > e.t
-                       for later in events)]
+            if not any(later.get("doc") == e.get("doc") and (
+                later.kind == "attempt_start" if e.get("stage") == "fetch_document" else
+                later.kind == ("attempt_start" if e.get("stage") == "parse_document" else "notify_start") and later.t > e.t)
+                for later in events)]
     ends = [e.t for e in events if e.kind == "notify_end"]
     done_after = max(ends) - ups[-1].t if ends and ups and max(ends) > ups[-1].t else None
     return OutageFindings(downs, ups, failed, lost, done_after)

@@ -8,16 +8,19 @@ cleaned up, beside the app's results.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, cast
 
 import redis
 from celery import Celery, current_task
 from celery.exceptions import Reject
+from celery.signals import task_postrun, task_prerun
 from celery.utils.dispatch import Signal
 from kombu.utils.imports import symbol_by_name
 
 _clients: dict[tuple[int, str], redis.Redis] = {}
+log = logging.getLogger(__name__)
 
 
 def backend_redis(app: Celery) -> tuple[redis.Redis, str]:
@@ -67,6 +70,12 @@ class RejectUnstored:
         except GONE as exc:
             if not _own(task_id):
                 raise
+            if _successor.pop(task_id, False):  # a chain's head: its next step, sent already, carries the result
+                error = f"{type(exc).__name__}: {exc}"
+                result_unstored.send(sender=self.app, task_id=task_id, state="SUCCESS", error=error)
+                log.warning("%s: SUCCESS not stored (%s); kept acked: its chain's next step carries its result", task_id,
+                            error)
+                return None
             raise self._not_stored(task_id, "SUCCESS", exc) from exc
 
     def mark_as_retry(self, task_id: str, exc: Exception, *args: Any, **kwargs: Any) -> Any:
@@ -88,6 +97,19 @@ class RejectUnstored:
             raise self._not_stored(task_id, "FAILURE", gone) from gone
 
 
+_successor: dict[str, bool] = {}
+"""Per task id running in this process: did its message carry a next step (a chain's rest, callbacks)?"""
+
+
+def _note_successor(sender: Any = None, task_id: str = "", task: Any = None, **_: Any) -> None:
+    request = getattr(task or sender, "request", None)
+    _successor[task_id] = bool(getattr(request, "chain", None) or getattr(request, "callbacks", None))
+
+
+def _forget_successor(sender: Any = None, task_id: str = "", **_: Any) -> None:
+    _successor.pop(task_id, None)
+
+
 def reject_unstored(app: Celery) -> None:
     """FM-8: a task whose own result (SUCCESS, RETRY or FAILURE) its Redis backend cannot store raises
     ``ResultNotStored``, a ``Reject`` without requeue, instead of the backend's ``ConnectionError``.
@@ -101,7 +123,10 @@ def reject_unstored(app: Celery) -> None:
     to the queue's dead-letter exchange (FM-3), and ``drain(send_back_rejected=True)`` publishes it again
     once the backend answers. Applied to the app's ``redis://`` backend class (``loader.override_backends``,
     read by ``celery.app.backends.by_name``), whatever class that is; only a task's own result, in the
-    process running it: the drain and the main process get the backend's own errors."""
+    process running it: the drain and the main process get the backend's own errors. One exception: a task
+    whose message carried a next step (a chain's head) has sent it before its store (``celery.app.trace``,
+    5.5 to 5.7), with the result in it; rejected, it would run again and send that step twice, so its
+    lost store is only announced (``result_unstored``) and logged, and its message acked as Celery would."""
     loader = cast(Any, app.loader)
     overrides = cast(dict[str, str], loader.override_backends or {})
     current = overrides.get("redis") or "celery.backends.redis:RedisBackend"
@@ -110,3 +135,5 @@ def reject_unstored(app: Celery) -> None:
     if name not in globals():
         globals()[name] = type(name, (RejectUnstored, base), {})
     loader.override_backends = {**overrides, "redis": f"{__name__}:{name}"}
+    task_prerun.connect(_note_successor, weak=False, dispatch_uid="shared.backend.reject_unstored.prerun")
+    task_postrun.connect(_forget_successor, weak=False, dispatch_uid="shared.backend.reject_unstored.postrun")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import signal
 import time
 import uuid
@@ -803,5 +804,46 @@ def test_a_backend_that_comes_back_empty_loses_the_chord_and_the_run_says_what_w
         assert sorted(short_doc(str(d)) for d in summary["ok"]) == sorted(docs) and summary["failed"] == []
         assert len(reader.emails()) == 1
         del first, again  # Celery unsubscribes each from the backend when it goes: while the server still runs
+        gc.collect()
+    harness.reset(fm)
+
+
+@pytest.mark.claim("C21", "chain heads that cannot store their results: each parse runs, the chord counts once (fm8)")
+def test_chain_heads_that_cannot_store_their_results_are_not_run_again() -> None:
+    """fm8's docstring (``reject_unstored``'s one exception): ``celery.app.trace`` sends a chain's next step
+    before it stores the head's result, so a head rejected and run again would send its parse twice (run
+    twice, and on 5.5 and 5.6 counted twice in the chord, C11). The backend stopped as soon as the chord is
+    sent, while the heads run: each head that could not store is kept acked (its parse carries its result),
+    each parse that could not store is sent back by the drain, and the chord counts every document once."""
+    fm = harness.load("fm8")
+    harness.reset(fm)
+    run_id = new_run_id()
+    docs = tuple(f"doc{n}" for n in range(66, 78))
+    with owned_backend(fm, run_id) as (moved, server), running_worker(moved, run_id, "c21", 2.0) as worker:
+        ids = [store_document(run_id, d, document_text(d, SLOW)) for d in docs]
+        assert worker.proc is not None
+        os.kill(worker.proc.pid, signal.SIGSTOP)  # its main process takes nothing while the chord is sent
+        try:
+            chord_result = moved.submit(ids, run_id)  # the manifest and the chord's size stored
+            server.stop()  # then the backend goes: every head runs while it is gone
+        finally:
+            os.kill(worker.proc.pid, signal.SIGCONT)
+        reader = Reader(run_id)
+
+        def failed(stage: str) -> set[str]:
+            return {e.get("doc") for e in reader.events() if e.kind == "store_failed" and e.get("stage") == stage}
+
+        assert wait_until(lambda: bool(failed("fetch_document")) and bool(failed("parse_document")), 20), reader.events()
+        server.start()
+        assert wait_until(chord_result.ready, 40), "the chord did not complete"
+        summary = cast(Any, chord_result.result)["payload"]
+        assert sorted(short_doc(str(d)) for d in summary["ok"]) == sorted(docs) and summary["failed"] == []
+        events = reader.events()
+        heads = failed("fetch_document")
+        assert not {e.get("doc") for e in events if e.kind == "sent_back"} & heads - failed("parse_document")
+        assert all(sum(1 for e in events if e.kind == "fetch_start" and e.get("doc") == d) == 1 for d in heads)
+        assert checks._overlaps(events) == []  # pyright: ignore[reportPrivateUsage]
+        assert len(reader.emails()) == 1
+        del chord_result
         gc.collect()
     harness.reset(fm)

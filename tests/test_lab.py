@@ -62,7 +62,7 @@ def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int) -> None:
     if n >= 8:  # two outages of the backend; every store that failed was run again, the side chord whole, one email
         outage = obs.sides["outage"]
         assert [e.get("phase") for e in outage.events if e.kind == "backend_up"] == ["members", "notify"]
-        failed = {e.get("task") for e in outage.events if e.kind == "store_failed" and e.get("doc")}
+        failed = {e.get("task") for e in outage.events if e.kind == "store_failed" and e.get("stage") == "parse_document"}
         assert failed and failed <= {e.get("task") for e in outage.events if e.kind == "sent_back"}
         assert outage.chord.state == "SUCCESS" and len(outage.emails) == 1 and all(outage.attempts[d] >= 1 for d in outage.docs)
     if n >= 3:
