@@ -2,7 +2,8 @@
 
 One object: ``versions`` (``lab.versions.installed``), ``namespace`` and ``runs``, one
 per run in the order they ran, each with its cell (``fm``, ``kind``, ``code``,
-``scenario``), its ``verdict``, ``ok``, ``error``, ``seconds`` and its ``checks``
+``scenario``), its ``verdict``, ``ok``, ``error``, ``skipped`` (why this machine could not
+run it, or null), ``seconds`` and its ``checks``
 (``label``, ``ok``, ``detail``). Nothing else of the run (no observations): the
 timelines and the HTML report are the place for what happened.
 """
@@ -23,7 +24,7 @@ def as_json(reports: list[RunReport]) -> dict[str, Any]:
         "versions": installed(),
         "namespace": NAMESPACE,
         "runs": [{"fm": r.fm, "kind": r.kind, "code": r.code, "scenario": r.scenario, "verdict": r.verdict,
-                  "ok": r.ok, "error": r.error, "seconds": round(r.seconds, 2),
+                  "ok": r.ok, "error": r.error, "skipped": r.skipped, "seconds": round(r.seconds, 2),
                   "checks": [{"label": c.label, "ok": c.ok, "detail": c.detail} for c in r.checks]}
                  for r in reports],
     }
