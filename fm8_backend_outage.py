@@ -6,8 +6,8 @@ slow but healthy documents, 0.8 s of parse each), the runner stops that Redis on
 ended and others still run, and starts it again 4 s later, its data intact. Every parse that ends
 in those 4 s has returned its envelope, and its result cannot be stored. fm7 acks those messages:
 the work is done, its outcome is nowhere, and the chord waits for members that will never report
-(``--prove``: ``9 stores failed; acked with the outcome unstored: doc68 (parse_document), ...;
-outage chord PENDING``, 12 s after the backend came back). No ``notify``, no email, nothing in the
+(``--prove``, one run: ``10 stores failed; acked with the outcome unstored: doc68 (parse_document),
+...; outage chord PENDING``, 12 s after the backend came back). No ``notify``, no email, nothing in the
 DLQ; the worker's window says ``Exception raised outside body: ConnectionError`` once per member.
 
 Root cause: the store comes after the body. ``celery.app.trace.build_tracer``'s ``trace_task`` calls
@@ -47,8 +47,9 @@ Fix:
   reads the start counters from the backend, so while it is gone it keeps every letter in the DLQ
   (``dead_letter_kept``) and sends them back on its first pass after the return;
 - ``BACKEND_GONE`` on ``notify`` (``@transient_retryable``): the claim's Redis is the backend's
-  (FM-4). A ``ConnectionError`` from it, in a blip shorter than the result store's retries, would be
-  FM-1's terminal ``error`` envelope, stored once the blip was over: no email. It is a retry
+  (FM-4). A ``ConnectionError`` from it is FM-1's terminal ``error`` envelope without this, and in a
+  blip shorter than the result store's retries that envelope is stored once the blip is over: no
+  email (seen on fm6's code when this FM was designed; not a lab run). It is a retry
   (backoff 0.5 s doubling, jittered, 6 times: 31 s at least). In a longer outage the retry is
   published first (``Task.retry``) and its ``RETRY`` state cannot be stored: the message is
   rejected as well, so ``notify`` comes back more than once (4 runs after the return in a run here);
@@ -60,8 +61,9 @@ Fix:
 G8 (the side chord ``outage``; two outages of 4 s: while members store, while ``notify`` holds its
 claim): the chord completes, all 12 documents ok, each once, one email, within 12 s of the
 backend's last return (0.07 to 0.20 s in runs here: the drain's next pass, 0.25 s apart, and
-one parse); every store that failed is followed by a new run of its task (no message acked with
-its outcome unstored); none parsed in two processes at once.
+one parse); every member or ``notify`` whose store failed runs again, and every head whose store
+failed has its parse run (no message acked with its outcome lost); none parsed in two processes at
+once.
 
 Hard variant (``tests/test_celery_claims.py``, claim C20): the backend comes back empty (no
 persistence). What it held is gone: the results already stored, the chord's counter and the
