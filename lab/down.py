@@ -89,7 +89,9 @@ def down(force: bool = False, say: Callable[[str], None] = print) -> int:
         did.append(stop_run(here))
     workers.stop_leftovers(say=did.append, why="left running")
     if gone := owned.stop_leftovers():
-        did.append(f"stopped the lab's own {', '.join(gone)} (a scenario's redis-server) left running in namespace {NAMESPACE}")
+        kinds = " and ".join(k for k, m in (("redis-server", "redis-"), ("RabbitMQ node", "rabbit-"))
+                             if any(g.startswith(m) for g in gone))
+        did.append(f"stopped the lab's own {', '.join(gone)} (a scenario's {kinds}) left running in namespace {NAMESPACE}")
     elsewhere = [r for r in live if r.namespace != NAMESPACE]
     started = services.started_by_lab()
     if started and elsewhere and not force:

@@ -154,8 +154,9 @@ class OwnedRedis:
 
 def stop_leftovers(orphans_only: bool = False) -> list[str]:
     """Kill the owned servers a killed run left running (by their pid files, checked by their command
-    lines: Redis shows ``redis-server 127.0.0.1:<port>`` there), with ``orphans_only`` only those whose
-    owner process is gone; returns their names. Their folders go too."""
+    lines: Redis shows ``redis-server 127.0.0.1:<port>`` there, a RabbitMQ node's Erlang VM its own
+    ``-home`` folder), with ``orphans_only`` only those whose owner process is gone; returns their names.
+    Their folders go too, with ``orphans_only``."""
     stopped: list[str] = []
     for pidfile in sorted(OWNED_DIR.glob("*/pid")) if OWNED_DIR.exists() else []:
         folder = pidfile.parent
@@ -163,18 +164,47 @@ def stop_leftovers(orphans_only: bool = False) -> list[str]:
             continue
         try:
             pid, port = int(pidfile.read_text()), int((folder / "port").read_text())
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
             pidfile.unlink(missing_ok=True)
             continue
-        if "redis-server" in cmd and f"127.0.0.1:{port}" in cmd:
+        if folder.name.startswith("rabbit-"):  # a node: its script and its Erlang VM, one process group
+            group = [p for p in _group(pid) if str(folder / "home") in _cmdline(p) or "rabbitmq-server" in _cmdline(p)]
+            if group:
+                os.killpg(pid, signal.SIGKILL)
+                wait_until(lambda: all(_gone(p) for p in group), STOP_SECONDS, interruptible=False)
+                stopped.append(folder.name)
+        elif "redis-server" in (cmd := _cmdline(pid)) and f"127.0.0.1:{port}" in cmd:
             os.kill(pid, signal.SIGKILL)
-            wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), STOP_SECONDS, interruptible=False)
+            wait_until(lambda: _gone(pid), STOP_SECONDS, interruptible=False)
             stopped.append(folder.name)
         pidfile.unlink(missing_ok=True)
         if orphans_only:
             shutil.rmtree(folder, ignore_errors=True)
     return stopped
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _gone(pid: int) -> bool:
+    return not Path(f"/proc/{pid}").exists() or _zombie(pid)
+
+
+def _group(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid``."""
+    found: list[int] = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
 
 
 def _alive(owner_file: Path) -> bool:
@@ -191,3 +221,155 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     except (OSError, IndexError):
         return True
+
+
+# ---- a RabbitMQ node of the lab's own (FM-9) -----------------------------------------------------
+
+RABBIT_READY_SECONDS = 90.0
+"""A node boots in 3 to 10 s on the lab's two-core machine; a loaded one, longer."""
+DIST_OFFSET = 10000
+"""The node's Erlang distribution port is its AMQP port plus this (``RABBITMQ_DIST_PORT``)."""
+
+
+def rabbit_available() -> str | None:
+    """The ``rabbitmq-server`` script to run as the current user, or None when it is not installed
+    (Debian's ``/usr/sbin`` wrappers switch to the rabbitmq user; the scripts behind them do not)."""
+    direct = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+    return str(direct) if direct.exists() else shutil.which("rabbitmq-server")
+
+
+class OwnedRabbit:
+    """A RabbitMQ node of the lab's own, named ``name`` in this namespace: its own node name, AMQP port,
+    distribution port, configuration and data under ``.lab/<namespace>/owned/rabbit-<name>/``.
+
+    ``consumer_timeout`` (ms) and ``channel_tick_interval`` (ms, how often a channel checks it; 60 s by
+    default in RabbitMQ 3.10) are written into its configuration, so that FM-9's consumer timeout fires
+    within seconds. Started in the foreground of a session of its own (``stop()`` asks ``rabbitmqctl stop``,
+    then kills what is left); its pid and its owner's beside the data, for ``stop_leftovers``."""
+
+    def __init__(self, name: str, consumer_timeout: int | None = None, channel_tick_interval: int | None = None) -> None:
+        self.name = name
+        self.consumer_timeout, self.channel_tick_interval = consumer_timeout, channel_tick_interval
+        self.folder = OWNED_DIR / f"rabbit-{name}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def node(self) -> str:
+        return f"rcl-{NAMESPACE}-{self.name}@localhost"
+
+    @property
+    def port(self) -> int:
+        kept = self.folder / "port"
+        if kept.exists():
+            return int(kept.read_text())
+        start = zlib.crc32(f"{NAMESPACE}/rabbit/{self.name}".encode()) % len(PORTS)
+        for i in range(len(PORTS)):
+            port = PORTS[(start + i) % len(PORTS)]
+            if _free(port) and _free(port + DIST_OFFSET):
+                self.folder.mkdir(parents=True, exist_ok=True)
+                kept.write_text(str(port))
+                return port
+        raise OSError(f"no free port pair for an owned RabbitMQ node in {PORTS.start}..{PORTS.stop - 1}")
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def env(self) -> dict[str, str]:
+        """The environment its scripts (``rabbitmq-server``, ``rabbitmqctl``) run with."""
+        for sub in ("mnesia", "log", "home"):
+            (self.folder / sub).mkdir(parents=True, exist_ok=True)
+        (self.folder / "enabled_plugins").write_text("[].\n")  # no management plugin: no other port to take
+        conf = [f"listeners.tcp.default = 127.0.0.1:{self.port}"]
+        if self.consumer_timeout is not None:
+            conf.append(f"consumer_timeout = {self.consumer_timeout}")
+        (self.folder / "rabbitmq.conf").write_text("\n".join(conf) + "\n")
+        tick = f"{{channel_tick_interval, {self.channel_tick_interval}}}" if self.channel_tick_interval else ""
+        (self.folder / "advanced.config").write_text(f"[{{rabbit, [{tick}]}}].\n")
+        return {
+            **os.environ,
+            "HOME": str(self.folder / "home"),  # an Erlang cookie of its own
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.port + DIST_OFFSET),
+            "RABBITMQ_MNESIA_BASE": str(self.folder / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.folder / "log"),
+            "RABBITMQ_PID_FILE": str(self.folder / "rabbitmq.pid"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.folder / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(self.folder / "rabbitmq"),  # rabbitmq.conf
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.folder / "advanced.config"),
+        }
+
+    def ctl(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """``rabbitmqctl -n <its node> args...`` (as the current user, with its cookie)."""
+        exe = rabbit_available()
+        if exe is None:
+            raise OwnedServiceMissing("needs rabbitmq-server (Debian: apt-get install rabbitmq-server)")
+        return subprocess.run([str(Path(exe).with_name("rabbitmqctl")), "-n", self.node, *args], env=self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                pass
+        except OSError:
+            return False
+        from kombu import Connection  # a listening socket is not yet a broker that lets the lab in
+
+        try:
+            with Connection(self.url, connect_timeout=2) as conn:
+                conn.connect()
+            return True
+        except Exception:
+            return False
+
+    def start(self) -> None:
+        """Start it (its data as the last stop left it) and wait until the lab can connect."""
+        exe = rabbit_available()
+        if exe is None:
+            raise OwnedServiceMissing("needs rabbitmq-server (Debian: apt-get install rabbitmq-server)")
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if not (_free(self.port) and _free(self.port + DIST_OFFSET)):
+            raise OSError(f"port {self.port} or {self.port + DIST_OFFSET} of the owned RabbitMQ node {self.name} is taken")
+        env = self.env()
+        with (self.folder / "server.log").open("ab") as log:
+            self.proc = subprocess.Popen([exe], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, env=env)
+        (self.folder / "pid").write_text(str(self.proc.pid))
+        (self.folder / "owner").write_text(str(os.getpid()))
+        proc = self.proc
+        if not wait_until(lambda: proc.poll() is not None or self.answers(), RABBIT_READY_SECONDS, interval=0.2) \
+                or proc.poll() is not None:
+            self.stop()
+            raise OSError(f"the owned RabbitMQ node {self.node} did not answer on port {self.port}; "
+                          f"log: {self.folder / 'server.log'}")
+
+    def stop(self) -> None:
+        """``rabbitmqctl stop``, wait until it is gone (its process group killed after ``STOP_SECONDS``)."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                self.ctl("stop", timeout=STOP_SECONDS)
+            except (subprocess.TimeoutExpired, OSError):
+                pass
+            try:
+                proc.wait(STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        (self.folder / "pid").unlink(missing_ok=True)
+
+    def remove(self) -> None:
+        """Stop it and delete its folder (its data, its ports)."""
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> OwnedRabbit:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.remove()

@@ -9,10 +9,15 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any, cast
 
+import amqp
+from amqp.exceptions import PreconditionFailed
 import pytest
 import redis
+from kombu import Connection, Exchange, Queue
 
 import run_all_fms
 from lab import owned
@@ -109,3 +114,53 @@ def test_a_machine_without_redis_server_skips_scenario_8_saying_why(monkeypatch:
     assert "  skipped: scenario 8 stops and starts a redis-server of the lab's own; none is installed here " \
            "(needs redis-server (Debian: apt-get install redis-server))" in out, out
     assert "fm8   SKIPPED" in out, out
+
+
+needs_rabbit = pytest.mark.skipif(owned.rabbit_available() is None, reason="needs rabbitmq-server")
+
+
+@needs_rabbit
+def test_an_owned_rabbitmq_node_times_a_consumer_out_within_seconds_and_leaves_nothing() -> None:
+    """FM-9's node: its own name, ports and data; ``consumer_timeout`` and ``channel_tick_interval`` as given, so
+    that a message held unacknowledged past the timeout closes its channel with 406 PRECONDITION_FAILED within
+    about the timeout (RabbitMQ's default is 30 minutes, checked once a minute). Removed, nothing of it runs."""
+    with owned.OwnedRabbit("t-timeout", consumer_timeout=2000, channel_tick_interval=500) as node:
+        assert node.port != 5672 and node.node.endswith("-t-timeout@localhost")
+        said = node.ctl("eval", "{application:get_env(rabbit, consumer_timeout), "
+                                "application:get_env(rabbit, channel_tick_interval)}.").stdout.strip()
+        assert said == "{{ok,2000},{ok,500}}", said
+        pid = cast(subprocess.Popen[bytes], node.proc).pid
+        with Connection(node.url) as conn:
+            channel: Any = conn.channel()
+            Queue("t.q", Exchange("t.q"), routing_key="t.q", channel=channel).declare()
+            channel.basic_publish(amqp.Message("x"), exchange="t.q", routing_key="t.q")
+            got: list[object] = []
+            channel.basic_qos(0, 1, False)
+            channel.basic_consume("t.q", callback=got.append, no_ack=False)
+            started = time.monotonic()
+            with pytest.raises(PreconditionFailed, match="delivery acknowledgement on channel"):
+                while time.monotonic() - started < 15:
+                    try:
+                        conn.drain_events(timeout=0.5)
+                    except TimeoutError:
+                        continue
+            took = time.monotonic() - started
+        assert got and 2.0 <= took <= 2.0 + 0.5 + 2.0, took  # the timeout, one tick, and a loaded machine's slack
+    assert wait_until(lambda: not owned._group(pid), 10)  # pyright: ignore[reportPrivateUsage]
+    assert not node.folder.exists()
+
+
+@needs_rabbit
+def test_an_owned_node_a_killed_run_left_is_stopped_by_the_next_run() -> None:
+    ns = derived("orphan-rabbit")
+    code = ("from lab import owned; n = owned.OwnedRabbit('t-orphan'); n.start(); print(n.proc.pid, flush=True); "
+            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    env = {**os.environ, "RCL_NAMESPACE": ns}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    pgid = int(done.stdout)
+    assert owned._group(pgid)  # pyright: ignore[reportPrivateUsage]
+    said = subprocess.run([sys.executable, "-c", "from lab import owned; print(owned.stop_leftovers(orphans_only=True))"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert said.stdout.strip() == "['rabbit-t-orphan']", said.stdout + said.stderr
+    assert wait_until(lambda: not owned._group(pgid), 10)  # pyright: ignore[reportPrivateUsage]
