@@ -372,7 +372,7 @@ def _final(obs: Observations, doc: str, attempts: list[Attempt], dead: float | N
         failed = obs.failed(doc)
         if failed is not None:
             return "failed", str(failed.get("reason") or "error"), str(failed.get("error") or "")
-        if doc in obs.ok_docs():
+        if obs.is_ok(doc):
             return "ok", None, ""
     if dead is not None:
         return "failed", "dead_lettered", "dead-lettered by the broker"
