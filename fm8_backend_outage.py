@@ -153,7 +153,7 @@ app.conf.worker_soft_shutdown_timeout = 0.3  # FM-7 (Celery 5.5+): after SIGTERM
 WORKER_ENV = {"REMAP_SIGTERM": "SIGQUIT"}  # FM-7: SIGTERM starts the soft/cold shutdown (Celery reads it at start only)
 app.conf.worker_deduplicate_successful_tasks = True  # FM-7 (5.1+): a redelivered task stored SUCCESS is not run
 reject_unstored(app)  # FM-8: a result the backend cannot store rejects its message, into the DLX: nothing acked or stored
-BACKEND_GONE = RetryPolicy(max_retries=6, base=0.5, retry_on=(redis.ConnectionError, redis.TimeoutError))  # FM-8: 0.5..64 s
+BACKEND_GONE = RetryPolicy(max_retries=6, base=0.5, retry_on=(redis.ConnectionError, redis.TimeoutError))  # FM-8: 31.5 to 63 s in all
 
 
 @app.task(bind=True, time_limit=3, Request=BackstopRequest)  # FM-6: every task has a deadline; Celery's kills last
