@@ -80,7 +80,7 @@ TITLES: dict[str, str] = {
     "G5": "bounded retries with backoff, probe not held",
     "G6": "deadlines in every task's body; time_limit backstop as an envelope",
     "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, no running body killed",
-    "G8": "backend outage mid-chord: every store that failed runs again, chord whole, one email",
+    "G8": "backend outage mid-chord: every member whose store failed runs again, chord whole, one email",
     "S1": "a raising member: ChordError, notify never runs",
     "S2": "early ack: the killed task is lost",
     "S3": "poison redelivered past the bound",
