@@ -56,7 +56,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("RCL_NAMESPACE", "rclbench")  # the user's, else rclbench; before lab is imported (workers inherit it)
-os.environ.pop("BULK_VISIBILITY_TIMEOUT", None)  # the write-up's default hour, as published (workers inherit it)
 
 from celery.result import AsyncResult  # noqa: E402
 from celery.states import READY_STATES  # noqa: E402
@@ -112,7 +111,9 @@ def writeup_expected(manifest: Manifest) -> WriteupExpected:
     return WriteupExpected(len(pieces), frozenset(dead), frozenset(booked))
 
 
-def _fixed_problem(manifest: Manifest, bookings: list[tuple[str, str]], r: Any, prefix: str) -> str:
+def fixed_problem(manifest: Manifest, bookings: list[tuple[str, str]], r: Any, prefix: str) -> str:
+    """Why a fixed run is not exact ("" when every consignment is accounted for); ``bookings`` the terminal's,
+    ``r`` and ``prefix`` where the program keeps its lists."""
     per_bl = Counter(bl for bl, _ in bookings)
     want_booked = {str(t.bl_number) for t in manifest.parsable}
     rejected = {int(rec["unit"]["index"]): str(rec["reason"]) for rec in DeadLetters(r, prefix, "rejected").records()}
@@ -128,8 +129,10 @@ def _fixed_problem(manifest: Manifest, bookings: list[tuple[str, str]], r: Any, 
     return ""
 
 
-def _writeup_problem(manifest: Manifest, bookings: list[tuple[str, str]], r: Any, prefix: str,
-                     returned: object) -> str:
+def writeup_problem(manifest: Manifest, bookings: list[tuple[str, str]], r: Any, prefix: str,
+                    returned: object) -> str:
+    """Why a write-up run is not exact ("" when every piece of its split is accounted for); ``returned`` is what
+    its ``aggregate_batch`` returned."""
     want = writeup_expected(manifest)
     truth = naive_pieces(manifest)[0]
     if want.pieces != truth:
@@ -185,8 +188,8 @@ def measure(kind: harness.Kind, units: int) -> Measured:
     if not problem and body is not None and body.state != "SUCCESS":
         problem = f"aggregate {body.state}: {body.result!r}"[:200]
     if not problem:
-        problem = (_fixed_problem(manifest, bookings, r, prefix) if kind == "fixed"
-                   else _writeup_problem(manifest, bookings, r, prefix, cast(object, body.result if body else None)))
+        problem = (fixed_problem(manifest, bookings, r, prefix) if kind == "fixed"
+                   else writeup_problem(manifest, bookings, r, prefix, cast(object, body.result if body else None)))
     harness.reset(fm)
     return Measured(kind, units, pieces, split_at - started, None if problem else ended - started,
                     len({bl for bl, _ in bookings}), parked, problem)
@@ -205,6 +208,7 @@ def main() -> int:
     parser.add_argument("--units", type=int, default=4000, help="consignments in the manifest (default 4,000)")
     parser.add_argument("--pairs", type=int, default=3, help="pairs of runs, fixed and write-up (default 3)")
     args = parser.parse_args()
+    os.environ.pop("BULK_VISIBILITY_TIMEOUT", None)  # the write-up's default hour, as published (its workers inherit it)
     services.ensure()
     print(f"bl bench: namespace {NAMESPACE}, {os.cpu_count()} CPUs, {args.units:,} consignments, {args.pairs} pair(s)",
           flush=True)

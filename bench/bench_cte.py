@@ -56,9 +56,12 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
+    from case_studies.cte_ingestion.events import Stream
     from lab.fm import Fm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,6 +152,43 @@ def _states(fm: Fm, ids: list[str]) -> dict[str, tuple[str, object]]:
     return found
 
 
+@dataclass(frozen=True)
+class WriteupExpected:
+    """What the write-up's program must make of a burst, payload by payload, by its own model's rules."""
+
+    keys: frozenset[str]  # the idempotency keys it commits: the valid events and those it lets through (CT1 write-up)
+    quarantined: frozenset[str]  # the payloads (as sent to it, JSON with sorted keys) its model refuses
+    returned: Mapping[str, int]  # its tasks' returns: committed, deduplicated, None (sent to quarantine)
+
+
+def writeup_expected(s: Stream) -> WriteupExpected:
+    from case_studies.cte_ingestion import stand_ins, study
+    payloads = [stand_ins.as_published(p) for p in s.payloads]
+    through = set(study.loose(s))  # invalid for the fixed contract, taken by its digit patterns
+    refused = [p for p in s.invalid if p not in through]
+    kept = [p for p in range(len(payloads)) if p not in s.invalid or p in through]
+    keys = frozenset(study.raw_key(payloads[p]) for p in kept)
+    return WriteupExpected(
+        keys, frozenset(json.dumps(payloads[p], sort_keys=True, ensure_ascii=False) for p in refused),
+        {"committed": len(keys), "deduplicated": len(kept) - len(keys), "None": len(refused)})
+
+
+def writeup_problems(want: WriteupExpected, returned: Mapping[str, int], keys: set[str],
+                     quarantined: set[str]) -> list[str]:
+    """Why a write-up run is not exact (empty when every payload is accounted for as its model decides).
+    ``returned``: its tasks' returns counted (``str`` of each result; a state for a task that did not succeed)."""
+    problems: list[str] = []
+    if {k: v for k, v in returned.items() if v} != {k: v for k, v in want.returned.items() if v}:
+        problems.append(f"tasks returned {dict(returned)}, want {dict(want.returned)}")
+    if frozenset(keys) != want.keys:
+        problems.append(f"committed {len(keys)} keys ({len(keys ^ want.keys)} differ), want the {len(want.keys)} "
+                        "its model takes")
+    if frozenset(quarantined) != want.quarantined:
+        problems.append(f"quarantined {len(quarantined)} ({len(quarantined ^ want.quarantined)} differ), want the "
+                        f"{len(want.quarantined)} payloads its model refuses")
+    return problems
+
+
 def one_writeup(events: int) -> int:
     """One measurement of the write-up's program (one Redis queue, one worker at ``-c 2``, its model); 0 when exact."""
     from case_studies.cte_ingestion import stand_ins, study
@@ -169,11 +209,7 @@ def one_writeup(events: int) -> int:
     folder = study.metrics_folder(fm.short, run_id)
     s = generate(study.SEED, events, invalid_every=study.INVALID_EVERY, duplicate_every=study.DUPLICATE_EVERY)
     payloads = [stand_ins.as_published(p) for p in s.payloads]  # the same values, under its field names
-    through = set(study.loose(s))  # invalid for the fixed contract, taken by its digit patterns
-    refused = [p for p in s.invalid if p not in through]
-    refused_texts = {json.dumps(payloads[p], sort_keys=True, ensure_ascii=False) for p in refused}
-    kept = [p for p in range(len(payloads)) if p not in s.invalid or p in through]
-    want_keys = {study.raw_key(payloads[p]) for p in kept}
+    want = writeup_expected(s)
     specs = study.worker_specs(fm, study.SCENARIOS["burst"], folder)
     with harness.running_workers(fm, run_id, "bench-cte-writeup", specs, STOP_GRACE,
                                  after=lambda: harness.purge(fm)) as workers:
@@ -193,7 +229,7 @@ def one_writeup(events: int) -> int:
                 return False
             states = _states(fm, pending)
             pending = [i for i in pending if states[i][0] not in ("SUCCESS", "FAILURE")]
-            return not pending and ledger.counts().quarantined >= len(refused_texts)
+            return not pending and ledger.counts().quarantined >= len(want.quarantined)
 
         done = wait_until(handled, DRAIN_TIMEOUT, interval=0.25)
         drained = time.monotonic() - started
@@ -203,16 +239,8 @@ def one_writeup(events: int) -> int:
     returned = Counter(str(r) if st == "SUCCESS" else st for st, r in (final[i] for i in ids))
     with ledger.engine.connect() as conn:
         keys = {str(k) for k in conn.execute(select(ledger.events_table.c.key)).scalars()}
-    quarantined = set(ledger.quarantined())
-    want_returned = Counter({"committed": len(want_keys), "deduplicated": len(kept) - len(want_keys),
-                             "None": len(refused)})
-    problems = [
-        *([] if done else [f"not drained within {DRAIN_TIMEOUT:.0f}s"]),
-        *([] if returned == want_returned else [f"tasks returned {dict(returned)}, want {dict(want_returned)}"]),
-        *([] if keys == want_keys else [f"committed {len(keys)} keys, want the {len(want_keys)} its model takes"]),
-        *([] if quarantined == refused_texts
-          else [f"quarantined {len(quarantined)}, want the {len(refused_texts)} payloads its model refuses"]),
-    ]
+    problems = [*([] if done else [f"not drained within {DRAIN_TIMEOUT:.0f}s"]),
+                *writeup_problems(want, returned, keys, set(ledger.quarantined()))]
     result({"program": "write-up", "shards": 0, "ledger": ledger.engine.dialect.name, "events": events,
             "messages": len(sent), "accepted": round(accepted, 2), "depth_after": first, "drained": round(drained, 2),
             "committed": counts.committed, "quarantined": counts.quarantined,
