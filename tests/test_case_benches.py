@@ -1,12 +1,16 @@
 """The case-study benches' accounting (``bench/bench_bl.py``, ``bench/bench_cte.py``): a run counts only when every
 item is accounted for by its program's semantics. Checked here on the lab's own 40-consignment manifest and
 2,000-event burst: what each write-up program must make of them, that an exact run passes, and that a run one item
-off in any list does not. Pure: no broker (a dict of lists stands in for the Redis lists the programs keep).
+off in any list does not (pure: a dict of lists stands in for the Redis lists the programs keep). Then each bench
+runs for real at a small size, both programs, in a namespace of its own: every run exact.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from typing import Any
 
@@ -18,6 +22,8 @@ from bench.bench_cte import writeup_problems as cte_writeup_problems
 from case_studies.bl_ingestion.manifest import Deviations, Manifest, generate
 from case_studies.bl_ingestion.study import DEVIATE_EVERY, MANIFEST_UNITS, SEED, naive_pieces
 from case_studies.cte_ingestion import study as cte_study
+from lab.fm import ROOT
+from tests.namespaces import derived
 
 PREFIX = "bench:"
 BATCH = "B1"
@@ -120,3 +126,43 @@ def test_a_cte_writeup_run_counts_only_when_every_payload_is_accounted() -> None
     lost = Counter({**want.returned, "committed": want.returned["committed"] - 1, "FAILURE": 1})
     assert len(cte_writeup_problems(want, lost, keys - {min(keys)}, quarantined)) == 2
     assert len(cte_writeup_problems(want, Counter(want.returned), keys, quarantined - {min(quarantined)})) == 1
+
+
+def bench(script: str, *args: str, suffix: str) -> str:
+    """Run ``bench/<script>`` in a namespace of the session's own; its output (it must exit 0: every run exact)."""
+    env = {**os.environ, "RCL_NAMESPACE": derived(suffix)}
+    env.pop("RCL_LEDGER_URL", None)  # the benches choose their ledgers
+    done = subprocess.run([sys.executable, f"bench/{script}", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.usefixtures("real_services")
+def test_bench_severity_runs_both_programs_on_the_same_extract_each_exact() -> None:
+    out = bench("bench_severity.py", "--quick", "--only", "4", "--pairs", "1", suffix="bsev")
+    assert "write-up: median" in out and "fixed: median" in out and out.count("(1 of 1 runs exact)") == 2
+    assert "   1    write-up     10,000    500     20" in out and "   1    fixed        10,000    500     20" in out
+    assert "0 run(s) not exact" in out
+
+
+@pytest.mark.usefixtures("real_services")
+def test_bench_bl_runs_both_programs_on_the_same_manifest_each_exact() -> None:
+    out = bench("bench_bl.py", "--units", str(MANIFEST_UNITS), "--pairs", "1", suffix="bbl")
+    assert "pair 1: fixed    40 consignments, 40 units" in out and "(booked 37, rejected 3)" in out
+    assert "pair 1: write-up 40 consignments, 41 units" in out and "(booked 40, dead-lettered 1)" in out
+    assert "FAILED" not in out and "0 run(s) not exact" in out
+
+
+@pytest.mark.usefixtures("real_services")
+def test_bench_cte_runs_both_programs_on_the_same_burst_each_exact() -> None:
+    out = bench("bench_cte.py", "--events", "300", "--shards", "2", suffix="bcte")
+    runs = [json.loads(line.removeprefix("RESULT ")) for line in out.splitlines() if line.startswith("RESULT ")]
+    assert [(r["program"], r["shards"], r["events"], r["exact"]) for r in runs] == [("write-up", 0, 300, True),
+                                                                                     ("fixed", 2, 300, True)]
+    s = cte_study.stream(events=300)
+    want = cte_writeup_expected(s)
+    writeup, fixed = runs
+    assert (writeup["messages"], writeup["committed"], writeup["quarantined"]) == (300, len(want.keys),
+                                                                                    len(want.quarantined))
+    assert (fixed["committed"], fixed["quarantined"], fixed["out_of_order"]) == (s.valid_distinct, len(s.invalid), 0)
