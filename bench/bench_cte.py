@@ -292,7 +292,7 @@ def main() -> int:
         return one_fixed(args.events)
     if args.one == "write-up":
         return one_writeup(args.events)
-    from lab import services
+    from lab import services, workers
     from lab.settings import NAMESPACE
     services.ensure()
     print(f"cte bench: namespace {NAMESPACE}, {os.cpu_count()} CPUs, {args.events:,} events, {args.rounds} round(s)",
@@ -303,21 +303,23 @@ def main() -> int:
     status, runs = 0, list[dict[str, Any]]()
     started = time.monotonic()
     try:
-        for r in range(args.rounds):
-            for url in ledgers:
-                for program, shards in (plan if r % 2 == 0 else plan[::-1]):
-                    env = {**os.environ}
-                    if shards:
-                        env["CTE_SHARDS"] = str(shards)
-                    if url:
-                        env["RCL_LEDGER_URL"] = url
-                    else:
-                        env.pop("RCL_LEDGER_URL", None)
-                    code, found = child([program, "--events", str(args.events)], env)
-                    status |= code
-                    if found is not None:
-                        runs.append(found)
-    finally:
+        with workers.NamespaceLock():  # one run per namespace; the measurements' processes run under it
+            workers.stop_leftovers()
+            for r in range(args.rounds):
+                for url in ledgers:
+                    for program, shards in (plan if r % 2 == 0 else plan[::-1]):
+                        env = {**os.environ}
+                        if shards:
+                            env["CTE_SHARDS"] = str(shards)
+                        if url:
+                            env["RCL_LEDGER_URL"] = url
+                        else:
+                            env.pop("RCL_LEDGER_URL", None)
+                        code, found = child([program, "--events", str(args.events)], env)
+                        status |= code
+                        if found is not None:
+                            runs.append(found)
+    finally:  # once the lock is released: --clean takes it (and refuses a namespace another run holds)
         subprocess.run([sys.executable, "run_all_fms.py", "--clean"], cwd=ROOT, env=os.environ, check=False,
                        stdout=subprocess.DEVNULL)
     summary(runs)
