@@ -1,7 +1,7 @@
 """Benchmark: case study 1 (``case_studies/severity_batch``: ``fixed.py``, and ``writeup.py`` beside it) on this machine.
 
     python bench/bench_severity.py              # every figure, ledger in SQLite
-    python bench/bench_severity.py --postgres   # item 1 against PostgreSQL too
+    python bench/bench_severity.py --postgres   # items 1 and 4 against PostgreSQL too
     python bench/bench_severity.py --quick      # every claim count / 10: a smoke run
 
 Each measurement runs one program (the fixed one; item 4 the write-up's too) as the lab runs it: its own queues and
@@ -28,15 +28,16 @@ Figures:
 3. a chunk-size sweep on 20,000 claims: chunks of 50, 500, 5,000;
 4. like with like: the write-up's program (``writeup.py``, its own worker: no beat, ``result_expires``
    at the lab's 8 s) and the fixed one on the same extract (100,000 claims, chunks of 500, the same
-   seed, the same ledger), ``--pairs`` pairs (3 by default), the order alternating (write-up first in
-   the first pair, fixed first in the next), each run counted the same way: the body returned, the
-   manifest signed with the extract's counts and the ledger holding every scorable row and every
-   poison row once. The per-run times, each program's median and the ratio pair by pair are printed.
+   seed, the same ledger: SQLite, and PostgreSQL with ``--postgres``), ``--pairs`` pairs (3 by
+   default), the order alternating (write-up first in the first pair, fixed first in the next),
+   each run counted the same way: the body returned, the manifest signed with the extract's counts
+   and the ledger holding every scorable row and every poison row once. The per-run times, each
+   program's median and the ratio pair by pair are printed.
 
-It runs in the namespace ``RCL_NAMESPACE`` names (the user's; ``rclbench`` only when it is not set)
-(queues ``<namespace>.sb.*``, Redis keys ``<namespace>:*``, ledger
-``.lab/<namespace>/severity-ledger.sqlite``), and cleans that namespace when it
-ends: give it one of its own. A measurement, not a test: nothing fails on time.
+It runs in the namespace ``RCL_NAMESPACE`` names, the user's (``rclbench`` only when it is not
+set): queues ``<namespace>.sb.*`` and ``<namespace>.sbw.*``, Redis keys ``<namespace>:*``, ledger
+``.lab/<namespace>/severity-ledger.sqlite`` (tables ``<namespace>_severity_*`` on PostgreSQL), and
+it cleans that namespace when it ends: give it one of its own. A measurement, not a test: nothing fails on time.
 """
 
 from __future__ import annotations
@@ -252,7 +253,8 @@ def report_per_claim(chunked: Measured, per_claim: list[Measured]) -> None:
 
 def report_like_with_like(pairs: list[tuple[Measured, Measured]]) -> None:
     """``pairs``: (write-up, fixed) per pair, whichever ran first; printed in the order they ran."""
-    print("4. the write-up's program and the fixed one on the same extract, the order alternating pair by pair")
+    print(f"4. the write-up's program and the fixed one on the same extract, the order alternating pair by pair "
+          f"(ledger: {pairs[0][0].ledger if pairs else '-'})")
     print(f"   {'pair':<5}{'program':<10}{'claims':>9}{'chunk':>7}{'tasks':>7}{'submit':>9}{'total':>10}{'claims/s':>10}")
     for i, (writeup, fixed) in enumerate(pairs):
         order = (("write-up", writeup), ("fixed", fixed)) if i % 2 == 0 else (("fixed", fixed), ("write-up", writeup))
@@ -286,7 +288,7 @@ def report_sweep(sweep: list[Measured]) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description="Benchmark case study 1 (severity batch) on this machine.")
-    p.add_argument("--postgres", action="store_true", help=f"item 1 against PostgreSQL too ({POSTGRES_URL})")
+    p.add_argument("--postgres", action="store_true", help=f"items 1 and 4 against PostgreSQL too ({POSTGRES_URL})")
     p.add_argument("--quick", action="store_true", help="every claim count / 10 (a smoke run)")
     p.add_argument("--pairs", type=int, default=3, help="item 4: pairs of runs, write-up and fixed (default 3)")
     p.add_argument("--only", choices=("1", "2", "3", "4"), action="append",
@@ -342,16 +344,18 @@ def main() -> int:
             if "4" in items:
                 writeup = program("broken")  # the write-up's own program (writeup.py)
                 harness.refuse_busy_queues([writeup.short])
-                pairs: list[tuple[Measured, Measured]] = []
-                for i in range(args.pairs):
-                    if i % 2 == 0:
-                        w = one(100_000, 500, on=writeup)
-                        pairs.append((w, one(100_000, 500)))
-                    else:
-                        f = one(100_000, 500)
-                        pairs.append((one(100_000, 500, on=writeup), f))
-                report_like_with_like(pairs)
-                print(flush=True)
+                ledgers = [(sqlite_url, "sqlite"), *([(POSTGRES_URL, "postgres")] if args.postgres else [])]
+                for url, name in ledgers:
+                    pairs: list[tuple[Measured, Measured]] = []
+                    for i in range(args.pairs):
+                        if i % 2 == 0:
+                            w = one(100_000, 500, url, name, on=writeup)
+                            pairs.append((w, one(100_000, 500, url, name)))
+                        else:
+                            f = one(100_000, 500, url, name)
+                            pairs.append((one(100_000, 500, url, name, on=writeup), f))
+                    report_like_with_like(pairs)
+                    print(flush=True)
     finally:
         workers.wait_stopped()
         harness.clean(say=lambda line: print(f"cleanup: {line}"))
