@@ -1,10 +1,10 @@
-"""Benchmark: case study 1 (``case_studies/severity_batch/fixed.py``) on this machine.
+"""Benchmark: case study 1 (``case_studies/severity_batch``: ``fixed.py``, and ``writeup.py`` beside it) on this machine.
 
     python bench/bench_severity.py              # every figure, ledger in SQLite
-    python bench/bench_severity.py --postgres   # item 1 against PostgreSQL too
+    python bench/bench_severity.py --postgres   # items 1 and 4 against PostgreSQL too
     python bench/bench_severity.py --quick      # every claim count / 10: a smoke run
 
-Each measurement runs the fixed program as the lab runs it: its own queues and
+Each measurement runs one program (the fixed one; item 4 the write-up's too) as the lab runs it: its own queues and
 Redis keys reset (``lab.harness.reset``), the ledger cleared, its own worker
 (``celery -A case_studies.severity_batch.fixed worker ... -B``: 2 pool processes,
 prefetch 1, acks late, quorum queue, beat with the DLQ drain and the deadline
@@ -26,20 +26,25 @@ Figures:
    chunks of 500 on 5,000 claims, and the per-claim chord's cost curve
    (500 .. 5,000 claims, seconds per 1,000 claims);
 3. a chunk-size sweep on 20,000 claims: chunks of 50, 500, 5,000;
-4. like with like: the write-up's program (``writeup.py``) and the fixed one on the same extract
-   (100,000 claims, chunks of 500, the same seed), interleaved, twice each, each run counted the same
-   way (the manifest signed with the extract's counts, the ledger exact), on SQLite.
+4. like with like: the write-up's program (``writeup.py``, its own worker: no beat, ``result_expires``
+   at the lab's 8 s) and the fixed one on the same extract (100,000 claims, chunks of 500, the same
+   seed, the same ledger: SQLite, and PostgreSQL with ``--postgres``), ``--pairs`` pairs (3 by
+   default), the order alternating (write-up first in the first pair, fixed first in the next),
+   each run counted the same way: the body returned, the manifest signed with the extract's counts
+   and the ledger holding every scorable row and every poison row once. The per-run times, each
+   program's median and the ratio pair by pair are printed.
 
-It runs in the namespace ``RCL_NAMESPACE`` names, ``rclbench`` when it is not set
-(queues ``<namespace>.sb.*``, Redis keys ``<namespace>:*``, ledger
-``.lab/<namespace>/severity-ledger.sqlite``), and cleans that namespace when it
-ends: give it one of its own. A measurement, not a test: nothing fails on time.
+It runs in the namespace ``RCL_NAMESPACE`` names, the user's (``rclbench`` only when it is not
+set): queues ``<namespace>.sb.*`` and ``<namespace>.sbw.*``, Redis keys ``<namespace>:*``, ledger
+``.lab/<namespace>/severity-ledger.sqlite`` (tables ``<namespace>_severity_*`` on PostgreSQL), and
+it cleans that namespace when it ends: give it one of its own. A measurement, not a test: nothing fails on time.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -247,13 +252,23 @@ def report_per_claim(chunked: Measured, per_claim: list[Measured]) -> None:
 
 
 def report_like_with_like(pairs: list[tuple[Measured, Measured]]) -> None:
-    print("4. the write-up's program and the fixed one on the same extract, interleaved (write-up, then fixed)")
-    print(f"   {'program':<10}{'claims':>9}{'chunk':>7}{'tasks':>7}{'submit':>9}{'total':>10}{'claims/s':>10}")
-    for writeup, fixed in pairs:
-        for name, m in (("write-up", writeup), ("fixed", fixed)):
+    """``pairs``: (write-up, fixed) per pair, whichever ran first; printed in the order they ran."""
+    print(f"4. the write-up's program and the fixed one on the same extract, the order alternating pair by pair "
+          f"(ledger: {pairs[0][0].ledger if pairs else '-'})")
+    print(f"   {'pair':<5}{'program':<10}{'claims':>9}{'chunk':>7}{'tasks':>7}{'submit':>9}{'total':>10}{'claims/s':>10}")
+    for i, (writeup, fixed) in enumerate(pairs):
+        order = (("write-up", writeup), ("fixed", fixed)) if i % 2 == 0 else (("fixed", fixed), ("write-up", writeup))
+        for name, m in order:
             rate = f"{m.claims / m.seconds:10,.0f}" if m.seconds else f"{'-':>10}"
-            print(f"   {name:<10}{m.claims:>9,}{m.chunk_size:>7,}{m.tasks:>7,}{m.submit_seconds:>8.2f}s{secs(m):>10}"
-                  f"{rate}{flag_note(m)}")
+            print(f"   {i + 1:<5}{name:<10}{m.claims:>9,}{m.chunk_size:>7,}{m.tasks:>7,}{m.submit_seconds:>8.2f}s"
+                  f"{secs(m):>10}{rate}{flag_note(m)}")
+    for name, runs in (("write-up", [w for w, _ in pairs]), ("fixed", [f for _, f in pairs])):
+        times = sorted(m.seconds for m in runs if m.seconds is not None)
+        if times:
+            print(f"   {name}: median {statistics.median(times):.2f}s, min {times[0]:.2f}s, max {times[-1]:.2f}s "
+                  f"({len(times)} of {len(runs)} runs exact)")
+        else:
+            print(f"   {name}: no exact run")
     done = [(w.seconds, f.seconds) for w, f in pairs if w.seconds and f.seconds]
     if done:
         ratios = sorted(f / w for w, f in done)
@@ -272,9 +287,10 @@ def report_sweep(sweep: list[Measured]) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description="Benchmark case study 1 (severity batch, fixed) on this machine.")
-    p.add_argument("--postgres", action="store_true", help=f"item 1 against PostgreSQL too ({POSTGRES_URL})")
+    p = argparse.ArgumentParser(description="Benchmark case study 1 (severity batch) on this machine.")
+    p.add_argument("--postgres", action="store_true", help=f"items 1 and 4 against PostgreSQL too ({POSTGRES_URL})")
     p.add_argument("--quick", action="store_true", help="every claim count / 10 (a smoke run)")
+    p.add_argument("--pairs", type=int, default=3, help="item 4: pairs of runs, write-up and fixed (default 3)")
     p.add_argument("--only", choices=("1", "2", "3", "4"), action="append",
                    help="run only these items (repeatable; default: all)")
     args = p.parse_args()
@@ -307,7 +323,8 @@ def main() -> int:
                 nonlocal failed
                 m = measure(on, claims // scale, chunk, url, name)
                 failed += not m.exact
-                print(f"   .. {name} {m.claims:,} claims x {chunk:,}: {secs(m).strip()}{flag_note(m)}", flush=True)
+                print(f"   .. {on.short} {name} {m.claims:,} claims x {chunk:,}: {secs(m).strip()}{flag_note(m)}",
+                      flush=True)
                 return m
 
             if "1" in items:
@@ -327,9 +344,18 @@ def main() -> int:
             if "4" in items:
                 writeup = program("broken")  # the write-up's own program (writeup.py)
                 harness.refuse_busy_queues([writeup.short])
-                report_like_with_like([(one(100_000, 500, name="sqlite", on=writeup), one(100_000, 500))
-                                       for _ in range(2)])
-                print(flush=True)
+                ledgers = [(sqlite_url, "sqlite"), *([(POSTGRES_URL, "postgres")] if args.postgres else [])]
+                for url, name in ledgers:
+                    pairs: list[tuple[Measured, Measured]] = []
+                    for i in range(args.pairs):
+                        if i % 2 == 0:
+                            w = one(100_000, 500, url, name, on=writeup)
+                            pairs.append((w, one(100_000, 500, url, name)))
+                        else:
+                            f = one(100_000, 500, url, name)
+                            pairs.append((one(100_000, 500, url, name, on=writeup), f))
+                    report_like_with_like(pairs)
+                    print(flush=True)
     finally:
         workers.wait_stopped()
         harness.clean(say=lambda line: print(f"cleanup: {line}"))
