@@ -456,7 +456,8 @@ def outage_findings(side: SideRun) -> OutageFindings:
                 later.kind == ("attempt_start" if e.get("stage") == "parse_document" else "notify_start") and later.t > e.t)
                 for later in events)]
     ends = [e.t for e in events if e.kind == "notify_end"]
-    done_after = max(ends) - ups[-1].t if ends and ups and max(ends) > ups[-1].t else None
+    back = float(ups[-1].get("since") or ups[-1].t) if ups else None  # the server started, not the event written
+    done_after = max(ends) - back if ends and back is not None and max(ends) > back else None
     return OutageFindings(downs, ups, failed, lost, done_after)
 
 

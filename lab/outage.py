@@ -19,7 +19,9 @@ healthy documents, sent once the rest of the run is over) runs:
    marking the claim sent fails; the server starts again after ``OUTAGE_SECONDS``.
 
 Each stop and start is an event of the side's stream (``backend_down``, ``backend_up``, with the
-phase), which the checks read (``lab.checks``: G8's bound is counted from the last ``backend_up``).
+phase; ``backend_up`` says ``since`` when the server was started, before it answered and the event was
+written, as a waiting task may already have used it), which the checks read (``lab.checks``: G8's bound
+is counted from the last return).
 While the backend is down the runner reads nothing from it (``down``): every look at a result
 waits for its return, as a submitter's ``result.get()`` would.
 """
@@ -135,8 +137,9 @@ class BackendOutage:
         held = time.monotonic() - self.down_since
         failed = any(e.kind == "store_failed" and e.t >= self.down_wall for e in events)
         if held >= OUTAGE_MAX_SECONDS or (held >= OUTAGE_SECONDS and (failed or self.phase == "notify")):
+            starting = time.time()  # the return: workers may use it before start() has seen it answer
             self.server.start()
-            side.rec.event("backend_up", phase=self.phase, seconds=f"{held:.2f}")
+            side.rec.event("backend_up", phase=self.phase, seconds=f"{held:.2f}", since=repr(starting))
             self.down_since = None
             self.phase = "notify" if self.phase == "members" else "done"
 
