@@ -83,7 +83,8 @@ crashes went uncounted and sends it back, up to 5 times. A chain head whose stor
 stored result: FM-7's deduplication cannot skip it if a deploy later hands its message back, and
 anything that reads the head's state sees PENDING. ``result_backend_always_retry`` is the other way, not taken: its
 retries run after the body, where no in-body deadline guards them, so Celery's ``time_limit``
-(FM-6's backstop, 3 s) ends a long outage with a ``time_limit`` envelope for a body that succeeded.
+(FM-6's backstop, 3 s) ends a long outage with a ``time_limit`` envelope for a body that succeeded
+(seen on fm6's code when this FM was designed; not a lab run).
 
 Still open: the broker drops the worker's connection mid-task (FM-9).
 

@@ -84,17 +84,22 @@ def test_a_machine_without_redis_server_is_told_what_to_install(monkeypatch: pyt
         owned.OwnedRedis("t-missing").start()
 
 
+def _left_by_a_killed_run(server: str, env: dict[str, str], timeout: float = 60) -> int:
+    """The pid of ``server`` (an ``owned`` constructor call), started by a process that then dies by SIGKILL."""
+    code = (f"from lab import owned; s = {server}; s.start(); print(s.proc.pid, flush=True); "
+            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    return int(done.stdout)
+
+
 @needs_redis
 def test_the_next_scenario_8_run_stops_only_the_servers_whose_run_is_gone() -> None:
     """lab/outage.py starts each run's backend after ``stop_leftovers(orphans_only=True)``: a server whose
     owner died goes (with its folder); one whose owner still runs (another ``--jobs`` run) stays."""
     ns = derived("orphans")
-    code = ("from lab import owned; s = owned.OwnedRedis('t-dead-owner'); s.start(); print(s.proc.pid, flush=True); "
-            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     env = {**os.environ, "RCL_NAMESPACE": ns}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    orphan = int(done.stdout)
+    orphan = _left_by_a_killed_run("owned.OwnedRedis('t-dead-owner')", env)
     check = ("from lab import owned\nwith owned.OwnedRedis('t-live-owner') as s:\n"
              "    print(owned.stop_leftovers(orphans_only=True), s.answers(), flush=True)")
     said = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
@@ -152,13 +157,8 @@ def test_an_owned_rabbitmq_node_times_a_consumer_out_within_seconds_and_leaves_n
 
 @needs_rabbit
 def test_an_owned_node_a_killed_run_left_is_stopped_by_the_next_run() -> None:
-    ns = derived("orphan-rabbit")
-    code = ("from lab import owned; n = owned.OwnedRabbit('t-orphan'); n.start(); print(n.proc.pid, flush=True); "
-            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
-    env = {**os.environ, "RCL_NAMESPACE": ns}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    pgid = int(done.stdout)
+    env = {**os.environ, "RCL_NAMESPACE": derived("orphan-rabbit")}
+    pgid = _left_by_a_killed_run("owned.OwnedRabbit('t-orphan')", env, timeout=150)
     assert owned._group(pgid)  # pyright: ignore[reportPrivateUsage]
     said = subprocess.run([sys.executable, "-c", "from lab import owned; print(owned.stop_leftovers(orphans_only=True))"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
