@@ -17,7 +17,7 @@ from lab.faults import HARD_HANG_CAP_SECONDS
 from lab.fm import Fm
 from lab.observe import Event, Reader, drain_passes, short_doc
 from lab.runner import NOT_RUN_WINDOW, Observations, SideRun, StopCondition, foreign_letters
-from lab.scenarios import BURST, scenario
+from lab.scenarios import BURST, CONNLOSS_DOCS, HUNG_DOC, scenario
 from lab.settings import redis_prefix
 
 PROBE_AT_ONCE_SECONDS = 2.0
@@ -492,13 +492,62 @@ def g8(obs: Observations, fm: Fm) -> Check:
     return c.result()
 
 
+@dataclass(frozen=True)
+class ConnlossFindings:
+    """What scenario 9's sides ``connloss`` and ``overlong`` show (``lab.connloss``)."""
+
+    cuts: list[Event]  # link_cut: the worker's connections dropped, and which member ran then
+    overlaps: list[str]  # documents parsed in two processes at once (connloss)
+    exits: list[Event]  # worker_exit: the linked worker ended during the run
+    hung_starts: int  # how many times the over-long member's parse began
+    hung_end: str  # how the over-long member ended in its chord's summary
+
+
+def connloss_findings(connloss: SideRun | None, overlong: SideRun | None) -> ConnlossFindings:
+    events = [*(connloss.events if connloss else ()), *(overlong.events if overlong else ())]
+    failed = overlong.failed(HUNG_DOC) if overlong is not None else None
+    return ConnlossFindings(
+        cuts=[e for e in events if e.kind == "link_cut"],
+        overlaps=_overlaps(connloss.events) if connloss else [],
+        exits=[e for e in events if e.kind == "worker_exit"],
+        hung_starts=sum(1 for e in (overlong.events if overlong else ()) if e.kind == "attempt_start" and e.get("doc") == HUNG_DOC),
+        hung_end=f"failed {failed.get('reason')}" if failed is not None else "no outcome")
+
+
+def g9(obs: Observations, fm: Fm) -> Check:
+    c = Collector("G9")
+    connloss, overlong = _side(c, obs, "connloss"), _side(c, obs, "overlong")
+    if connloss is None or overlong is None:
+        return c.result()
+    f = connloss_findings(connloss, overlong)
+    by_hand = not any(e.kind == "linked" for e in connloss.events)  # by hand the drop is yours, and the broker's timeout
+    if not by_hand:
+        cuts = ", ".join(f"{e.get('connections')} connections while {e.get('running')} ran" for e in f.cuts)
+        c.expect(len(f.cuts) == 1 and f.cuts[0].get("running") in CONNLOSS_DOCS, f"cut: {cuts or 'never'}",
+                 "once, while a member ran")
+    c.expect(not f.overlaps, f"parsed twice at once: {'; '.join(f.overlaps) or 'none'}", "none")
+    for side in (connloss, overlong):
+        summary = summary_of_side(side)
+        ok = sorted(short_doc(str(d)) for d in summary.get("ok", []))
+        wanted = sorted(d for d in side.docs if side is connloss or d != HUNG_DOC)
+        c.expect(_side_done(side) and ok == wanted and len(side.emails) == 1,
+                 f"{side.tag} chord {_side_state(side)}: ok {', '.join(ok) or 'none'}, emails {len(side.emails)}",
+                 f"SUCCESS, ok {', '.join(wanted)} (each once), 1 email")
+    c.expect(not f.exits, f"the linked worker exited: {', '.join(e.get('code') for e in f.exits) or 'no'}",
+             "no: it reconnects and serves again")
+    c.expect(f.hung_starts == 1 and f.hung_end == "failed time_limit",
+             f"the over-long member parsed {f.hung_starts}x, {f.hung_end}",
+             "1x, failed time_limit (its kill before the broker's consumer timeout)")
+    return c.result()
+
+
 def summary_of_side(side: SideRun) -> Mapping[str, list[object]]:
     env = side.chord.envelope
     payload = cast(object, env.payload if env is not None and env.ok else None)
     return cast(Mapping[str, list[object]], payload) if isinstance(payload, Mapping) else {}
 
 
-GUARANTEES: tuple[Callable[[Observations, Fm], Check], ...] = (g1, g2, g3, g4, g5, g6, g7, g8)
+GUARANTEES: tuple[Callable[[Observations, Fm], Check], ...] = (g1, g2, g3, g4, g5, g6, g7, g8, g9)
 
 
 def guarantees(n: int, obs: Observations, fm: Fm) -> list[Check]:
@@ -612,7 +661,22 @@ def s8(obs: Observations, fixed: Fm) -> Check:
     return c.result()
 
 
-SYMPTOMS: tuple[Callable[[Observations, Fm], Check], ...] = (s1, s2, s3, s4, s5, s6, s7, s8)
+def s9(obs: Observations, fixed: Fm) -> Check:
+    c = Collector("S9")
+    connloss, overlong = _side(c, obs, "connloss"), _side(c, obs, "overlong")
+    if connloss is None or overlong is None:
+        return c.result()
+    f = connloss_findings(connloss, overlong)
+    c.expect(bool(f.cuts) and bool(f.overlaps), f"cut while {', '.join(e.get('running') for e in f.cuts) or 'nothing'} ran; "
+             f"parsed twice at once: {'; '.join(f.overlaps) or 'none'}", "a member run twice at once after the cut")
+    c.expect(bool(f.exits) or f.hung_starts > 1,
+             f"the linked worker exited: {', '.join(e.get('code') for e in f.exits) or 'no'}; "
+             f"the over-long member parsed {f.hung_starts}x ({f.hung_end})",
+             "the worker ends at the consumer timeout, or the member runs again")
+    return c.result()
+
+
+SYMPTOMS: tuple[Callable[[Observations, Fm], Check], ...] = (s1, s2, s3, s4, s5, s6, s7, s8, s9)
 
 
 # ---- hard variants: scenario n on FM n without its hard fix (lab.weak) ----
@@ -777,7 +841,17 @@ def symptom_stop(n: int, fixed: Fm) -> tuple[str, StopCondition] | None:
         return ("doc8 outlived the hard deadline", lambda r: _outlived(r, "doc8", deadline))
     if n == 8:
         return (f"the outage chord not done {BACKEND_RETURN_SECONDS:.0f}s after the backend's return", _outage_outlived)
+    if n == 9:
+        return ("the linked worker exited, or the over-long member ran again", _overlong_broke)
     return None
+
+
+def _overlong_broke(r: Reader) -> bool:
+    """S9's stop: the side ``overlong``'s worker is gone, or its hung member began a second time."""
+    sides = [r.side_readers.get(tag) for tag in ("connloss", "overlong")]
+    events = [e for side in sides if side is not None for e in side.events()]  # the exit is seen by either
+    return any(e.kind == "worker_exit" for e in events) or sum(
+        1 for e in events if e.kind == "attempt_start" and e.get("doc") == HUNG_DOC) > 1
 
 
 def _outage_outlived(r: Reader) -> bool:

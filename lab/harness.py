@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,7 @@ from lab.deploys import RollingDeploy
 from lab.fm import Fm, fm_modules, load_module
 from lab.observe import client, drain_last_run
 from lab.outage import BackendOutage, owned_backend
+from lab.connloss import LINKED, LinkedBroker, linked_broker
 from lab.owned import OwnedServiceMissing
 from lab.queues import on_queue, queue_consumers
 from lab.runner import Observations, StopCondition, new_run_id, run_scenario
@@ -331,11 +332,15 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
                 after=None if deploys else lambda: purge(lab)))  # the run's leftovers go once it is stopped
             on_stage("running the scenario")
             deploy = RollingDeploy(lab, worker, lambda part: _spawn(lab, run_id, label, part), deploys) if deploys else None
+            broker: LinkedBroker | None = None
+            if any(side.linked for side in sc.sides):  # FM-9: two sides on a RabbitMQ node of the lab's own
+                broker = stack.enter_context(linked_broker(
+                    lab, run_id, lambda env: _spawn(lab, run_id, label, LINKED, env), 0.5 if stop else STOP_GRACE))
             try:
                 obs = run_scenario(lab, sc, run_id, RUN_TIMEOUT, stop=stop,  # the hard variants' own chords; FM-7's deploys on fm6 too
                                    sides=kind in ("fixed", "weak") or bool(deploys),
                                    watch=_deploy_watch(worker, deploy) if deploy else Liveness(worker), deploy=deploy,
-                                   outage=outage)
+                                   outage=outage, broker=broker)
             finally:
                 if outage is not None:
                     outage.close()
@@ -356,7 +361,8 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     except HarnessError:
         raise
     except OwnedServiceMissing as exc:  # this machine cannot run the scenario: said, not failed
-        report.skipped = f"scenario {sc_n} stops and starts a redis-server of the lab's own; none is installed here ({exc})"
+        what = "runs a rabbitmq-server" if "rabbitmq" in str(exc) else "stops and starts a redis-server"
+        report.skipped = f"scenario {sc_n} {what} of the lab's own; none is installed here ({exc})"
     except Exception as exc:  # one broken run must not hide the others
         report.error = run_error(exc)
     set_current(None)  # not on an interruption: the CLI empties the interrupted FM's queues
@@ -381,9 +387,10 @@ def interrupted_fms() -> list[Fm]:
     return list(_current.values())
 
 
-def _spawn(fm: Fm, run_id: str, label: str, part: str) -> Worker:
-    """FM-7: a new worker of the same code for a deploy, started (the deploy waits for its consumer)."""
-    worker = Worker(fm, run_id, LOG_DIR / f"{label}-{part}-{run_id}.log", part=part)
+def _spawn(fm: Fm, run_id: str, label: str, part: str, env: Mapping[str, str] | None = None) -> Worker:
+    """FM-7: a new worker of the same code for a deploy, started (the deploy waits for its consumer);
+    FM-9: the worker of the lab's own broker node, ``env`` its URL and timeout."""
+    worker = Worker(fm, run_id, LOG_DIR / f"{label}-{part}-{run_id}.log", part=part, env=dict(env or {}))
     worker.start()
     return worker
 

@@ -36,6 +36,7 @@ from celery.result import AsyncResult
 from kombu import Producer
 
 from lab.outage import BackendOutage
+from lab.connloss import LinkedBroker
 from lab.deploys import RollingDeploy
 from lab.faults import document_text
 from lab.fm import Fm
@@ -324,6 +325,7 @@ def run_scenario(
     sides: bool = False,
     deploy: RollingDeploy | None = None,
     outage: BackendOutage | None = None,
+    broker: LinkedBroker | None = None,
 ) -> Observations:
     """Submit ``sc`` through ``fm.submit`` and observe it until it ends or ``timeout`` passes.
 
@@ -334,7 +336,8 @@ def run_scenario(
     behind ``foreign_letters(fm)`` letters the drain cannot place; the side ``deploy`` once all
     else is over, and ``deploy`` (``lab.deploys``) then rolls the worker while it runs; the side
     ``outage`` after it, and ``outage`` (``lab.outage``) stops the result backend while it runs (the
-    runner reads no result while it is down).
+    runner reads no result while it is down); the sides ``connloss`` and ``overlong`` after it, one after
+    the other, through ``broker`` (``lab.connloss``), which cuts its worker's connections during ``connloss``.
     """
     reader = Reader(run_id)
     side_chords = [_SideChord(fm, side, run_id) for side in sc.sides] if sides else []
@@ -362,6 +365,8 @@ def run_scenario(
         for side in side_chords:
             if side.result is not None and side.side.outage and outage is not None:
                 outage.step(side.reader)
+            if side.result is not None and side.side.linked and broker is not None:
+                broker.step(side.reader, side.side.drop)  # FM-9
         if outage is not None and outage.down:
             return None  # FM-8: every look at a result waits for the backend's return
         if sc.burst:
@@ -387,7 +392,11 @@ def run_scenario(
             before = side_chords[:i] + [s for s in side_chords[i + 1:] if not s.side.last]  # the outage after the deploys
             if side.result is None and side.side.last and body_result.ready() \
                     and (duplicate is None or duplicate.ready()) and not any(s.pending() for s in before):
-                side.submit()  # FM-7, FM-8: the deploys and the outage meet only slow documents, none of the earlier faults
+                if side.side.linked and broker is not None:
+                    broker.submit(side.submit)  # FM-9: to the lab's own node, served by its own worker
+                    side.reader.rec.event("linked", node=broker.node.node)
+                else:
+                    side.submit()  # FM-7, FM-8: the deploys and the outage meet only slow documents, none of the earlier faults
             if side.result is not None and side.side.deploys and deploy is not None:
                 deploy.step(side.reader)
         if stop is not None:

@@ -9,7 +9,9 @@ Some hard variants need a chord of their own (``Side``): a chain head that expir
 letters than the drain reads in a pass (from scenario 3). Scenario 7's rolling deploys
 have one too (``deploy``): slow but healthy documents, sent once the rest of the run is
 over, so that a deploy meets none of the earlier faults and scenarios 1..6 stay as fast;
-and so has scenario 8's backend outage (``outage``), sent after the deploys' side. The runner
+and so has scenario 8's backend outage (``outage``), sent after the deploys' side, and scenario 9's
+dropped connection (``connloss``) and over-long member (``overlong``), sent after it, one after the other,
+to a broker of the lab's own. The runner
 writes each fault into its document's text (``lab.faults.document_text``), so the
 code under test meets the fault as it is: an earlier FM's code gets a later
 scenario with no switch and no extra argument.
@@ -58,7 +60,7 @@ CRASH_PLAN: tuple[str, ...] = ("before_send", "after_send")
 """Scenario 4's hard variant: the first ``notify`` to reach the mail API is killed
 after claiming and before sending, the second once the email is out and before it
 marks the claim sent (``lab.pipeline.send_email`` plays it)."""
-SCENARIOS = range(1, 9)
+SCENARIOS = range(1, 10)
 DEPLOY_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(34, 34 + 32))
 """Scenario 7's slow but healthy documents (``SLOW``), a side chord of their own (``deploy``): 12.8 s of
 work on two processes, room for three deploys when a worker boots in 0.6 s (idle) and for two when it takes
@@ -66,6 +68,13 @@ work on two processes, room for three deploys when a worker boots in 0.6 s (idle
 OUTAGE_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(66, 66 + 12))
 """Scenario 8's slow but healthy documents, the side chord ``outage``: 4.8 s of work on two processes, so
 that bodies still run, and end, while the result backend is gone (``lab.outage``)."""
+CONNLOSS_DOCS: dict[str, Fault | None] = {"doc78": SLOW, "doc79": None, "doc80": None}
+"""Scenario 9's side ``connloss``: the runner cuts the worker's connections while the slow one runs alone
+(``lab.connloss``)."""
+HUNG_DOC = "doc81"
+OVERLONG_DOCS: dict[str, Fault | None] = {HUNG_DOC: C_HANG, "doc82": SLOW}
+"""Scenario 9's side ``overlong``: a member stuck in C code outlives the owned node's consumer timeout
+unless a ``time_limit`` below it ends it first."""
 
 
 @dataclass(frozen=True)
@@ -81,11 +90,13 @@ class Side:
     behind_letters: bool = False  # sent once the run's dead letters were handled, behind the runner's foreign letters in the DLQ
     deploys: int = 0  # sent once everything else of the run is over; the runner deploys this many times while it runs
     outage: bool = False  # sent once everything else is over; the runner stops the result backend twice (lab.outage)
+    linked: bool = False  # sent once everything else is over, to a RabbitMQ node of the lab's own and its worker (lab.connloss)
+    drop: bool = False  # the runner cuts that worker's broker connections while the side's slow member runs
 
     @property
     def last(self) -> bool:
         """Sent once everything else of the run is over (the deploys, the outage)."""
-        return self.deploys > 0 or self.outage
+        return self.deploys > 0 or self.outage or self.linked
 
 
 _SIDES: tuple[Side, ...] = (
@@ -94,6 +105,8 @@ _SIDES: tuple[Side, ...] = (
     Side("behind", {"doc33": POISON}, 3, behind_letters=True),  # FM-3's: a poison member behind letters the drain cannot place
     Side("deploy", {doc: SLOW for doc in DEPLOY_DOCS}, 7, deploys=3),  # FM-7: rolling deploys while slow documents run
     Side("outage", {doc: SLOW for doc in OUTAGE_DOCS}, 8, outage=True),  # FM-8: the result backend goes away
+    Side("connloss", CONNLOSS_DOCS, 9, linked=True, drop=True),  # FM-9: the worker's connection drops mid-member
+    Side("overlong", OVERLONG_DOCS, 9, linked=True),  # FM-9: a member outlives the broker's consumer_timeout
 )
 
 

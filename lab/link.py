@@ -1,0 +1,123 @@
+"""A network path of the lab's own between one worker and its broker, which the runner can cut.
+
+Scenario 9 drops a worker's broker connection while its members run, as a network blip or a broker
+failover does. ``BrokerLink`` listens on a port of its own and forwards every connection to the broker;
+the worker is given the link's URL (``url_through``), nobody else is, so ``cut()`` closes that worker's
+connections (its consumer's, its pool processes', its beat's) and no other client's: on a shared
+broker nobody else's connection is touched. The broker sees the connection end as a client that went
+away and requeues what it had delivered unacked on it; the worker sees its socket closed and
+reconnects through the link, which forwards again at once.
+
+Why not ``rabbitmqctl close_connection``: each call of the CLI boots an Erlang VM, 0.4 to 1.1 s on the
+lab's machine (listing the connections, then closing one), longer than a slow member's whole body
+(0.8 s under fm6's soft deadline), so the drop could not be aimed at a running member; it also needs the
+broker's Erlang cookie, which a workshop attendee's shared broker does not give.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
+
+BUFFER = 65536
+
+
+def url_through(url: str, port: int) -> str:
+    """``url`` (an AMQP URL) with its host and port replaced by the link's."""
+    parts = urlsplit(url)
+    auth = parts.netloc.rpartition("@")[0]
+    return urlunsplit(parts._replace(netloc=f"{auth + '@' if auth else ''}127.0.0.1:{port}"))
+
+
+class BrokerLink:
+    """Forwards ``127.0.0.1:<port>`` to the broker at ``host:port`` until closed; ``cut()`` drops every
+    connection that goes through it at that moment (new ones are forwarded as before)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._server.getsockname()[1]
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._closed = False
+        self.cuts = 0
+        threading.Thread(target=self._accept, name=f"broker-link-{self.port}", daemon=True).start()
+
+    @classmethod
+    def to(cls, url: str) -> BrokerLink:
+        parts = urlsplit(url)
+        return cls(parts.hostname or "127.0.0.1", parts.port or 5672)
+
+    def url(self, broker_url: str) -> str:
+        return url_through(broker_url, self.port)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:  # closed
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()  # the broker does not answer: the client sees its connection refused
+                continue
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    upstream.close()
+                    return
+                self._pairs.append((client, upstream))
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(BUFFER):
+                dst.sendall(data)
+        except OSError:
+            pass
+        self._drop(src, dst)
+
+    def _drop(self, a: socket.socket, b: socket.socket) -> None:
+        with self._lock:
+            self._pairs = [p for p in self._pairs if a not in p]
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    @property
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._pairs)
+
+    def cut(self) -> int:
+        """Drop every connection going through the link now; how many there were."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for client, upstream in pairs:
+            for s in (client, upstream):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        self.cuts += 1
+        return len(pairs)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._server.close()
+        self.cut()
+
+    def __enter__(self) -> BrokerLink:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
