@@ -82,6 +82,7 @@ TITLES: dict[str, str] = {
     "G6": "deadlines in every task's body; time_limit backstop as an envelope",
     "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, no running body killed",
     "G8": "backend outage mid-chord: every member whose store failed runs again, chord whole, one email",
+    "G9": "connection cut mid-member: no run twice at once, worker serves on; over-long member an envelope",
     "S1": "a raising member: ChordError, notify never runs",
     "S2": "early ack: the killed task is lost",
     "S3": "poison redelivered past the bound",
@@ -90,6 +91,7 @@ TITLES: dict[str, str] = {
     "S6": "a hang pins a slot, notify never runs",
     "S7": "warm shutdown past the grace: a body SIGKILLed, prefetch charged",
     "S8": "backend outage: members acked with no result, chord PENDING",
+    "S9": "connection cut: a member run twice at once; consumer timeout ends the worker",
     "S1 hard": "an expired chain head: its chord PENDING for ever",
     "S3 hard": "drain as first built: head, poison body, blocked letters",
     "S4 hard": "owner's redelivery turned away by its claim",
@@ -267,7 +269,7 @@ def reported_labels(datas: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str],
 
 def lab_cells(data: Mapping[str, Any], known: Mapping[tuple[str, str], Sequence[str]] | None = None) -> dict[str, Cell]:
     """``run_all_fms.py --json`` output -> one cell per check label, over every run that checks it
-    (G1 is checked by fm1..fm8: it passes only where all eight hold). A run that ended in ERROR fails
+    (G1 is checked by fm1..fm9: it passes only where all nine hold). A run that ended in ERROR fails
     the checks it would have made (``expected_labels``, with ``known`` from the other versions)."""
     seen: dict[str, list[tuple[str, bool, str]]] = {}
     for run in cast(list[dict[str, Any]], data.get("runs", [])):

@@ -23,7 +23,8 @@ from audit.rules import RULES, Finding, Options, run_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 FMS = ["fm0_naive", "fm1_mid_pipeline_error", "fm2_worker_crash", "fm3_dlq_reconciliation", "fm4_duplicated_runs",
-       "fm5_transient_failures", "fm6_task_timeouts", "fm7_rolling_deploys", "fm8_backend_outage"]
+       "fm5_transient_failures", "fm6_task_timeouts", "fm7_rolling_deploys", "fm8_backend_outage",
+       "fm9_connection_loss"]
 PIPELINE = ("fetch_document", "parse_document", "notify")
 STUDIES = ["case_studies.severity_batch", "case_studies.bl_ingestion", "case_studies.cte_ingestion"]
 SB_DEADLINE = 20.0  # case_studies/severity_batch/fixed.py: DEADLINE_SECONDS, the run the chord must outlive
@@ -75,9 +76,10 @@ def test_fm6_leaves_only_what_fm7_fixes() -> None:
     assert not [f for f in findings("fm6_task_timeouts") if f.severity == "high"]
 
 
-def test_fm7_and_fm8_leave_nothing_on_their_pipelines() -> None:
+def test_fm7_fm8_and_fm9_leave_nothing_on_their_pipelines() -> None:
     assert pipeline_rules("fm7_rolling_deploys") == set()
-    assert pipeline_rules("fm8_backend_outage") == set()  # (the audit has no FM-8 rule yet: issue 25)
+    assert pipeline_rules("fm8_backend_outage") == set()  # (the audit has no FM-8 or FM-9 rule yet: issue 25)
+    assert pipeline_rules("fm9_connection_loss") == set()
 
 
 # ---- the case studies ------------------------------------------------------------------------

@@ -25,19 +25,19 @@ def test_short_and_full_names_resolve() -> None:
 
 
 def test_every_fm_file_is_found() -> None:
-    assert list(fm_modules()) == [f"fm{i}" for i in range(9)]
+    assert list(fm_modules()) == [f"fm{i}" for i in range(10)]
 
 
 def test_unknown_name_exits_2_with_the_valid_list(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_all_fms.main(["--only", "fm9"]) == 2
+    assert run_all_fms.main(["--only", "fm10"]) == 2
     err = capsys.readouterr().err
-    assert "unknown FM fm9" in err and "fm3 (fm3_dlq_reconciliation)" in err
+    assert "unknown FM fm10" in err and "fm3 (fm3_dlq_reconciliation)" in err
     with pytest.raises(HarnessError):
         harness.resolve(["fm3", "nope"])
 
 
-def test_default_selection_is_fm1_to_fm8() -> None:
-    assert run_all_fms.selected(run_all_fms.parse_args([])) == [f"fm{i}" for i in range(1, 9)]
+def test_default_selection_is_fm1_to_fm9() -> None:
+    assert run_all_fms.selected(run_all_fms.parse_args([])) == [f"fm{i}" for i in range(1, 10)]
 
 
 def test_plan_orders_runs() -> None:
@@ -80,9 +80,9 @@ def test_diff_prints_the_step_plain_in_a_pipe_without_docstrings(capsys: pytest.
 def test_diff_without_a_name_prints_every_step_and_a_bad_name_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_all_fms.main(["--diff"]) == 0
     heads = [line.split(":")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("== ")]
-    assert heads == [f"== fm{i}" for i in range(1, 9)]
-    assert run_all_fms.main(["--diff", "fm9"]) == 2
-    assert "unknown FM fm9" in capsys.readouterr().err
+    assert heads == [f"== fm{i}" for i in range(1, 10)]
+    assert run_all_fms.main(["--diff", "fm10"]) == 2
+    assert "unknown FM fm10" in capsys.readouterr().err
 
 
 # ---- promises kept before anything runs: output paths, the ledger ---------------------------

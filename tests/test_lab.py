@@ -42,7 +42,7 @@ def observed(report: RunReport) -> Observations:
     return report.observations
 
 
-@pytest.mark.parametrize("n", range(1, 9))
+@pytest.mark.parametrize("n", range(1, 10))
 def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int) -> None:
     report = harness.run_one(f"fm{n}", "fixed", quiet)
     obs = observed(report)
@@ -54,7 +54,7 @@ def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int) -> None:
     assert {f["doc"]: f["reason"] for f in summary["failed"]} == {d: r for d, r in FAILED_REASONS.items() if d in obs.docs}
     assert obs.notify_runs["chord"] == (3 if n >= 4 else 1) and len(obs.emails) == 1  # 4+: the owner killed twice
     assert sorted(obs.sides) == sorted((["behind", "body", "expired"] if n >= 3 else ["expired"]) + (["deploy"] if n >= 7 else [])
-                                       + (["outage"] if n >= 8 else []))
+                                       + (["outage"] if n >= 8 else []) + (["connloss", "overlong"] if n >= 9 else []))
     if n >= 7:  # two or three deploys (lab.checks.MIN_DEPLOYS); every slow document ok, none dead-lettered
         deploy = obs.sides["deploy"]
         assert checks.MIN_DEPLOYS <= sum(1 for e in deploy.events if e.kind == "deploy_term") <= 3
@@ -65,6 +65,12 @@ def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int) -> None:
         failed = {e.get("task") for e in outage.events if e.kind == "store_failed" and e.get("stage") == "parse_document"}
         assert failed and failed <= {e.get("task") for e in outage.events if e.kind == "sent_back"}
         assert outage.chord.state == "SUCCESS" and len(outage.emails) == 1 and all(outage.attempts[d] >= 1 for d in outage.docs)
+    if n >= 9:  # one cut while doc78 ran alone: its first run cancelled, its second ok; doc81 killed at its lowered limit
+        connloss, overlong = obs.sides["connloss"], obs.sides["overlong"]
+        assert [e.get("running") for e in connloss.events if e.kind == "link_cut"] == ["doc78"]
+        assert [e.get("outcome") for e in connloss.events if e.kind == "attempt_end" and e.get("doc") == "doc78"] == ["cancelled", "ok"]
+        assert (overlong.failed("doc81") or {}).get("reason") == "time_limit" and len(overlong.emails) == 1
+        assert not any(e.kind == "worker_exit" for e in (*connloss.events, *overlong.events))
     if n >= 3:
         assert obs.fetch_attempts["doc9"] == 3
         assert obs.parked == runner.foreign_letters(harness.load(f"fm{n}")) and obs.dlq_depth == 0
@@ -90,7 +96,7 @@ def symptom_run(n: int, kind: harness.Kind, code: str, label: str) -> tuple[RunR
     return report, obs
 
 
-@pytest.mark.parametrize("n", range(1, 9))
+@pytest.mark.parametrize("n", range(1, 10))
 def test_earlier_code_shows_the_symptom_of_the_later_scenario(n: int) -> None:
     _, obs = symptom_run(n, "broken", f"fm{n - 1}", f"S{n}")
     if n == 2:
