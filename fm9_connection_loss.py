@@ -34,12 +34,17 @@ Fix:
   the redelivered message runs once more, from the start: the work must be idempotent (FM-4);
 - ``within_consumer_timeout(app, CONSUMER_TIMEOUT)`` (``shared.consumer_timeout``): the app states the
   broker's timeout (``RCL_CONSUMER_TIMEOUT``, seconds; RabbitMQ's 1800 by default) and every task's
-  ``time_limit`` is lowered to half of it where higher, with a warning at import. The cancel above cannot
-  end a process stuck in C code: billiard's SIGTERM handler in a pool process is Python, which runs only
-  when the C call returns (``shared.timeouts``, FM-6), so without the limit the stuck run and its
-  redelivery both run (seen on this lab's node with the first two settings alone: attempt 2 began while
-  attempt 1 was stuck). With it the kill comes first, at 1.2 s on the lab's node: FM-6's ``time_limit``
-  envelope, the message acked, no 406. With 1800 s nothing of the lab changes (its longest limit is 15 s).
+  ``time_limit`` is lowered to half of it where higher, with a warning at import (one it gives a task that
+  had none, at debug level). The cancel above cannot end a process stuck in C code: billiard's SIGTERM
+  handler in a pool process is Python, which runs only when the C call returns (``shared.timeouts``,
+  FM-6). With the limit the kill comes first, at 1.2 s on the lab's node: FM-6's ``time_limit`` envelope,
+  the message acked, no 406. With 1800 s nothing of the lab changes (its longest limit is 15 s).
+
+Hard variant (``--prove``, fm9w: the two settings without ``within_consumer_timeout``): the worker survives
+the 406 and cancels ``doc81``, which stays stuck; the redelivery runs it again (``the over-long member
+parsed 2x``), and where it comes before the first run's kill, both at once (one run here: ``doc81 attempt
+2 began 2.83s after attempt 1, which still ran``). Left alone it loops until FM-3's delivery limit
+dead-letters it.
 
 G9 (sides ``connloss`` and ``overlong``): the cut happened once while a member ran; no document parsed
 in two processes at once; both chords SUCCESS, each document once, one email each; the linked worker

@@ -770,7 +770,21 @@ def s6_hard(obs: Observations, fixed: Fm) -> Check:
     return c.result()
 
 
-WEAK: dict[int, Callable[[Observations, Fm], Check]] = {1: s1_hard, 3: s3_hard, 4: s4_hard, 5: s5_hard, 6: s6_hard}
+def s9_hard(obs: Observations, fixed: Fm) -> Check:
+    c = Collector("S9 hard")
+    if (overlong := _side(c, obs, "overlong")) is None:
+        return c.result()
+    f = connloss_findings(obs.sides.get("connloss"), overlong)
+    overlaps = _overlaps(overlong.events)
+    c.expect(f.hung_starts >= 2, f"the over-long member parsed {f.hung_starts}x", "again: the broker's timeout came before its kill")
+    c.seen.append(f"parsed twice at once (a cancel cannot reach C code; not a condition: the redelivery may come after "
+                  f"the first run's kill): {'; '.join(overlaps) or 'none'}")
+    c.expect(not f.exits, f"the linked worker exited: {', '.join(e.get('code') for e in f.exits) or 'no'}",
+             "no (broker_channel_error_retry)")
+    return c.result()
+
+
+WEAK: dict[int, Callable[[Observations, Fm], Check]] = {1: s1_hard, 3: s3_hard, 4: s4_hard, 5: s5_hard, 6: s6_hard, 9: s9_hard}
 
 
 def weak_symptom(n: int, obs: Observations, fixed: Fm) -> Check:
@@ -793,6 +807,8 @@ def weak_stop(n: int, fixed: Fm, weak: Fm | None = None) -> tuple[str, StopCondi
         return ("the owner was turned away by its own claim", _owner_turned_away)
     if n == 5:
         return ("the burst's probe came back", lambda r: r.has_event("burst_probe_back"))
+    if n == 9:
+        return ("the over-long member ran a second time", _overlong_broke)
     return None
 
 

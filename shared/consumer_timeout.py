@@ -9,7 +9,8 @@ it. Celery cannot learn the broker's setting (AMQP does not carry it), so the ap
 
 ``within_consumer_timeout(app, seconds, share=0.5)`` lowers each of the app's own tasks' ``time_limit``
 (Celery's kill, FM-6's backstop) to ``share * seconds`` where it is higher or unset, and its
-``soft_time_limit`` to below that, and logs each change once, at import: the process then ends as
+``soft_time_limit`` to below that, and logs each change once, at import (a limit it lowers as a warning,
+one it gives a task that had none at debug level): the process then ends as
 FM-6's ``time_limit`` envelope before the broker's timeout can fire, and its message is acked. Half
 leaves room for what also counts against the timeout: the time a delivery waits in the worker before
 its body starts (prefetch), the store and ack after it, and the channel's tick. Celery reads the
@@ -51,6 +52,6 @@ def within_consumer_timeout(app: Celery, seconds: float, share: float = 0.5) -> 
         if soft is not None and soft >= found.time_limit:
             found.soft_time_limit = None  # a soft limit at or past the kill could never ask first
             lowered.append(f"{name}: soft_time_limit {soft} dropped (not below {cap:g}s)")
-    for change in lowered:
-        logger.warning("consumer_timeout %gs: %s", seconds, change)
+    for change in lowered:  # a limit you set, lowered, is worth a warning; one you never set, given, is not
+        logger.log(logging.DEBUG if " None -> " in change else logging.WARNING, "consumer_timeout %gs: %s", seconds, change)
     return lowered
