@@ -327,15 +327,16 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
                 lab, server = stack.enter_context(owned_backend(lab, run_id))
                 outage = BackendOutage(server)
                 stack.callback(outage.close)
+            broker: LinkedBroker | None = None
+            if any(side.linked for side in sc.sides):  # FM-9: two sides on a RabbitMQ node of the lab's own
+                linked = lab
+                broker = stack.enter_context(linked_broker(
+                    lab, run_id, lambda env: _spawn(linked, run_id, label, LINKED, env), 0.5 if stop else STOP_GRACE))
             worker = stack.enter_context(running_worker(
                 lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage, wait=False,
                 after=None if deploys else lambda: purge(lab)))  # the run's leftovers go once it is stopped
             on_stage("running the scenario")
             deploy = RollingDeploy(lab, worker, lambda part: _spawn(lab, run_id, label, part), deploys) if deploys else None
-            broker: LinkedBroker | None = None
-            if any(side.linked for side in sc.sides):  # FM-9: two sides on a RabbitMQ node of the lab's own
-                broker = stack.enter_context(linked_broker(
-                    lab, run_id, lambda env: _spawn(lab, run_id, label, LINKED, env), 0.5 if stop else STOP_GRACE))
             try:
                 obs = run_scenario(lab, sc, run_id, RUN_TIMEOUT, stop=stop,  # the hard variants' own chords; FM-7's deploys on fm6 too
                                    sides=kind in ("fixed", "weak") or bool(deploys),

@@ -164,3 +164,16 @@ def test_an_owned_node_a_killed_run_left_is_stopped_by_the_next_run() -> None:
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert said.stdout.strip() == "['rabbit-t-orphan']", said.stdout + said.stderr
     assert wait_until(lambda: not owned._group(pgid), 10)  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_machine_without_rabbitmq_server_skips_scenario_9_saying_why(monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 23: scenario 9's sides need a RabbitMQ node of the lab's own; without rabbitmq-server the cell is
+    skipped with the reason, before any worker starts, and the exit status stays 0."""
+    monkeypatch.setattr(owned, "rabbit_available", lambda: None)
+    assert run_all_fms.main(["--only", "fm9"]) == 0
+    out = capsys.readouterr().out
+    assert "fm9 fixed (scenario 9 on fm9, " in out and "): SKIPPED" in out, out
+    assert "  skipped: scenario 9 runs a rabbitmq-server of the lab's own; none is installed here " \
+           "(needs rabbitmq-server (Debian: apt-get install rabbitmq-server))" in out, out
+    assert "fm9   SKIPPED" in out, out

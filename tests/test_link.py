@@ -1,0 +1,78 @@
+"""lab/link.py and shared/consumer_timeout.py: the cut touches only what goes through the link (a real
+RabbitMQ), and the limits below the consumer timeout (pure: no broker)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, cast
+
+import pytest
+from celery import Celery
+from kombu import Connection
+
+from lab.link import BrokerLink, url_through
+from lab.settings import broker_url
+from shared.consumer_timeout import within_consumer_timeout
+
+
+def _ping(conn: Connection) -> None:
+    """One round trip on the connection's channel."""
+    cast(Any, conn.default_channel).basic_qos(0, 1, False)
+
+
+def test_the_link_url_keeps_the_credentials_and_the_vhost() -> None:
+    assert url_through("amqp://lab:secret@broker.example:5672/vh", 17000) == "amqp://lab:secret@127.0.0.1:17000/vh"
+    assert url_through("amqp://broker:5672//", 17001) == "amqp://127.0.0.1:17001//"
+
+
+def test_a_cut_drops_the_connections_through_the_link_and_no_other() -> None:
+    with BrokerLink.to(broker_url()) as link, Connection(link.url(broker_url()), connect_timeout=5) as through, \
+            Connection(broker_url(), connect_timeout=5) as direct:
+        through.connect()
+        direct.connect()
+        _ping(through)
+        assert link.connections == 1
+        assert link.cut() == 1
+        with pytest.raises(Exception):  # the broker side is gone: the next frame fails (ConnectionError or OSError)
+            _ping(through)
+            through.drain_events(timeout=2)
+        _ping(direct)  # the other client's connection is untouched
+        with Connection(link.url(broker_url()), connect_timeout=5) as again:  # the link forwards again at once
+            again.connect()
+            _ping(again)
+        assert link.cuts == 1
+
+
+_apps = itertools.count()
+NAMES = ("short", "long", "unbounded", "soft")
+
+
+def _app() -> tuple[Celery, str]:
+    """An app with four tasks (names under a prefix of its own: Celery warns of a name given twice)."""
+    app = Celery("t-consumer-timeout", set_as_current=False)
+    p = f"t{next(_apps)}."
+    limits: dict[str, tuple[int | None, int | None]] = {
+        "short": (3, None), "long": (2000, 1500), "unbounded": (None, None), "soft": (600, 500)}
+    for name, (hard, soft) in limits.items():
+        def body() -> None: ...
+        limit: dict[str, Any] = {k: v for k, v in (("time_limit", hard), ("soft_time_limit", soft)) if v is not None}
+        app.task(name=p + name, **limit)(body)
+    return app, p
+
+
+def test_every_limit_above_half_the_consumer_timeout_is_lowered_and_said() -> None:
+    app, p = _app()
+    lowered = within_consumer_timeout(app, 1800)
+    assert [app.tasks[p + n].time_limit for n in NAMES] == [3, 900, 900, 600]
+    assert [app.tasks[p + n].soft_time_limit for n in NAMES] == [None, None, None, 500]
+    assert lowered == [f"{p}long: time_limit 2000 -> 900s", f"{p}long: soft_time_limit 1500 dropped (not below 900s)",
+                       f"{p}unbounded: time_limit None -> 900s"]
+
+
+def test_a_low_consumer_timeout_lowers_every_limit_and_celerys_own_tasks_are_left_alone() -> None:
+    app, p = _app()
+    within_consumer_timeout(app, 2.4)
+    assert [app.tasks[p + n].time_limit for n in NAMES] == [1.2] * 4
+    assert all(t.time_limit is None for name, t in app.tasks.items() if name.startswith("celery."))
+    with pytest.raises(ValueError):
+        within_consumer_timeout(app, 10, share=1.0)
