@@ -204,6 +204,7 @@ def set_aside(bad: Quarantined) -> str:
     outcome = "quarantined" if ledger.quarantine(bad) else "deduplicated"  # a redelivery keeps it once
     metrics.count(outcome, bad.supplier)
     decisions().warning("event_quarantined", event_id=bad.key, lot_code=None, supplier=bad.supplier, outcome=outcome,
+                        cte_type=bad.cte_type,  # fix: a missing_kde problem names the KDE its type requires
                         problems=[f"{'.'.join(str(x) for x in p['loc'])}: {p['type']}" for p in bad.errors])  # fix
     return outcome
 
