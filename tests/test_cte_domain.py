@@ -24,20 +24,20 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy import select
-from stdnum import gs1_128
+from stdnum import ean, gs1_128
 from stdnum.exceptions import InvalidChecksum
 
 from case_studies.cte_ingestion import events, ledger, metrics
-from case_studies.cte_ingestion.events import (CLOCK_SKEW, EXPECTED_ERROR, INVALID_KINDS, LIFECYCLE, WRITEUP_GLN,
-                                               RawEvent, transformed_lot,
-                                               WRITEUP_GTIN, CriticalTrackingEvent, Quarantined, Stream, generate,
-                                               idempotency_key, validate)
+from case_studies.cte_ingestion.events import (CLOCK_SKEW, CTE_TYPES, EXPECTED_ERROR, INVALID_KINDS, LIFECYCLES,
+                                               REQUIRED_KDES, SEAFOOD_EVERY, WRITEUP_GLN, WRITEUP_GTIN,
+                                               CriticalTrackingEvent, CteType, Quarantined, RawEvent, Stream, generate,
+                                               idempotency_key, missing_kdes, transformed_lot, validate)
 from case_studies.cte_ingestion.ledger import Ledger, LedgerCounts, Outcome, TransientLedgerError
 from case_studies.cte_ingestion.metrics import CteMetrics, MetricOutcome, exporter_registry, outcomes, read, reset_dir
 from lab import settings
@@ -48,12 +48,71 @@ NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 NAMESPACE = derived("cte")
 
 
+def gln(body: str) -> str:
+    """A GLN with its GS1 check digit (``body``: the first 12 digits)."""
+    return body + ean.calc_check_digit(body)
+
+
+KDE_VALUES: dict[str, Any] = {
+    "product_description": "Romaine lettuce, 24 ct carton", "commodity": "Romaine lettuce, variety Green Towers",
+    "tlc_source_gln": gln("061414100010"), "tlc_source_reference": "https://tlc.example/sup-001",
+    "reference_document_type": "BOL", "reference_document_number": "BOL-0077812",
+    "previous_source_gln": gln("061414100020"), "subsequent_recipient_gln": gln("061414100030"),
+    "input_lot_codes": ["SUP001-250530-0007"], "harvest_farm_gln": gln("061414100040"),
+    "harvester_business_name": "Valle Verde Farms", "harvester_phone": "+1 831-555-0142",
+    "harvest_date": "2025-05-31", "harvest_end_date": "2025-06-01", "catch_area": "NMFS 514",
+    "received_date": "2025-06-01", "received_quantity": "42", "received_unit_of_measure": "bins",
+}
+"""A value of each KDE field, as a producer sends it (the first field of a choice is the one sent)."""
+
+EXPECTED_KDES: dict[str, dict[str, tuple[str, ...]]] = {  # 21 CFR 1.1325-1.1350, read independently of events.py
+    "harvesting": {"subsequent_recipient_gln": ("subsequent_recipient_gln",), "commodity": ("commodity",),
+                   "reference_document_type": ("reference_document_type",),
+                   "reference_document_number": ("reference_document_number",)},
+    "cooling": {"subsequent_recipient_gln": ("subsequent_recipient_gln",), "commodity": ("commodity",),
+                "harvest_farm_gln": ("harvest_farm_gln",), "reference_document_type": ("reference_document_type",),
+                "reference_document_number": ("reference_document_number",)},
+    "initial_packing": {"commodity": ("commodity",), "received_date": ("received_date",),
+                        "received_quantity": ("received_quantity",),
+                        "received_unit_of_measure": ("received_unit_of_measure",),
+                        "harvest_farm_gln": ("harvest_farm_gln",), "harvester_business_name": ("harvester_business_name",),
+                        "harvester_phone": ("harvester_phone",), "harvest_date": ("harvest_date",),
+                        "product_description": ("product_description",),
+                        "reference_document_type": ("reference_document_type",),
+                        "reference_document_number": ("reference_document_number",)},
+    "first_land_based_receiving": {"species_or_product_description": ("commodity", "product_description"),
+                                   "harvest_date": ("harvest_date",), "harvest_end_date": ("harvest_end_date",),
+                                   "catch_area": ("catch_area",), "reference_document_type": ("reference_document_type",),
+                                   "reference_document_number": ("reference_document_number",)},
+    "shipping": {"product_description": ("product_description",),
+                 "subsequent_recipient_gln": ("subsequent_recipient_gln",),
+                 "tlc_source": ("tlc_source_gln", "tlc_source_reference"),
+                 "reference_document_type": ("reference_document_type",),
+                 "reference_document_number": ("reference_document_number",)},
+    "receiving": {"product_description": ("product_description",), "previous_source_gln": ("previous_source_gln",),
+                  "tlc_source": ("tlc_source_gln", "tlc_source_reference"),
+                  "reference_document_type": ("reference_document_type",),
+                  "reference_document_number": ("reference_document_number",)},
+    "transformation": {"input_lot_codes": ("input_lot_codes",), "product_description": ("product_description",),
+                       "reference_document_type": ("reference_document_type",),
+                       "reference_document_number": ("reference_document_number",)},
+}
+"""Per CTE type, each KDE the rule requires beyond every event's (its key, and the fields that may carry it)."""
+SECTIONS = {"harvesting": "1.1325(a)", "cooling": "1.1325(b)", "initial_packing": "1.1330(a)",
+            "first_land_based_receiving": "1.1335", "shipping": "1.1340(a)", "receiving": "1.1345(a)",
+            "transformation": "1.1350(a)"}
+
+
 def clean_payload(**changes: Any) -> dict[str, Any]:
+    """A valid payload of ``changes["event_type"]`` (cooling when not given) carrying just the KDEs its type
+    requires, with ``changes`` applied."""
+    kind = str(changes.get("event_type", "cooling"))
     payload: dict[str, Any] = {
-        "supplier_id": "SUP-001", "lot_code": "SUP001-250601-0001", "event_type": "cooling",
+        "supplier_id": "SUP-001", "lot_code": "SUP001-250601-0001", "event_type": kind,
         "location_gln": "0614141000012", "gtin": "10614141000019", "event_time": "2025-06-01T04:30:00-07:00",
         "quantity": "240.50", "unit_of_measure": "kg", "source_event_id": "evt-0001", "seq": 2,
     }
+    payload.update({fields[0]: KDE_VALUES[fields[0]] for fields in EXPECTED_KDES.get(kind, {}).values()})
     payload.update(changes)
     return payload
 
@@ -150,7 +209,7 @@ def test_every_problem_of_a_payload_is_reported_and_nothing_raises() -> None:
 def test_the_writeups_patterns_accept_numbers_that_fail_the_check_digit() -> None:
     stream = generate(21, 500, invalid_every=5)
     wrong = [position for position, kind in stream.invalid.items() if kind in ("gln_check_digit", "gtin_check_digit")]
-    assert len(wrong) >= 40
+    assert len(wrong) >= 30
     for position in wrong:
         kind, payload = stream.invalid[position], stream.payloads[position]
         number = str(payload["location_gln" if kind == "gln_check_digit" else "gtin"])
@@ -220,7 +279,8 @@ def test_the_ground_truth_is_exact() -> None:
     stream = generate(5, 2_000, suppliers=4, lots=5, invalid_every=10, duplicate_every=15)
     assert set(stream.duplicates) == {i for i in range(2_000) if (i + 1) % 15 == 0}
     assert set(stream.invalid) == {i for i in range(2_000) if (i + 1) % 10 == 0 and (i + 1) % 15}
-    assert [stream.invalid[i] for i in sorted(stream.invalid)][:10] == list(INVALID_KINDS) * 2  # in turn
+    assert [stream.invalid[i] for i in sorted(stream.invalid)][:12] == list(INVALID_KINDS) * 2  # in turn
+    assert set(stream.dropped) == {p for p, kind in stream.invalid.items() if kind == "missing_kde"}
     assert stream.valid_distinct == 2_000 - len(stream.invalid) - len(stream.duplicates)
     assert sum(len(seqs) for seqs in stream.lot_sequences.values()) == stream.valid_distinct
     assert len(stream.locations) == 4
@@ -228,7 +288,7 @@ def test_the_ground_truth_is_exact() -> None:
         result = validate(payload, now=stream.as_of)
         if position in stream.invalid:
             assert isinstance(result, Quarantined) and problems(payload, now=stream.as_of) \
-                == [EXPECTED_ERROR[stream.invalid[position]]], (position, payload)
+                == [stream.expected_problem(position)], (position, payload)
         else:
             assert isinstance(result, CriticalTrackingEvent), (position, payload, result)
         if position in stream.duplicates:
@@ -256,20 +316,47 @@ def test_each_lot_is_a_lifecycle_in_order() -> None:
             (made,) = lot_events
             source = made["input_lot_codes"]
             assert isinstance(source, list) and lot == transformed_lot(source[0]) and made["seq"] == 1
-            assert [p["event_type"] for p in by_lot[source[0]]] == list(LIFECYCLE)  # the input lot ran its course
+            assert [p["event_type"] for p in by_lot[source[0]]] == list(LIFECYCLES["produce"])  # it ran its course
             assert isinstance(validate(made, now=stream.as_of), CriticalTrackingEvent)
             kinds["transformation"] += 1
             continue
-        assert types == list(LIFECYCLE)[:len(types)], (lot, types)
+        supplier = str(lot_events[0]["supplier_id"])
+        chain = "seafood" if int(supplier[-3:]) % SEAFOOD_EVERY == 0 else "produce"
+        assert types == list(LIFECYCLES[chain])[:len(types)], (lot, types)
         assert [p["seq"] for p in lot_events] == list(range(1, len(lot_events) + 1)) == list(stream.lot_sequences[lot])
         times = [datetime.fromisoformat(str(p["event_time"])) for p in lot_events]
         assert times == sorted(times) and all(t.tzinfo is not None and t < stream.as_of for t in times)
-        supplier = str(lot_events[0]["supplier_id"])
         assert {str(p["supplier_id"]) for p in lot_events} == {supplier} and lot.startswith(supplier.replace("-", ""))
-        assert {str(p["location_gln"]) for p in lot_events if p["event_type"] in ("harvesting", "cooling", "shipping")} \
+        assert {str(p["location_gln"]) for p in lot_events if p["event_type"] not in ("receiving", "transformation")} \
             <= set(stream.locations[supplier])
         kinds[str(types[-1])] += 1
     assert kinds["transformation"] > 50  # some lots end transformed
+
+
+def test_every_cte_type_is_in_the_stream_each_event_with_its_kdes() -> None:
+    stream = generate(20261130, 2_000, invalid_every=53, duplicate_every=41)
+    seen = Counter(str(p["event_type"]) for p in stream.payloads)
+    assert set(seen) == set(CTE_TYPES) and min(seen.values()) > 50
+    for position, payload in enumerate(stream.payloads):
+        kind = cast(CteType, payload["event_type"])
+        gaps = [kde.key for kde in missing_kdes(kind, payload)]
+        assert gaps == ([stream.dropped[position]] if position in stream.dropped else []), (position, gaps)
+    assert len(stream.dropped) == 6 and {str(stream.payloads[p]["event_type"]) for p in stream.dropped} \
+        == {"initial_packing", "shipping", "harvesting", "cooling"}
+    # what comes after what: a receiver names the shipper's dock and bill of lading; a packer, the harvest
+    by_lot: dict[str, dict[str, RawEvent]] = {}
+    for p, payload in enumerate(stream.payloads):
+        if p not in stream.invalid:
+            by_lot.setdefault(str(payload["lot_code"]), {})[str(payload["event_type"])] = payload
+    for lot in by_lot.values():
+        if "shipping" in lot and "receiving" in lot:
+            shipped, received = lot["shipping"], lot["receiving"]
+            assert received["reference_document_number"] == shipped["reference_document_number"]
+            assert received["previous_source_gln"] == shipped["location_gln"]
+            assert shipped["subsequent_recipient_gln"] == received["location_gln"]
+        if "harvesting" in lot and "initial_packing" in lot:
+            assert lot["initial_packing"]["harvest_date"] == str(lot["harvesting"]["event_time"])[:10]
+            assert lot["initial_packing"]["received_quantity"] == lot["harvesting"]["quantity"]
 
 
 def test_ten_thousand_events_generate_and_validate_quickly() -> None:
@@ -715,14 +802,104 @@ def test_an_unknown_field_is_kept_and_reported_not_fatal() -> None:
     assert event().unknown_fields == ()
 
 
-def test_the_rules_other_kdes_and_ctes_are_accepted_when_sent() -> None:
-    shipped = event(event_type="shipping", product_description="Romaine lettuce, whole head, 24 ct",
-                    tlc_source_gln="0614141000012", reference_document_type="BOL", reference_document_number="BOL-77812",
-                    subsequent_recipient_gln="0614141000012", unit_of_measure="cases (24 heads)")
-    assert (shipped.reference_document_type, shipped.subsequent_recipient_gln) == ("BOL", "0614141000012")
-    received = event(event_type="receiving", previous_source_gln="0614141000012", tlc_source_reference="farm-7 portal")
-    assert received.previous_source_gln == "0614141000012" and received.unknown_fields == ()
-    for kind in ("initial_packing", "first_land_based_receiving"):
-        assert event(event_type=kind).event_type == kind
+# The KDEs each CTE type requires (21 CFR 1.1325-1.1350).
+
+def test_the_contracts_table_is_the_rules_lists() -> None:
+    assert {kind: {kde.key: kde.fields for kde in kdes} for kind, kdes in REQUIRED_KDES.items()} == EXPECTED_KDES
+    assert set(REQUIRED_KDES) == set(CTE_TYPES)
+    fields = CriticalTrackingEvent.model_fields
+    for kind, kdes in REQUIRED_KDES.items():
+        for kde in kdes:
+            assert kde.rule.startswith(SECTIONS[kind]) and kde.what, (kind, kde)
+            assert all(f in fields and fields[f].default is None for f in kde.fields), kde  # optional unless required
+
+
+@pytest.mark.parametrize("kind", CTE_TYPES)
+def test_a_payload_with_just_its_types_required_kdes_passes(kind: CteType) -> None:
+    payload = clean_payload(event_type=kind)
+    assert set(payload) - {"supplier_id", "lot_code", "event_type", "location_gln", "gtin", "event_time", "quantity",
+                           "unit_of_measure", "source_event_id", "seq"} \
+        == {fields[0] for fields in EXPECTED_KDES[kind].values()}
+    cte = event(event_type=kind)
+    assert cte.event_type == kind and cte.unknown_fields == ()
+    assert validate(cte.model_dump(mode="json"), now=NOW) == cte  # the ledger's copy reads back the same
+
+
+@pytest.mark.parametrize(("kind", "key"), [(kind, key) for kind, kdes in EXPECTED_KDES.items() for key in kdes])
+def test_a_payload_missing_a_kde_its_type_requires_is_quarantined_naming_it_and_the_type(kind: str, key: str) -> None:
+    payload = clean_payload(event_type=kind)
+    for name in EXPECTED_KDES[kind][key]:
+        payload.pop(name, None)
+    result = validate(payload, now=NOW)
+    assert isinstance(result, Quarantined) and result.cte_type == kind
+    (problem,) = result.errors
+    assert (problem["loc"], problem["type"]) == ([key], "missing_kde")
+    assert problem["msg"].startswith(f"a {kind} event requires ") and f"(21 CFR {SECTIONS[kind]}" in problem["msg"]
+    assert problem["msg"].endswith("send " + " or ".join(EXPECTED_KDES[kind][key]))
+    nulled = clean_payload(event_type=kind, **{name: None for name in EXPECTED_KDES[kind][key]})  # JSON null
+    assert problems(nulled) == [(key, "missing_kde")]
+
+
+def test_every_missing_kde_is_reported_in_the_rules_order() -> None:
+    bare = {k: v for k, v in clean_payload(event_type="shipping").items() if k not in KDE_VALUES}
+    assert problems(bare) == [("product_description", "missing_kde"), ("subsequent_recipient_gln", "missing_kde"),
+                              ("tlc_source", "missing_kde"), ("reference_document_type", "missing_kde"),
+                              ("reference_document_number", "missing_kde")]
+    text = validate(json.dumps(bare), now=NOW)  # the same from the wire
+    assert isinstance(text, Quarantined) and [p["loc"] for p in text.errors][2] == ["tlc_source"]
+    # a malformed field is reported first: the KDEs are checked once every field is valid
+    assert problems({**bare, "gtin": "10614141000018"}) == [("gtin", "gtin_check_digit")]
+
+
+def test_a_choice_of_fields_is_met_by_either() -> None:
+    for kind in ("shipping", "receiving"):
+        by_reference = {k: v for k, v in clean_payload(event_type=kind).items() if k != "tlc_source_gln"}
+        assert problems({**by_reference, "tlc_source_reference": KDE_VALUES["tlc_source_reference"]}) == []
+    packaged = {k: v for k, v in clean_payload(event_type="first_land_based_receiving").items() if k != "commodity"}
+    assert problems({**packaged, "product_description": "Atlantic cod fillets, 10 lb box"}) == []
+
+
+def test_a_misspelled_kde_is_kept_and_reported_and_the_kde_is_still_missing() -> None:
+    payload = clean_payload(event_type="receiving")
+    payload["reference_doc_number"] = payload.pop("reference_document_number")
+    result = validate(payload, now=NOW)
+    assert isinstance(result, Quarantined) and problems(payload) == [("reference_document_number", "missing_kde")]
+    assert "reference_doc_number" in result.payload_text  # kept as sent, for the producer to mend
+
+
+def test_the_kdes_are_typed_when_sent() -> None:
+    assert problems(clean_payload(event_type="initial_packing", received_quantity=42)) \
+        == [("received_quantity", "decimal_string")]
+    assert problems(clean_payload(event_type="initial_packing", harvest_date="2025-05-31T06:00:00")) \
+        == [("harvest_date", "date_parsing")]
+    assert problems(clean_payload(event_type="initial_packing", harvester_phone="call the farm")) \
+        == [("harvester_phone", "string_pattern_mismatch")]
+    farm = gln("061414100040")
+    assert problems(clean_payload(event_type="cooling", harvest_farm_gln=farm[:-1] + str((int(farm[-1]) + 1) % 10))) \
+        == [("harvest_farm_gln", "gln_check_digit")]
+    assert problems(clean_payload(event_type="first_land_based_receiving", harvest_date="2025-06-02",
+                                  harvest_end_date="2025-06-01")) == [("", "harvest_date_range")]
+    assert problems(clean_payload(event_type="shipping", unit_of_measure="25 reusable plastic containers")) == []
+
+
+def test_a_kde_another_type_requires_is_not_asked_and_conditional_ones_are_accepted_when_sent() -> None:
+    assert problems(clean_payload(event_type="harvesting", harvest_area="Field 12B")) == []  # produce only: not asked
+    assert problems(clean_payload(event_type="initial_packing", harvest_area="Pond 4", cooling_gln=gln("061414100050"),
+                                  cooling_date="2025-05-31")) == []
+    shipped = event(event_type="shipping", previous_source_gln=gln("061414100020"))  # a receiving KDE, sent anyway
+    assert shipped.previous_source_gln == gln("061414100020") and shipped.unknown_fields == ()
+
+
+def test_a_quarantined_payload_names_its_cte_type_only_when_it_is_the_rules() -> None:
+    assert isinstance(unknown := validate(clean_payload(event_type="packing"), now=NOW), Quarantined)
+    assert unknown.cte_type is None
+    bad = validate(json.dumps(clean_payload(quantity="0")), now=NOW)
+    assert isinstance(bad, Quarantined) and bad.cte_type == "cooling"
+    assert isinstance(text := validate("{not json", now=NOW), Quarantined) and text.cte_type is None
+
+
+def test_a_transformation_names_its_inputs_and_a_new_lot() -> None:
     made = event(event_type="transformation", lot_code="SUP001-250601-T001", input_lot_codes=["SUP001-250601-0001"])
     assert made.input_lot_codes == ("SUP001-250601-0001",)
+    assert problems(clean_payload(event_type="transformation", input_lot_codes=["SUP001-250601-0001"])) \
+        == [("", "transformation_keeps_input_lot")]

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from celery.exceptions import Reject
 from sqlalchemy import func, select
 
 from case_studies.cte_ingestion import fixed, stand_ins, study, writeup
-from case_studies.cte_ingestion.events import CriticalTrackingEvent, Quarantined, generate, idempotency_key, validate
+from case_studies.cte_ingestion.events import (CTE_TYPES, CriticalTrackingEvent, Quarantined, generate, idempotency_key,
+                                               validate)
 from case_studies.cte_ingestion.ledger import Ledger, LedgerCounts, TransientLedgerError
 from case_studies.cte_ingestion.metrics import CteMetrics, outcomes, read
 from case_studies.logs import read_events
@@ -38,7 +40,29 @@ def cell(name: str, kind: harness.Kind) -> RunReport:
 
 def test_the_stream_holds_what_the_checks_count() -> None:
     assert len(STREAM.payloads) == 2000 and STREAM.valid_distinct == 1915
-    assert len(STREAM.invalid) == 37 and len(STREAM.duplicates) == 48
+    assert len(STREAM.invalid) == 37 and len(STREAM.duplicates) == 48 and len(STREAM.dropped) == 6
+    assert {str(p["event_type"]) for p in STREAM.payloads} == set(CTE_TYPES)
+    # what the write-up's model makes of it: 14 let through (10 wrong check digits, 4 missing a KDE), and 499
+    # payloads refused, 476 of them valid initial packing and first land-based receiving events (13 resends)
+    assert len(study.loose(STREAM)) == 14 and Counter(STREAM.invalid[p] for p in study.loose(STREAM)) \
+        == {"gln_check_digit": 6, "gtin_check_digit": 4, "missing_kde": 4}
+    refused = study.writeup_refused(STREAM)
+    assert len(refused) == 499 and len([p for p in refused if p not in STREAM.invalid]) == 476
+    assert len({study.raw_key(STREAM.payloads[p]) for p in refused}) == 486
+    assert len(study.writeup_keys(STREAM)) == 1466
+
+
+def test_the_writeups_model_takes_exactly_what_the_study_predicts() -> None:
+    assert study.WRITEUP_CTE_TYPES == get_args(writeup.CTEEvent.model_fields["event_type"].annotation)
+    for position, payload in enumerate(STREAM.payloads):
+        try:
+            writeup.CTEEvent.model_validate(stand_ins.as_published(payload))
+            took = True
+        except ValidationError as error:
+            took = False
+            assert position not in STREAM.invalid or "literal_error" in {e["type"] for e in error.errors()} \
+                or STREAM.invalid[position] not in study.LOOSE
+        assert took == study.writeup_takes(STREAM, position), (position, payload["event_type"])
 
 
 def test_a_lot_goes_to_one_shard_whatever_the_process_and_lots_spread() -> None:
@@ -152,7 +176,7 @@ def test_the_burst_commits_every_valid_event_once_in_each_lots_order() -> None:
     report = cell("burst", "fixed")
     assert [c.label for c in report.checks] == ["CT1", "CT2", "CT3", "CT4"]
     counts = Ledger().counts()
-    assert counts == LedgerCounts(committed=1915, quarantined=37, dead_lettered=4, dead_letters_pending=0,
+    assert counts == LedgerCounts(committed=1915, quarantined=37, dead_lettered=5, dead_letters_pending=0,
                                   out_of_order_attempts=0, out_of_order_commits=0)
     lines = read_events("ct", fixed.DECISIONS)  # every decision of the run, one JSON line each
     assert all({"timestamp", "level", "event", "event_id", "lot_code", "supplier", "dry_run"} <= set(e) for e in lines)
@@ -164,10 +188,13 @@ def test_the_burst_commits_every_valid_event_once_in_each_lots_order() -> None:
     valid = {idempotency_key(e) for p in STREAM.payloads if isinstance(e := validate(p), CriticalTrackingEvent)}
     assert len(set(ids("event_committed"))) == 1915 and set(ids("event_committed")) == valid
     assert len(set(ids("event_quarantined"))) == 37
+    lacking = [e for e in lines if e["event"] == "event_quarantined" and any("missing_kde" in p for p in e["problems"])]
+    assert sorted((e["cte_type"], e["problems"][0]) for e in lacking) == sorted(
+        (STREAM.payloads[p]["event_type"], f"{kde}: missing_kde") for p, kde in STREAM.dropped.items())
     exhausted = ids("event_dead_lettered", reason="retries_exhausted")
     held = ids("event_dead_lettered", reason="held behind its lot's dead letter")
-    assert len(exhausted) == 1 and len(held) == 3
-    assert set(ids("event_committed", replay=True)) == {*exhausted, *held}  # the replay commits the 4 once
+    assert len(exhausted) == 1 and len(held) == 4
+    assert set(ids("event_committed", replay=True)) == {*exhausted, *held}  # the replay commits the 5 once
     assert len(ids("commit_retried")) + len([e for e in lines if e["event"] == "message_rolled_back"]) == 12
 
 
@@ -176,17 +203,19 @@ def test_the_writeup_on_its_redis_broker_lets_wrong_check_digits_through_reorder
     report = cell("burst", "broken")
     assert report.code == "ctw" and [c.label for c in report.checks] == ["CT1 write-up", "CT2 write-up", "CT3 write-up"]
     loose = study.loose(STREAM)
-    assert len(loose) == 16 and {STREAM.invalid[p] for p in loose} == {"gln_check_digit", "gtin_check_digit"}
-    counts = Ledger().counts()  # 1,915 valid distinct + 16 let through - 1 lost
-    assert counts.committed == 1930 and counts.quarantined == 21 and counts.dead_lettered == 0
+    assert len(loose) == 14 and {STREAM.invalid[p] for p in loose} == {"gln_check_digit", "gtin_check_digit",
+                                                                          "missing_kde"}
+    counts = Ledger().counts()  # 1,466 distinct events its model takes (14 let through among them) - 1 lost
+    assert counts.committed == 1465 and counts.quarantined == 486 and counts.dead_lettered == 0
     assert counts.out_of_order_commits > 0
     lines = read_events("ctw", "decisions")  # the write-up's line per decision; the lost event has none
     assert all({"timestamp", "level", "event", "event_id", "lot_code", "supplier"} <= set(e) for e in lines)
     committed = {e["event_id"] for e in lines if e["event"] == "cte_ingested" and e["outcome"] == "committed"}
-    assert len(committed) == 1930 and {study.raw_key(STREAM.payloads[p]) for p in loose} <= committed
+    assert len(committed) == 1465 and {study.raw_key(STREAM.payloads[p]) for p in loose} <= committed
     quarantined = [e for e in lines if e["event"] == "cte_quarantined"]
-    assert len({e["event_id"] for e in quarantined}) == 21
-    assert {t for e in quarantined for t in e["errors"]} == {"timezone_aware", "value_error", "greater_than"}
+    assert len(quarantined) == 499 and len({e["event_id"] for e in quarantined}) == 486  # 13 resends
+    assert {t for e in quarantined for t in e["errors"]} == {"timezone_aware", "value_error", "greater_than",
+                                                             "literal_error"}  # 2 of the rule's 7 CTE types unknown
     prefix = f"{redis_prefix('ctw')}broker:"  # its broker: the lab's Redis, every key under the program's prefix
     assert writeup.app.conf.broker_url.startswith("redis://")
     assert writeup.app.conf.broker_transport_options == {"global_keyprefix": prefix, "visibility_timeout": 3600}
@@ -236,7 +265,7 @@ def test_without_seq_each_lot_is_committed_in_the_order_produced() -> None:
     report = cell("no_seq", "fixed")
     assert [c.label for c in report.checks] == ["CT1", "CT6", "CT3", "CT4"]
     book = Ledger()
-    assert book.counts() == LedgerCounts(committed=1915, quarantined=37, dead_lettered=4, dead_letters_pending=0,
+    assert book.counts() == LedgerCounts(committed=1915, quarantined=37, dead_lettered=5, dead_letters_pending=0,
                                          out_of_order_attempts=0, out_of_order_commits=0)
     produced: dict[str, list[str]] = {}
     for p, payload in enumerate(STREAM.payloads):

@@ -28,11 +28,16 @@ Redis broker with its own model, breaks both of its claims and lets bad numbers 
   ``TransientLedgerError``, the task is FAILURE and, acks late or not, the
   message is acked (``task_acks_on_failure_or_timeout`` defaults to True): the
   event is in no ledger table and in no dead-letter store;
-- check digits: its patterns commit the burst's 16 events whose GLN or GTIN
-  fails its GS1 check digit; ``events.validate`` quarantines them.
+- its model: its patterns commit the burst's 10 events whose GLN or GTIN
+  fails its GS1 check digit, and, reading none of the KDEs the rule requires
+  per CTE type, the 4 of its types that lack one; ``events.validate``
+  quarantines the 14. Its event types are 5 of the rule's 7: it quarantines
+  the burst's 476 valid initial packing and first land-based receiving
+  events, which ``events.validate`` takes.
 
 On this file the same burst commits 1,915 events (every valid distinct one) in
-each lot's order, quarantines the 37 invalid payloads, and its metrics equal
+each lot's order, quarantines the 37 invalid payloads (6 of them without a
+KDE their CTE type requires, each named with the type), and its metrics equal
 the ledger's counts, exactly (``study.py`` lists the checks).
 
 Fix:
@@ -204,6 +209,7 @@ def set_aside(bad: Quarantined) -> str:
     outcome = "quarantined" if ledger.quarantine(bad) else "deduplicated"  # a redelivery keeps it once
     metrics.count(outcome, bad.supplier)
     decisions().warning("event_quarantined", event_id=bad.key, lot_code=None, supplier=bad.supplier, outcome=outcome,
+                        cte_type=bad.cte_type,  # fix: a missing_kde problem names the KDE its type requires
                         problems=[f"{'.'.join(str(x) for x in p['loc'])}: {p['type']}" for p in bad.errors])  # fix
     return outcome
 

@@ -9,7 +9,8 @@ drained any of it.
   is killed in the middle of one event's commit (``CRASH_ONCE``), and one event's commits
   fail until the operator mends the cause (``FLAKE_FOREVER``): its retries run out. Once
   drained, the operator mends it and replays the dead letters (fixed). Each fault falls on
-  an event of a lot and a message of its own. Guarantees (fixed), exact:
+  an event of a lot and a message of its own, of a CTE type both programs' models know.
+  Guarantees (fixed), exact:
   - CT1: the ledger holds every valid distinct event once and nothing else; quarantined ==
     the invalid payloads, each kept as sent; no dead letter pending after the replay;
   - CT2: each lot's events were committed in the order produced (the ledger's commit order
@@ -21,8 +22,11 @@ drained any of it.
     shard's queue depth 0 at the end after falling during the drain, dead-letter depth 0.
   Write-up symptoms (``--prove``, the same burst on ``writeup.py``, on its Redis broker, each
   payload under its field names, ``stand_ins.as_published``):
-  - CT1 write-up: its digit patterns let through the 16 events whose GLN or GTIN fails its GS1
-    check digit: each committed, the other 21 invalid payloads quarantined as sent;
+  - CT1 write-up: its model lets through the 14 events the fixed contract refuses (10 whose GLN
+    or GTIN fails its GS1 check digit: its patterns count digits; 4 without a KDE their CTE type
+    requires: it reads none), each committed; it refuses the 23 other invalid payloads and all
+    476 valid initial packing and first land-based receiving events (it knows 5 of the rule's 7
+    CTE types), each quarantined as sent (486 payloads: 13 of the 499 are resends);
   - CT2 write-up: events committed behind later events of their lot;
   - CT3 write-up: the exhausted event is lost: FAILURE after 6 attempts, in no ledger
     table and in no dead-letter store.
@@ -61,7 +65,7 @@ from celery.result import AsyncResult
 from sqlalchemy import select
 
 from case_studies.cte_ingestion import stand_ins
-from case_studies.cte_ingestion.events import InvalidKind, RawEvent, Stream, generate, idempotency_key, validate
+from case_studies.cte_ingestion.events import CteType, InvalidKind, RawEvent, Stream, generate, idempotency_key, validate
 from case_studies.cte_ingestion.ledger import DeadLetter, Ledger, LedgerCounts
 from case_studies.cte_ingestion.metrics import CteMetrics, exporter_registry, outcomes, read, render, reset_dir
 from case_studies.logs import clear_event_logs
@@ -157,13 +161,35 @@ def stream(no_seq: bool = False, events: int = EVENTS) -> Stream:
     return replace(s, payloads=tuple({k: v for k, v in p.items() if k != "seq"} for p in s.payloads))
 
 
-LOOSE: tuple[InvalidKind, ...] = ("gln_check_digit", "gtin_check_digit")
-"""The invalid kinds the write-up's model lets through: its patterns count digits, not the GS1 check digit."""
+LOOSE: tuple[InvalidKind, ...] = ("gln_check_digit", "gtin_check_digit", "missing_kde")
+"""The invalid kinds the write-up's model lets through: its patterns count digits, not the GS1 check digit, and
+it reads none of the KDEs the rule requires per CTE type (``extra="ignore"``)."""
+WRITEUP_CTE_TYPES: tuple[CteType, ...] = ("harvesting", "cooling", "shipping", "receiving", "transformation")
+"""The CTE types the write-up's model knows (``writeup.CTEEvent.event_type``): not initial packing, not first
+land-based receiving, which it refuses (``literal_error``) however valid."""
+
+
+def writeup_takes(s: Stream, position: int) -> bool:
+    """Whether the write-up's model validates the payload at ``position``: a type it knows, and valid for the fixed
+    contract or invalid only in a way it cannot see (``LOOSE``)."""
+    return (s.payloads[position]["event_type"] in WRITEUP_CTE_TYPES
+            and (position not in s.invalid or s.invalid[position] in LOOSE))
 
 
 def loose(s: Stream) -> tuple[int, ...]:
     """Positions of the payloads the fixed contract refuses and the write-up's model takes."""
-    return tuple(p for p, kind in sorted(s.invalid.items()) if kind in LOOSE)
+    return tuple(p for p in sorted(s.invalid) if writeup_takes(s, p))
+
+
+def writeup_refused(s: Stream) -> tuple[int, ...]:
+    """Positions of the payloads the write-up's model refuses (each sent to its quarantine; a resend too): the
+    invalid ones it sees, and every event of a CTE type it does not know."""
+    return tuple(p for p in range(len(s.payloads)) if not writeup_takes(s, p))
+
+
+def writeup_keys(s: Stream) -> frozenset[str]:
+    """The idempotency keys the write-up's program commits when nothing is lost: one per distinct event it takes."""
+    return frozenset(raw_key(s.payloads[p]) for p in range(len(s.payloads)) if writeup_takes(s, p))
 
 
 def raw_key(payload: RawEvent) -> str:
@@ -200,9 +226,11 @@ def _lot(s: Stream, position: int) -> str:
 def choose_faults(s: Stream, shards: int, batch: int) -> FaultPlan:
     """Valid events never resent, each in a lot and a message of its own: three flaky ones, one
     killed mid-commit that opens its message, and one whose retries run out, in a lot with later
-    events and no resend after it."""
+    events and no resend after it. Each of a CTE type the write-up's model knows, so that both
+    programs meet every fault."""
     resent = set(s.duplicates.values())
-    fresh = [p for p in range(len(s.payloads)) if p not in s.invalid and p not in s.duplicates and p not in resent]
+    fresh = [p for p in range(len(s.payloads)) if p not in s.invalid and p not in s.duplicates and p not in resent
+             and writeup_takes(s, p)]
     heads: set[int] = set()
     message: dict[int, tuple[int, int]] = {}  # position -> (shard, its message's number in the shard)
     filled: dict[int, int] = {}
@@ -371,12 +399,14 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_
     replayed: dict[str, int] = {}
     try:
         if kind == "broken":
+            refused = _texts([payloads[p] for p in writeup_refused(s)])
+
             def settled() -> bool:
                 look()
                 states = _meta_states(fm, ids)
                 outlasted(lambda: "FAILURE" in states)
                 return (len(outage) != 1 and all(st in ("SUCCESS", "FAILURE") for st in states)
-                        and ledger.counts().quarantined >= len(s.invalid) - len(loose(s)))
+                        and ledger.counts().quarantined >= len(refused))
             wait_until(settled, RUN_TIMEOUT, interval=0.25)
             drained = time.monotonic() - started
             if plan is not None:
@@ -571,9 +601,11 @@ def _writeup_outage_lost(run: CaseRun) -> Check:
              f"{_outage_seconds(run)}; {len(failed)} task(s) FAILURE, {len(lost)} event(s) with no other copy, "
              f"{len(lost & run.committed_keys)} of them in the ledger, dead letters {run.counts.dead_lettered}",
              "> 0 events FAILURE after 1 + 5 attempts, none in the ledger, nothing dead-lettered: lost")
-    want = s.valid_distinct + len(loose(s)) - len(lost)
+    taken = writeup_keys(s)
+    want = len(taken) - len(lost)
     c.expect(run.counts.committed == want, f"committed {run.counts.committed}",
-             f"{want} (every other event: {s.valid_distinct} valid distinct + {len(loose(s))} let through - the lost)")
+             f"{want} (every other event its model takes: {len(taken)} distinct, {len(loose(s))} of them let "
+             "through, - the lost)")
     return c.result()
 
 
@@ -595,13 +627,18 @@ def _writeup_loose(run: CaseRun) -> Check:
     s = run.stream
     through = loose(s)
     committed = [p for p in through if raw_key(s.payloads[p]) in run.committed_keys]
+    kinds = Counter(s.invalid[p] for p in through)
     c.expect(len(through) > 0 and committed == list(through),
-             f"{len(committed)} of the {len(through)} events with a wrong GS1 check digit committed",
-             f"all {len(through)}: its patterns count digits (the fixed contract quarantines them)")
-    refused = _texts([stand_ins.as_published(s.payloads[p]) for p in s.invalid if p not in through])
+             f"{len(committed)} of the {len(through)} events the fixed contract refuses committed "
+             f"({kinds['gln_check_digit'] + kinds['gtin_check_digit']} with a wrong GS1 check digit, "
+             f"{kinds['missing_kde']} lacking a KDE their type requires)",
+             f"all {len(through)}: its patterns count digits and it reads no KDE the rule requires per CTE type")
+    unknown = _texts([stand_ins.as_published(s.payloads[p]) for p in writeup_refused(s) if p not in s.invalid])
+    refused = _texts([stand_ins.as_published(s.payloads[p]) for p in writeup_refused(s)])
     c.expect(run.quarantined == refused, f"quarantined {len(run.quarantined)}"
-             f"{'' if run.quarantined == refused else ', not the other invalid payloads'}",
-             f"{len(refused)}, the other invalid payloads as sent")
+             f"{'' if run.quarantined == refused else ', not the payloads its model refuses'}",
+             f"{len(refused)} as sent: the {len(refused) - len(unknown)} other invalid payloads and {len(unknown)} "
+             "valid initial packing and first land-based receiving events (its model knows 5 CTE types of 7)")
     return c.result()
 
 
@@ -628,9 +665,10 @@ def _writeup_lost(run: CaseRun) -> Check:
     c.expect(key not in run.committed_keys and run.counts.dead_lettered == 0,
              f"in the ledger: {'yes' if key in run.committed_keys else 'no'}; dead letters {run.counts.dead_lettered}",
              "no and 0: the event is lost")
-    want_committed = s.valid_distinct + len(loose(s)) - 1
+    want_committed = len(writeup_keys(s)) - 1
     c.expect(run.counts.committed == want_committed, f"committed {run.counts.committed}",
-             f"{want_committed} (the valid distinct and the {len(loose(s))} let through, one missing)")
+             f"{want_committed} (the distinct events its model takes, the {len(loose(s))} let through among them, "
+             "one missing)")
     return c.result()
 
 

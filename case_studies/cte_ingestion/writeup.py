@@ -23,7 +23,7 @@ Departures the lab makes, each keeping the mechanism it runs:
 | names | queue ``cte.ingest``; Redis keys of its own | ``<namespace>.ctw.cte.ingest`` (its topic exchange ``<namespace>.ctw.cte.ingest.lots``, bound by ``lot.#``); every broker key under ``<namespace>:ctw:broker:`` (kombu's ``global_keyprefix``) | a prefix: the lab shares its Redis (``lab.app``) |
 | routing | ``routing_key=lot.<code>`` onto ``cte.ingest`` | the same key, to a topic exchange whose one binding (``lot.#``) is that queue | on kombu's Redis transport an exchange is a binding table: every lot lands in the one list, as the write-up's queue |
 | backoff | grows to 32 s | ``retry_backoff_max = 1`` s | the same autoretry, count and jitter, scaled in time |
-| payloads | its producers send its field names | the lab's stream (``events.generate``) renamed by the runner (``stand_ins.as_published``: ``event_time`` sent as ``timestamp``); the rest it ignores (``supplier_id``, ``unit_of_measure``, ``seq``) stays in the payload | the same values, under the names its model reads |
+| payloads | its producers send its field names | the lab's stream (``events.generate``) renamed by the runner (``stand_ins.as_published``: ``event_time`` sent as ``timestamp``); the rest it ignores (``supplier_id``, ``unit_of_measure``, ``seq``, the KDEs the rule requires per CTE type) stays in the payload | the same values, under the names its model reads |
 | ledger | not given: "upsert on the key" | the fixed program's SQL ledger without its sequence guard (``Ledger(sequence_guard=False)``), given a row built from the validated event (``stand_ins.ledger_event``: not validated again) with the payload's ``supplier_id``, ``unit_of_measure`` and ``seq``, which its model ignores | an insert that does nothing on a key it holds, as the write-up's upsert; ``seq`` only lets the lab's check see a lot's order |
 | logging | a line per decision | ``cte_quarantined`` and ``cte_ingested`` with ``event_id``, ``lot_code``, ``supplier`` and the outcome or errors, to ``.lab/<namespace>/events/ctw-decisions.jsonl`` (``case_studies.logs``) | only the destination |
 
@@ -44,8 +44,13 @@ What its design does not hold, shown by ``--prove`` (``study.py``):
   to True). The event is in no ledger table and in no dead-letter store: lost;
 - the model (CT1 write-up): digit patterns accept a GLN or GTIN whose GS1 check
   digit is wrong (every GS1 number ends in one, there to catch a mistyped
-  digit): the burst's 16 such events are committed, where the fixed contract
-  (``events.validate``) quarantines them;
+  digit): the burst's 10 such events are committed; it reads none of the KDEs
+  the Food Traceability Rule requires per CTE type (``extra="ignore"`` drops
+  them): the burst's 4 events of its types that lack one are committed too,
+  where the fixed contract (``events.validate``) quarantines the 14. Its
+  ``event_type`` names 5 of the rule's 7 CTE types: every initial packing and
+  first land-based receiving event (476 valid ones in the burst) is refused
+  (``literal_error``) and quarantined;
 - an outage longer than the whole backoff (CT7 write-up, scenario ``outage``:
   the ledger down from the publish until a first task has used its 1 + 5
   attempts): each event whose retries ran out in it is FAILURE, acked, in no
