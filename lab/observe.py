@@ -186,7 +186,9 @@ def _ending(state: str, retval: object, retry_sent: bool = False) -> dict[str, s
         # worker_deduplicate_successful_tasks, the stored state its check read (celery.app.trace.build_tracer
         # assigns ``state = r.state`` to the variable task_postrun reports; 5.5 to 5.7): PENDING, or on 5.5
         # RETRY, which 5.5's cancel stored for the cut before (see ``retry``).
-        return {"outcome": "cancelled", "error": "SystemExit: the worker's shutdown stopped the body", "state": state}
+        # FM-9: the same SystemExit when the worker cancels a late-acked task after a lost connection.
+        return {"outcome": "cancelled", "error": "SystemExit: the worker stopped the body (a shutdown, or its connection "
+                "lost)", "state": state}
     if state == "SUCCESS" and is_envelope(retval):
         env = Result.from_wire(retval)
         payload = cast(object, env.payload)

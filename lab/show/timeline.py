@@ -514,6 +514,11 @@ def _side_words(obs: Observations, run: SideRun, tl: Timeline, fate: BodyFate, d
         facts.append(Fact(f"result backend stopped while {while_}, back after {up.get('seconds')}s", "kept"))
     if stores := sum(1 for e in run.events if e.kind == "store_failed"):
         facts.append(Fact(f"{stores} result store{'s' if stores > 1 else ''} failed outside the body", "error"))
+    for cut in (e for e in run.events if e.kind == "link_cut"):  # FM-9: the runner cut the linked worker's connections
+        facts.append(Fact(f"the worker's broker connections cut ({cut.get('connections')}) while {cut.get('running')} "
+                          "ran", "kept"))
+    for gone in (e for e in run.events if e.kind == "worker_exit"):  # FM-9: the linked worker ended
+        facts.append(Fact(f"its worker exited (status {gone.get('code')})", "error"))
     facts += [_side_doc_words(d, run) for d in tl.docs if d.final != "ok"]  # an ok document says nothing new
     if fate == "sent":
         facts.append(Fact("email sent", "email"))
