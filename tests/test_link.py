@@ -56,7 +56,7 @@ def _app() -> tuple[Celery, str]:
     for name, (hard, soft) in limits.items():
         def body() -> None: ...
         limit: dict[str, Any] = {k: v for k, v in (("time_limit", hard), ("soft_time_limit", soft)) if v is not None}
-        app.task(name=p + name, **limit)(body)
+        app.task(name=p + name, shared=False, **limit)(body)  # not shared: no other app of the session gets it
     return app, p
 
 
