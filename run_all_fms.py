@@ -300,7 +300,7 @@ def run_plan(runs: list[tuple[str, harness.Kind]], jobs: int = 1) -> list[RunRep
                 run(i)
                 show_done()
         else:
-            _run_at_once(runs, jobs, run, show_done)
+            run_at_once(runs, jobs, run, show_done)
     return [r for r in reports if r is not None]
 
 
@@ -308,7 +308,7 @@ JOIN_SECONDS = 15.0
 """How long an interrupted --jobs run waits for its runs to see the interruption (each does at its next look)."""
 
 
-def _run_at_once(runs: list[tuple[str, harness.Kind]], jobs: int, run: Callable[[int], None],
+def run_at_once(runs: list[tuple[str, harness.Kind]], jobs: int, run: Callable[[int], None],
                  after_each: Callable[[], None]) -> None:
     """``run(i)`` for every run, up to ``jobs`` at once on threads, never two runs of the same code
     at once (they share its queues and keys); the longest scenarios first. fm1's broken cell is fm0's

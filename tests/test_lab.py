@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -36,6 +37,41 @@ def quiet(_: str) -> None:
     pass
 
 
+LAB_JOBS = 2
+"""The module's lab runs, two at once (``run_all_fms.run_at_once``, as ``make matrix`` runs them): never two
+on one program's code, the longest scenarios first."""
+_CELLS = {"test_fixed_fm_holds_every_guarantee_up_to_its_own": "fixed",
+          "test_earlier_code_shows_the_symptom_of_the_later_scenario": "broken",
+          "test_without_its_hard_fix_an_fm_shows_the_hard_variants_symptom": "weak"}
+
+
+def _cell(item: pytest.Item) -> tuple[str, harness.Kind] | None:
+    """The harness run a collected test of this module asserts on (None: it runs its own)."""
+    name = getattr(item, "originalname", item.name)
+    if name == "test_fm0_reproduces_its_bug":
+        return ("fm0", "bug")
+    kind = _CELLS.get(name)
+    callspec = getattr(item, "callspec", None)
+    if kind is None or callspec is None:
+        return None
+    return (f"fm{callspec.params['n']}", cast(harness.Kind, kind))
+
+
+@pytest.fixture(scope="module")
+def lab_runs(request: pytest.FixtureRequest) -> dict[tuple[str, str], RunReport]:
+    """Every run the selected tests of this module need, made once, ``LAB_JOBS`` at once."""
+    here = str(request.path)
+    wanted = sorted({c for item in request.session.items if str(item.path) == here and (c := _cell(item))})
+    reports: dict[tuple[str, str], RunReport] = {}
+
+    def run(i: int) -> None:
+        fm, kind = wanted[i]
+        reports[wanted[i]] = harness.run_one(fm, kind, quiet)
+
+    run_all_fms.run_at_once(wanted, LAB_JOBS, run, lambda: None)
+    return reports
+
+
 def observed(report: RunReport) -> Observations:
     assert report.error is None, report.error
     assert report.observations is not None
@@ -43,8 +79,8 @@ def observed(report: RunReport) -> Observations:
 
 
 @pytest.mark.parametrize("n", range(1, 10))
-def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int) -> None:
-    report = harness.run_one(f"fm{n}", "fixed", quiet)
+def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int, lab_runs: dict[tuple[str, str], RunReport]) -> None:
+    report = lab_runs[(f"fm{n}", "fixed")]
     obs = observed(report)
     assert [c.label for c in report.checks] == [f"G{i}" for i in range(1, n + 1)]
     assert [c for c in report.checks if not c.ok] == []
@@ -79,17 +115,16 @@ def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int) -> None:
         assert obs.duplicate.envelope.payload is not None and obs.duplicate.envelope.payload["sent"] is False
 
 
-def test_fm0_reproduces_its_bug() -> None:
-    report = harness.run_one("fm0", "bug", quiet)
+def test_fm0_reproduces_its_bug(lab_runs: dict[tuple[str, str], RunReport]) -> None:
+    report = lab_runs[("fm0", "bug")]
     obs = observed(report)
     assert report.verdict == "BUG REPRODUCED", report.checks
     assert obs.notify_runs["chord"] == 0 and obs.emails == ()
     assert obs.chord.error_type == "ChordError" and "doc1 is malformed" in (obs.chord.error or "")
 
 
-def symptom_run(n: int, kind: harness.Kind, code: str, label: str) -> tuple[RunReport, Observations]:
+def symptom_run(report: RunReport, n: int, code: str, label: str) -> tuple[RunReport, Observations]:
     """Scenario n on ``code`` (broken: FM n-1; weak: FM n without its hard fix), its one symptom holding."""
-    report = harness.run_one(f"fm{n}", kind, quiet)
     obs = observed(report)
     assert report.code == code and obs.scenario == n
     assert [(c.label, c.ok) for c in report.checks] == [(label, True)], report.checks
@@ -97,8 +132,8 @@ def symptom_run(n: int, kind: harness.Kind, code: str, label: str) -> tuple[RunR
 
 
 @pytest.mark.parametrize("n", range(1, 10))
-def test_earlier_code_shows_the_symptom_of_the_later_scenario(n: int) -> None:
-    _, obs = symptom_run(n, "broken", f"fm{n - 1}", f"S{n}")
+def test_earlier_code_shows_the_symptom_of_the_later_scenario(n: int, lab_runs: dict[tuple[str, str], RunReport]) -> None:
+    _, obs = symptom_run(lab_runs[(f"fm{n}", "broken")], n, f"fm{n - 1}", f"S{n}")
     if n == 2:
         assert obs.attempts["doc3"] == 1 and "WorkerLostError" in (obs.chord.error or "")
     if n == 3:
@@ -119,8 +154,8 @@ def test_earlier_code_shows_the_symptom_of_the_later_scenario(n: int) -> None:
 
 
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 6, 9])
-def test_without_its_hard_fix_an_fm_shows_the_hard_variants_symptom(n: int) -> None:
-    report, obs = symptom_run(n, "weak", f"fm{n}w", f"S{n} hard")
+def test_without_its_hard_fix_an_fm_shows_the_hard_variants_symptom(n: int, lab_runs: dict[tuple[str, str], RunReport]) -> None:
+    report, obs = symptom_run(lab_runs[(f"fm{n}", "weak")], n, f"fm{n}w", f"S{n} hard")
     if n == 1:
         assert obs.sides["expired"].chord.state == "PENDING" and obs.sides["expired"].heads["doc31"] == "REVOKED"
     if n == 3:
