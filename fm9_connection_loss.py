@@ -81,12 +81,13 @@ Run it alone (from the repository's folder after ``make lab``; a worker shell an
 
 with, in both shells first, fm8's two variables (a Redis of your own as the backend, the observations on
 the shared one) and, if your RabbitMQ's ``consumer_timeout`` is not the default,
-``export RCL_CONSUMER_TIMEOUT=<its seconds>``. Scenario 9 holds scenarios 7 and 8: deploy and stop your
-Redis as fm8's docstring says. While the side chord ``connloss`` runs, drop the worker's connection
-(``sudo rabbitmqctl close_all_connections lab`` closes every client's: on a broker of your own only);
-``doc81`` ends at its ``time_limit`` (3 s) on a broker with the default timeout. Or
-``.venv/bin/python run_all_fms.py --only fm9``, which starts, cuts and removes a node and a link of its
-own. Ctrl-C in the submitter's shell cancels the run (exit status 130).
+``export RCL_CONSUMER_TIMEOUT=<its seconds>``. To drop the worker's connection and no one else's, start
+``.venv/bin/python -m lab.link`` in a third shell first and, in the worker's shell only, the
+``export CELERY_BROKER_URL=...`` it prints: each Enter there cuts what goes through it. Scenario 9 holds
+scenarios 7 and 8: deploy and stop your Redis as fm8's docstring says. While the side chord ``connloss``
+runs, press Enter in the link's shell; ``doc81`` ends at its ``time_limit`` (3 s) on a broker with the
+default timeout. Or ``.venv/bin/python run_all_fms.py --only fm9``, which starts, cuts and removes a node
+and a link of its own. Ctrl-C in the submitter's shell cancels the run (exit status 130).
 """
 
 from __future__ import annotations

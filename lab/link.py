@@ -121,3 +121,32 @@ class BrokerLink:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lab.link``: a link in front of the broker for FM-9 by hand. It prints the URL to give the
+    worker (``CELERY_BROKER_URL``); each Enter cuts the connections going through it; Ctrl-C or end of input
+    stops it."""
+    import argparse
+    import sys
+
+    from lab.settings import broker_url, mask_url
+
+    p = argparse.ArgumentParser(prog="python -m lab.link", description=main.__doc__)
+    p.add_argument("--broker", default=None, help="the broker's AMQP URL (default: CELERY_BROKER_URL, else localhost)")
+    args = p.parse_args(argv)
+    url = str(args.broker or broker_url())
+    with BrokerLink.to(url) as link:
+        print(f"link to {mask_url(url)} listening; give the worker:", flush=True)
+        print(f"export CELERY_BROKER_URL={link.url(url)}", flush=True)
+        print("Enter cuts the connections through the link; Ctrl-C stops it", flush=True)
+        try:
+            for _ in sys.stdin:
+                print(f"cut {link.cut()} connection(s)", flush=True)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

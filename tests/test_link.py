@@ -4,12 +4,15 @@ RabbitMQ), and the limits below the consumer timeout (pure: no broker)."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from typing import Any, cast
 
 import pytest
 from celery import Celery
 from kombu import Connection
 
+from lab.fm import ROOT
 from lab.link import BrokerLink, url_through
 from lab.settings import broker_url
 from shared.consumer_timeout import within_consumer_timeout
@@ -76,3 +79,30 @@ def test_a_low_consumer_timeout_lowers_every_limit_and_celerys_own_tasks_are_lef
     assert all(t.time_limit is None for name, t in app.tasks.items() if name.startswith("celery."))
     with pytest.raises(ValueError):
         within_consumer_timeout(app, 10, share=1.0)
+
+
+def test_by_hand_the_link_prints_the_workers_url_and_each_enter_cuts() -> None:
+    """fm9's docstring: ``python -m lab.link`` in a shell of its own; the worker gets the URL it prints."""
+    proc = subprocess.Popen([sys.executable, "-m", "lab.link"], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().startswith("link to amqp://")
+        exported = proc.stdout.readline().strip()
+        assert exported.startswith("export CELERY_BROKER_URL=amqp://") and "guest:guest@127.0.0.1:" in exported
+        proc.stdout.readline()
+        with Connection(exported.split("=", 1)[1], connect_timeout=5) as through:
+            through.connect()
+            _ping(through)
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "cut 1 connection(s)"
+            with pytest.raises(Exception):
+                _ping(through)
+                through.drain_events(timeout=2)
+        proc.stdin.close()
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
