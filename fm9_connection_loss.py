@@ -4,11 +4,15 @@ Symptom (fm8 on scenario 9): two side chords run on a RabbitMQ node the lab owns
 its consumer timeout 2.4 s, checked every 0.1 s), served by a second worker of the same code that
 reaches the node through a link the runner can cut (``lab.link``). Side ``connloss``: while one slow
 member parses alone, the runner cuts the worker's connections, as a network blip or a failover does.
-RabbitMQ requeues the member's unacked message, the worker reconnects within milliseconds, takes the
-message again and runs it in its free pool process while the first run goes on (``--prove``, one run:
-``doc78 attempt 2 began 0.28s after attempt 1, which still ran``). The chord counts it once here
-(FM-7's ``worker_deduplicate_successful_tasks`` cannot help: nothing is stored yet), but the document's
-work ran twice at once: two writes, two calls to whatever it calls. Side ``overlong``: a member stuck in
+RabbitMQ requeues the member's unacked message, the worker reconnects within milliseconds and takes
+the message again, and nothing stops the first run. On 5.6 and 5.7 the copy runs in the free pool
+process while the first goes on (``--prove``, one run: ``doc78 attempt 2 began 0.28s after attempt 1,
+which still ran``): the chord counts it once (FM-7's ``worker_deduplicate_successful_tasks`` cannot help,
+nothing is stored yet), but the document's work ran twice at once, two writes, two calls to whatever it
+calls. On 5.5 the worker lowers its prefetch after the reconnect ("Temporarily reducing the prefetch
+count") and in runs here the copy waited: the first run went on to its end with its message already
+given back (``doc78 attempt 1 ran on 0.71s after the cut to its end (ok), its message back 0.08s after
+the cut``), its ack lost, and FM-7's deduplication skipped the copy only because the first stored in time. Side ``overlong``: a member stuck in
 C code, which only Celery's ``time_limit`` (3 s, FM-6) ends, holds its message past the node's consumer
 timeout. RabbitMQ closes the channel, ``PRECONDITION_FAILED - delivery acknowledgement on channel 1
 timed out``, and the worker exits (status 1): every task it ran is requeued, and the over-long message
@@ -45,8 +49,8 @@ the 406 and cancels ``doc81``, which stays stuck in C; the member does not end a
 runs here: 5.7 and 5.6 ran it a second time (2.8 s and 7.9 s after the first began) and the broker timed
 it out again; 5.5 never ended it within the run while the broker closed the worker's channel every 2.5 s.
 
-G9 (sides ``connloss`` and ``overlong``): the cut happened once while a member ran; no document parsed
-in two processes at once; both chords SUCCESS, each document once, one email each; the linked worker
+G9 (sides ``connloss`` and ``overlong``): the cut happened once while a member ran; that run cancelled,
+none ran on with its message given back, none parsed in two processes at once; both chords SUCCESS, each document once, one email each; the linked worker
 never exited; the over-long member parsed once and ended as an envelope, ``time_limit``.
 
 Delta from fm8: ``broker_channel_error_retry``, ``worker_cancel_long_running_tasks_on_connection_loss``,

@@ -498,6 +498,7 @@ class ConnlossFindings:
 
     cuts: list[Event]  # link_cut: the worker's connections dropped, and which member ran then
     overlaps: list[str]  # documents parsed in two processes at once (connloss)
+    ran_on: list[str]  # runs that went on to their end after the cut, their message given back meanwhile (connloss)
     exits: list[Event]  # worker_exit: the linked worker ended during the run
     hung_starts: int  # how many times the over-long member's parse began
     hung_end: str  # how the over-long member ended in its chord's summary
@@ -509,9 +510,27 @@ def connloss_findings(connloss: SideRun | None, overlong: SideRun | None) -> Con
     return ConnlossFindings(
         cuts=[e for e in events if e.kind == "link_cut"],
         overlaps=_overlaps(connloss.events) if connloss else [],
+        ran_on=_ran_on(connloss.events) if connloss else [],
         exits=[e for e in events if e.kind == "worker_exit"],
         hung_starts=sum(1 for e in (overlong.events if overlong else ()) if e.kind == "attempt_start" and e.get("doc") == HUNG_DOC),
         hung_end=f"failed {failed.get('reason')}" if failed is not None else "no outcome")
+
+
+def _ran_on(events: Sequence[Event]) -> list[str]:
+    """The parses running at a cut that were not stopped: each ended after it other than ``cancelled``, while
+    its message had come back to the worker (``received`` again) before that end."""
+    found: list[str] = []
+    for cut in (e for e in events if e.kind == "link_cut"):
+        started = {e.get("task"): e for e in events if e.kind == "attempt_start" and e.t <= cut.t}
+        for e in events:
+            if e.kind != "attempt_end" or e.t <= cut.t or e.get("outcome") == "cancelled" or e.get("task") not in started \
+                    or started[e.get("task")].get("attempt") != e.get("attempt"):
+                continue
+            back = [r.t for r in events if r.kind == "received" and r.get("task") == e.get("task") and cut.t < r.t < e.t]
+            if back:
+                found.append(f"{e.get('doc')} attempt {e.get('attempt')} ran on {e.t - cut.t:.2f}s after the cut to its end "
+                             f"({e.get('outcome')}), its message back {back[0] - cut.t:.2f}s after the cut")
+    return found
 
 
 def g9(obs: Observations, fm: Fm) -> Check:
@@ -526,6 +545,7 @@ def g9(obs: Observations, fm: Fm) -> Check:
         c.expect(len(f.cuts) == 1 and f.cuts[0].get("running") in CONNLOSS_DOCS, f"cut: {cuts or 'never'}",
                  "once, while a member ran")
     c.expect(not f.overlaps, f"parsed twice at once: {'; '.join(f.overlaps) or 'none'}", "none")
+    c.expect(not f.ran_on, f"ran on after its message went back: {'; '.join(f.ran_on) or 'none'}", "none (cancelled)")
     for side in (connloss, overlong):
         summary = summary_of_side(side)
         ok = sorted(short_doc(str(d)) for d in summary.get("ok", []))
@@ -667,8 +687,10 @@ def s9(obs: Observations, fixed: Fm) -> Check:
     if connloss is None or overlong is None:
         return c.result()
     f = connloss_findings(connloss, overlong)
-    c.expect(bool(f.cuts) and bool(f.overlaps), f"cut while {', '.join(e.get('running') for e in f.cuts) or 'nothing'} ran; "
-             f"parsed twice at once: {'; '.join(f.overlaps) or 'none'}", "a member run twice at once after the cut")
+    c.expect(bool(f.cuts) and bool(f.overlaps or f.ran_on),
+             f"cut while {', '.join(e.get('running') for e in f.cuts) or 'nothing'} ran; parsed twice at once: "
+             f"{'; '.join(f.overlaps) or 'none'}; ran on after its message went back: {'; '.join(f.ran_on) or 'none'}",
+             "the running member not stopped: run twice at once, or on to its end with its message given back")
     c.expect(bool(f.exits) or f.hung_starts > 1,
              f"the linked worker exited: {', '.join(e.get('code') for e in f.exits) or 'no'}; "
              f"the over-long member parsed {f.hung_starts}x ({f.hung_end})",

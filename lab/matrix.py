@@ -91,7 +91,7 @@ TITLES: dict[str, str] = {
     "S6": "a hang pins a slot, notify never runs",
     "S7": "warm shutdown past the grace: a body SIGKILLed, prefetch charged",
     "S8": "backend outage: members acked with no result, chord PENDING",
-    "S9": "connection cut: a member run twice at once; consumer timeout ends the worker",
+    "S9": "connection cut: a running member not stopped (run twice at once); consumer timeout ends the worker",
     "S1 hard": "an expired chain head: its chord PENDING for ever",
     "S3 hard": "drain as first built: head, poison body, blocked letters",
     "S4 hard": "owner's redelivery turned away by its claim",
