@@ -58,6 +58,10 @@ END_RECORD_WINDOW = 5.0
 stores the body's result before ``task_postrun`` runs, so the result can be ready before the
 observer has written ``notify_end`` (seen on a loaded machine: G1 counted 0 ends of a ``notify``
 that had sent its email)."""
+DLQ_SETTLE_SECONDS = 5.0
+"""Once a chord finished, how long the runner waits for the FM's DLQ to be empty before it reads it: letters
+the drain kept while the result backend was gone (FM-8: a ``notify`` rejected with its RETRY state unstored)
+go back on its first pass after the return, which may come just after the chord's end."""
 
 
 @dataclass(frozen=True)
@@ -436,6 +440,8 @@ def run_scenario(
         wait_until(lambda: reader.notify_runs("chord") > 0, NOT_RUN_WINDOW)
     elif stopped_by == "chord finished":
         wait_until(lambda: reader.has_event("notify_end", role="chord"), END_RECORD_WINDOW)
+        if fm.dead_letter_queue is not None:
+            wait_until(lambda: dlq_depth(fm) == 0, DLQ_SETTLE_SECONDS)
     healthy = stop is None and stopped_by != "deadline"
     return Observations(
         fm=fm.short,
