@@ -45,7 +45,7 @@ Fix:
   the message acked, no 406. With 1800 s nothing of the lab changes (its longest limit is 15 s).
 
 Hard variant (``--prove``, fm9w: the two settings without ``within_consumer_timeout``): the worker survives
-the 406 and cancels ``doc81``, which stays stuck in C; the member does not end as its envelope. Seen in
+the 406 and cancels ``doc81``, which stays stuck in C, and its message comes back (S9 hard). Seen in
 runs here: 5.7 and 5.6 ran it a second time (2.8 s and 7.9 s after the first began) and the broker timed
 it out again; 5.5 never ended it within the run while the broker closed the worker's channel every 2.5 s.
 

@@ -97,7 +97,7 @@ TITLES: dict[str, str] = {
     "S4 hard": "owner's redelivery turned away by its claim",
     "S5 hard": "ETA retries fill the quorum prefetch",
     "S6 hard": "Celery's soft limit after the body; no backstop; hung head",
-    "S9 hard": "no limit below the consumer timeout: a stuck member runs again or never ends",
+    "S9 hard": "no limit below the consumer timeout: the stuck member's message comes back (406)",
     "SB1": "batch signed with the exact counts",
     "SB2": "ledger holds each row once",
     "SB3": "chunk retries with growing gaps",

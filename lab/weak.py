@@ -29,9 +29,9 @@ points at the one fix it lacks:
 - fm9w: the two settings without ``within_consumer_timeout``: the member stuck in C
   code (side ``overlong``, ``doc81``) outlives the node's consumer timeout under fm6's
   3 s ``time_limit``; the worker survives the 406 and cancels it, but SIGTERM cannot
-  reach a process in C code: the member does not end as its envelope; in runs here
-  5.6 and 5.7 ran it a second time, 5.5 never ended it while the broker closed the
-  worker's channel every 2.5 s.
+  reach a process in C code, and its message comes back; in runs here 5.6 and 5.7
+  ran it a second time, 5.5 never ended it while the broker closed the worker's
+  channel every 2.5 s.
 """
 
 from __future__ import annotations
