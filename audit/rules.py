@@ -498,6 +498,61 @@ def check_consumer_timeout(facts: AppFacts, options: Options, rule: Rule) -> Ite
                 rule.severity, (t.name,), t.queue, "task_time_limit", t.file, t.line)
 
 
+# ---- research: ETA messages held in the worker ------------------------------------------------
+
+
+def check_eta_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    if facts.settings.get("worker_eta_task_limit") is not None or facts.broker_kind not in ("rabbitmq", "redis"):
+        return
+    if facts.broker_kind == "rabbitmq" and any(q.quorum for q in facts.queues.values()):
+        return  # per-consumer QoS: the prefetch stays static (countdown-retry-on-quorum-direct), or native delay
+    hits = [t for t in facts.tasks if held_in_worker(facts, t)]
+    if hits:
+        yield _setting_finding(facts, rule, "worker_eta_task_limit", hits, (
+            "Each waiting retry of these tasks is an ETA message the worker holds unacked in memory until it is due, "
+            "raising its prefetch by one for it (celery.worker.strategy.default: qos.increment_eventually) with no cap "
+            "unless worker_eta_task_limit: a burst of failing calls grows the worker's memory and prefetch without "
+            "bound, and past 65,535 kombu turns the prefetch limit off (kombu.common.QoS.set), so the worker takes "
+            "every message of its queues."), what="task(s) with retries held in the worker")
+
+
+# ---- FM-6: the pool -----------------------------------------------------------------------
+
+SIGNAL_POOLS = ("threads", "gevent", "eventlet")
+"""Pools whose tasks do not each run on a process's main thread: @hard_timeout's SIGALRM is not theirs."""
+LIMITLESS_POOLS = ("threads", "solo", "eventlet")
+"""Pools whose on_apply drops Celery's time_limit (celery.concurrency.thread, .solo via base.apply_target, .eventlet)."""
+
+
+def check_pool_deadlines(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    pool = facts.pool
+    groups: dict[tuple[bool, bool], list[TaskFacts]] = {}
+    for t in facts.tasks:
+        body = pool in SIGNAL_POOLS and t.body_deadline is not None
+        limit = pool in LIMITLESS_POOLS and t.opt("time_limit") is not None
+        if body or limit:
+            groups.setdefault((body, limit), []).append(t)
+    value = facts.settings.get("worker_pool")
+    how = "set by the app" if "worker_pool" in facts.changed else "Celery's default"
+    for (body, limit), tasks in sorted(groups.items(), reverse=True):
+        said: list[str] = []
+        if body and pool == "threads":
+            said.append("The threads pool runs each task on a thread of its executor, and @hard_timeout refuses to "
+                        "run off the main thread (RuntimeError): every run of these tasks fails before its body.")
+        elif body:
+            said.append(f"The {pool} pool runs its tasks as green threads of one process, and @hard_timeout's deadline "
+                        "is that process's one SIGALRM timer and handler: a task that starts replaces the deadline of "
+                        "one still running, and the alarm raises in whatever runs when it fires, not in its task.")
+        if limit:
+            said.append(f"The {pool} pool drops Celery's time_limit (its on_apply ignores the timeout): nothing kills a "
+                        "run stuck in C code, and a time_limit kept below a broker's consumer_timeout (FM-9) does not "
+                        "hold.")
+        severity: Severity = "high" if body and pool == "threads" else rule.severity
+        yield Finding(rule, f"setting worker_pool={value!r} ({how}; a worker's -P overrides it): {len(tasks)} task(s)",
+                      " ".join(said), severity, tuple(t.name for t in tasks), None, "worker_pool", facts.file,
+                      facts.line_of("worker_pool"))
+
+
 # ---- case study: per-key order ----------------------------------------------------------
 
 
@@ -612,6 +667,13 @@ RULES: tuple[Rule, ...] = (
          "retries that wait in the broker (per-message TTL delay queues that dead-letter back: "
          "shared.retry.transient_retryable(..., wait_in=QUEUE)), or a topic exchange for Celery's native delayed "
          "delivery", check_countdown_on_quorum_direct),
+    Rule("eta-without-task-limit", "waiting retries held in the worker without a cap",
+         "research: ETA tasks held in the worker", "medium",
+         Proof(None, None, note="read in celery.worker.strategy.default (qos.increment_eventually per ETA message), "
+               "celery.worker.consumer.tasks.Tasks.start (worker_eta_task_limit caps it) and kombu.common.QoS.set "
+               "(past 65,535 the limit is turned off); celery#2218, #3267, #9849; no lab run shows the unbounded hold"),
+         "worker_eta_task_limit (5.6+) at the waiting retries one worker may hold, or retries that wait in the broker "
+         "(shared.retry.transient_retryable(..., wait_in=QUEUE))", check_eta_limit, since=(5, 6)),
     Rule("retries-exhausted-fail", "retries that run out fail the task", "case studies severity_batch, cte_ingestion",
          "medium", Proof("severity_batch SB5 write-up, cte_ingestion CT3 write-up",
                          f"{_study('severity_batch')}; {_study('cte_ingestion')}"),
@@ -629,6 +691,12 @@ RULES: tuple[Rule, ...] = (
          Proof("fm6 S6 hard", _fm(6)),
          "drop soft_time_limit; an in-body deadline started and cancelled with the body "
          "(shared.timeouts.hard_timeout(seconds, soft=...))", check_celery_soft_limit),
+    Rule("pool-cannot-apply-deadlines", "the app's pool cannot apply its tasks' deadlines", "FM-6", "medium",
+         Proof(None, None, note="read in shared.timeouts.hard_timeout (main thread only; one SIGALRM timer per "
+               "process) and celery.concurrency (thread.TaskPool.on_apply, base.apply_target for solo, "
+               "eventlet.TaskPool.on_apply drop the timeout); every lab run uses the prefork pool"),
+         "the prefork pool (worker_pool = 'prefork', and no other -P on the worker), where each task runs on a "
+         "process's main thread and billiard kills a run at its time_limit", check_pool_deadlines),
     Rule("visibility-timeout-below-run", "a Redis broker redelivers a task still running",
          "case study bl_ingestion", "high", Proof("bl_ingestion BL8 write-up", _study("bl_ingestion")),
          "broker_transport_options visibility_timeout above the longest time_limit plus the longest retry countdown, "

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from typing import Any
 
 from celery import Celery
 from celery.app.defaults import DEFAULTS
+from celery.concurrency.thread import TaskPool as ThreadTaskPool
 from kombu import Exchange, Queue
 
 from audit.facts import AppFacts, collect
@@ -318,6 +320,43 @@ def test_countdown_retries_on_a_quorum_queue_through_a_direct_exchange() -> None
     assert "countdown-retry-on-quorum-direct" not in ids(audit(make_app()))  # no autoretry_for
 
 
+CLASSIC = [Queue("q", Exchange("q"), routing_key="q")]
+
+
+def test_retries_held_in_the_worker_without_worker_eta_task_limit() -> None:
+    app = make_app(task_queues=CLASSIC)
+    name = add_autoretry(app)
+    facts = facts_of(app)
+    if facts.celery_minor < (5, 6):  # 5.5 has no worker_eta_task_limit: nothing to report
+        assert "eta-without-task-limit" not in ids(run_rules(facts, Options()))
+        return
+    f = next(f for f in run_rules(facts, Options()) if f.rule.id == "eta-without-task-limit")
+    assert f.tasks == (name,) and f.setting == "worker_eta_task_limit" and f.rule.proof.cell is None
+    assert "65,535" in f.consequence
+    older = dataclasses.replace(facts, celery_version="5.5.3")
+    assert "eta-without-task-limit" not in ids(run_rules(older, Options()))  # the rule is 5.6's
+    capped = make_app(task_queues=CLASSIC, worker_eta_task_limit=100)
+    add_autoretry(capped)
+    assert "eta-without-task-limit" not in ids(audit(capped))
+    quorum = make_app()  # per-consumer QoS: the prefetch stays static (countdown-retry-on-quorum-direct's case)
+    add_autoretry(quorum)
+    assert "eta-without-task-limit" not in ids(audit(quorum))
+    redis = make_app(broker=REDIS, task_queues=None)
+    add_autoretry(redis)
+    assert "eta-without-task-limit" in ids(audit(redis))
+    lab = make_app(task_queues=CLASSIC)
+
+    @lab.task(bind=True, shared=False, Request=BackstopRequest)
+    @transient_retryable(RetryPolicy(max_retries=3), wait_in="q")  # waits in the broker's delay queues
+    def careful(self: Any) -> None: ...
+
+    @lab.task(bind=True, shared=False, Request=BackstopRequest)
+    @transient_retryable(RetryPolicy(max_retries=3))  # Task.retry(countdown=...): an ETA message in the worker
+    def eager(self: Any) -> None: ...
+
+    assert [f.tasks for f in audit(lab) if f.rule.id == "eta-without-task-limit"] == [(eager.name,)]
+
+
 def test_retries_that_run_out_fail_the_task() -> None:
     app = make_app()
     name = add_autoretry(app)
@@ -358,6 +397,64 @@ def test_celery_time_limit_with_celerys_request_fails_the_chord() -> None:
     f = next(f for f in audit(app) if f.rule.id == "time-limit-fails-chord")
     assert f.tasks == (plain.name,) and "TimeLimitExceeded" in f.consequence and f.rule.proof.cell == "C1"
     assert "time-limit-fails-chord" not in ids(audit(make_app()))  # BackstopRequest
+
+
+class OwnThreads(ThreadTaskPool):
+    """A pool of the app's own, derived from Celery's threads pool."""
+
+
+def pool_findings(pool: object) -> tuple[list[Finding], str]:
+    app = make_app(worker_pool=pool)
+
+    @app.task(bind=True, shared=False, Request=BackstopRequest)
+    @hard_timeout(2, soft=1)
+    def bounded(self: Any) -> None: ...
+
+    return [f for f in audit(app) if f.rule.id == "pool-cannot-apply-deadlines"], bounded.name
+
+
+def test_a_pool_where_hard_timeout_cannot_run() -> None:
+    found, bounded = pool_findings("threads")
+    assert [(f.severity, f.setting) for f in found] == [("high", "worker_pool"), ("medium", "worker_pool")]
+    assert bounded in found[0].tasks and "RuntimeError" in found[0].consequence  # and its time_limit (30 s) dropped
+    assert "drops Celery's time_limit" in found[0].consequence and found[1].tasks[0].endswith(".work")
+    assert found[0].rule.proof.cell is None and "-P overrides it" in found[0].where
+    assert [f.severity for f in pool_findings(f"{__name__}:OwnThreads")[0]] == ["high", "medium"]
+    assert [f.severity for f in pool_findings(OwnThreads)[0]] == ["high", "medium"]  # a class, not a name
+
+
+def test_hard_timeout_refuses_a_thread_of_its_own() -> None:
+    """What the threads pool does to a task with @hard_timeout: it runs it on a thread of its executor."""
+    app = make_app()
+
+    @app.task(bind=True, shared=False)
+    @hard_timeout(2)
+    def bounded(self: Any) -> None: ...
+
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            bounded.run()
+        except BaseException as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(5)
+    assert [type(e) for e in raised] == [RuntimeError] and "main thread" in str(raised[0])
+
+
+def test_green_pools_and_solo() -> None:
+    found, bounded = pool_findings("gevent")  # not imported: gevent is not installed here
+    assert [(f.tasks, f.severity) for f in found] == [((bounded,), "medium")] and "SIGALRM" in found[0].consequence
+    eventlet, _ = pool_findings("eventlet")  # and eventlet's on_apply drops time_limit too
+    assert len(eventlet) == 2 and "drops Celery's time_limit" in eventlet[0].consequence
+    solo, _ = pool_findings("solo")  # the body runs on the main thread: @hard_timeout works; time_limit does not
+    assert len(solo) == 1 and len(solo[0].tasks) == 2 and "SIGALRM" not in solo[0].consequence
+    for prefork in ("prefork", "processes", "lab.pool:LabPool"):
+        assert pool_findings(prefork)[0] == [], prefork
+    assert pool_findings("no.such.module:Pool")[0] == []  # a pool the audit cannot place is not guessed at
 
 
 def test_celery_soft_time_limit() -> None:
