@@ -4,6 +4,7 @@
     reliable-celery-audit myproject.celery:app --json          # JSON on stdout
     reliable-celery-audit myproject.celery:app --sarif -o audit.sarif   # SARIF 2.1.0 for code scanning
     reliable-celery-audit myproject.celery:app --chord-seconds 3600     # how long a chord of yours runs
+    reliable-celery-audit myproject.celery:app --consumer-timeout 3600  # your RabbitMQ's consumer_timeout
     reliable-celery-audit --rules                              # the rules, their proof cells and fixes
     python -m audit myproject.celery:app                       # the same
 
@@ -22,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from audit.facts import AppLoadError, collect, load_app
+from audit.facts import RABBITMQ_CONSUMER_TIMEOUT_DEFAULT, AppLoadError, collect, load_app
 from audit.output import as_json, as_sarif, table
 from audit.rules import RULES, SEVERITIES, Options, run_rules
 
@@ -41,12 +42,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="exit 1 when a finding is at or above this severity (default: high)")
     p.add_argument("--chord-seconds", type=float, metavar="S",
                    help="how long your longest chord runs; the chord-expiry rule needs it (configuration cannot say)")
+    p.add_argument("--consumer-timeout", type=float, metavar="SECONDS", default=RABBITMQ_CONSUMER_TIMEOUT_DEFAULT,
+                   help="your RabbitMQ's consumer_timeout, which Celery cannot read (default: RabbitMQ's, "
+                   f"{RABBITMQ_CONSUMER_TIMEOUT_DEFAULT:g} s since 3.8.17)")
     p.add_argument("--rules", action="store_true", help="list the rules and exit")
     args = p.parse_args(argv)
     if not args.rules and not args.app:
         p.error("give the app to audit, e.g. myproject.celery:app (or --rules)")
     if args.chord_seconds is not None and args.chord_seconds <= 0:
         p.error("--chord-seconds takes a number of seconds above 0")
+    if not args.consumer_timeout > 0:  # also refuses nan
+        p.error("--consumer-timeout takes a number of seconds above 0")
     return args
 
 
@@ -73,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except AppLoadError as exc:
         print(f"{PROG}: cannot audit {target}: {exc}", file=sys.stderr)
         return 2
-    findings = run_rules(facts, Options(chord_seconds=args.chord_seconds))
+    findings = run_rules(facts, Options(chord_seconds=args.chord_seconds, consumer_timeout=args.consumer_timeout))
     text = as_json(facts, findings) if args.json else as_sarif(facts, findings) if args.sarif else table(facts, findings)
     if args.output is not None:
         try:

@@ -12,7 +12,15 @@ worker gives them to its pool as the default limits (``celery.worker.worker.Work
 a task without a limit of its own takes the setting here too; ``source`` says where it came from: ``task`` when
 it differs from the app's setting, else ``setting`` when the user set it, else ``default``.
 ``acks_on_failure`` and ``acks_on_timeout`` are Celery 5.7's; on 5.5 and 5.6 both are
-``acks_on_failure_or_timeout`` (``celery.worker.request.Request.on_failure``).
+``acks_on_failure_or_timeout`` (``celery.worker.request.Request.on_failure``), and on 5.7 a task
+that sets neither, in an app that sets neither setting, takes that one's value (``Task.bind``):
+reported as ``acks_on_failure_or_timeout``, where the value comes from.
+
+Beside the tasks: the result backend's class as a worker would load it (``celery.app.backends.by_url``,
+which imports the class and makes no instance) and whether the app's own code overrides its
+``mark_as_done`` (``shared.backend.reject_unstored`` does: FM-8); the pool the ``worker_pool``
+setting names, resolved to Celery's pool it is or derives from (a worker's ``-P`` overrides the
+setting, and the audit cannot see the command line).
 
 What it cannot see: what a task body does (a ``self.retry(countdown=...)`` in the body, a
 deadline of the body's own making). It recognises the lab's primitives by the attributes they
@@ -41,10 +49,19 @@ from audit.guard import ConnectionRefusedByAudit, no_connections
 
 Source = Literal["task", "setting", "default"]
 BrokerKind = Literal["rabbitmq", "redis", "sqs", "other"]
+PoolKind = Literal["prefork", "threads", "gevent", "eventlet", "solo", "other"]
 
 CELERY_DEFAULT_REQUEST = "celery.worker.request:Request"
 REDIS_VISIBILITY_DEFAULT = 3600.0
 """kombu's Redis transport: ``Channel.visibility_timeout`` (kombu 5.5 to 5.7)."""
+RABBITMQ_CONSUMER_TIMEOUT_DEFAULT = 1800.0
+"""RabbitMQ's ``consumer_timeout`` by default since 3.8.17, in seconds; Celery cannot read the broker's."""
+POOL_MODULES: dict[str, PoolKind] = {
+    "celery.concurrency.prefork": "prefork", "celery.concurrency.thread": "threads",
+    "celery.concurrency.gevent": "gevent", "celery.concurrency.eventlet": "eventlet",
+    "celery.concurrency.solo": "solo",
+}
+"""Celery's pools by module (``celery.concurrency.ALIASES`` names them), 5.5 to 5.7."""
 
 
 class AppLoadError(Exception):
@@ -96,6 +113,7 @@ class TaskFacts:
     request_handles_timeout: bool  # a Request class of the app's own that overrides on_failure/on_timeout
     file: str | None
     line: int | None
+    retries_held_in_worker: bool = False  # its configured retries are ETA messages (Task.retry(countdown=...))
 
     def opt(self, name: str) -> Any:
         o = self.options.get(name)
@@ -120,6 +138,9 @@ class AppFacts:
     tasks: list[TaskFacts]
     file: str | None
     setting_lines: dict[str, int] = field(default_factory=lambda: {})
+    backend_class: str = ""  # module:Class a worker would load for result_backend; "" when it cannot be loaded
+    backend_guards_store: bool = False  # that class, or a base of the app's own, overrides mark_as_done (FM-8)
+    pool: PoolKind = "prefork"  # the worker_pool setting, resolved to the Celery pool it is or derives from
 
     @property
     def celery_minor(self) -> tuple[int, int]:
@@ -258,12 +279,55 @@ def _collect(app: Celery[Any], target: str) -> AppFacts:
              for n, t in sorted(cast(dict[str, Any], dict(app.tasks)).items())
              if not str(n).startswith("celery.") and _belongs(app, t)]
     file = _app_file(target)
+    backend_class, guards = _backend_class(app)
     return AppFacts(
         target=target, main=app.main, celery_version=_version("celery"), kombu_version=_version("kombu"),
         broker_url=broker, broker_kind=broker_kind(broker), backend_url=backend, backend_kind=backend_kind(backend),
         settings=settings, changed=changed, unknown_settings=unknown, queues=queues, default_queue=default_queue,
         tasks=tasks, file=file, setting_lines=_setting_lines(file, target.partition(":")[2] or "app"),
+        backend_class=backend_class, backend_guards_store=guards, pool=pool_kind(settings.get("worker_pool")),
     )
+
+
+def _backend_class(app: Celery[Any]) -> tuple[str, bool]:
+    """The result backend's class, as ``Celery._get_backend`` picks it (no instance: that could connect), and
+    whether code of the app's own (not ``celery.*``) overrides its ``mark_as_done``."""
+    by_url: Any = getattr(importlib.import_module("celery.app.backends"), "by_url")  # celery-types types it wrongly
+    try:
+        found: tuple[Any, Any] = by_url(cast(Any, app).backend_cls or app.conf.result_backend, app.loader)
+    except ConnectionRefusedByAudit:
+        raise
+    except Exception:  # an unknown scheme, a backend whose client is not installed: the rules read the URL's kind
+        return "", False
+    cls: type = found[0]
+    guards = any("mark_as_done" in vars(c) for c in cls.__mro__ if not c.__module__.startswith("celery."))
+    return f"{cls.__module__}:{cls.__qualname__}", guards
+
+
+def pool_kind(value: Any) -> PoolKind:
+    """The Celery pool ``worker_pool`` names (an alias, ``module:Class``, or a class), or one it derives from."""
+    aliases = cast(dict[str, str | None], getattr(importlib.import_module("celery.concurrency"), "ALIASES"))
+    if isinstance(value, type):
+        cls: Any = value
+    else:
+        path = aliases.get(str(value), str(value)) if value else aliases["prefork"]
+        if not path:
+            return "other"
+        module = path.partition(":")[0] if ":" in path else path.rpartition(".")[0]
+        if module in POOL_MODULES:  # Celery's own: named, not imported (gevent's and eventlet's need those packages)
+            return POOL_MODULES[module]
+        try:
+            from celery.utils.imports import symbol_by_name
+
+            cls = symbol_by_name(path)
+        except ConnectionRefusedByAudit:
+            raise
+        except Exception:
+            return "other"
+    for c in cast(tuple[type, ...], getattr(cls, "__mro__", ())):
+        if c.__module__ in POOL_MODULES:
+            return POOL_MODULES[c.__module__]
+    return "other"
 
 
 VERSIONED_SETTINGS = ("result_chord_expires", "task_retry_on_worker_lost", "task_acks_on_failure",
@@ -335,11 +399,15 @@ def _task(app: Celery[Any], amqp: Any, task: Any, settings: dict[str, Any], chan
             options[attr] = Option(value, "task", setting)
         else:
             options[attr] = Option(value, "setting" if setting in changed else "default", setting)
-    if "acks_on_failure" not in options:  # Celery 5.5/5.6: one flag for both
-        both = options.get("acks_on_failure_or_timeout")
-        if both is not None:
-            options["acks_on_failure"] = both
-            options["acks_on_timeout"] = both
+    both = options.get("acks_on_failure_or_timeout")
+    for split in ("acks_on_failure", "acks_on_timeout"):
+        own = options.get(split)
+        if both is None:
+            continue
+        if own is None:  # Celery 5.5/5.6: one flag for both
+            options[split] = both
+        elif own.source == "task" and settings.get(f"task_{split}") is None and own.value == both.value:
+            options[split] = both  # 5.7: unset, the task took the fallback (Task.bind), not a value of its own
     queue = _queue_of(amqp, task, default_queue)
     autoretry = tuple(getattr(e, "__name__", str(e)) for e in cast(tuple[Any, ...], tuple(getattr(task, "autoretry_for", ()) or ())))
     backoff = float(getattr(task, "retry_backoff", False) or 0)
@@ -349,13 +417,16 @@ def _task(app: Celery[Any], amqp: Any, task: Any, settings: dict[str, Any], chan
     policy = _chain_attr(run, "retry_policy")
     deadline = _chain_attr(run, "hard_timeout_seconds")
     countdown = _countdown(task, autoretry, backoff, backoff_max, policy)
+    # Celery's autoretry and the lab's policy without wait_in retry with Task.retry(countdown=...): an ETA message
+    held = (bool(autoretry) and (countdown or 0.0) > 0) or (policy is not None and _chain_attr(run, "delay_queues") is None)
     request = getattr(task, "Request", CELERY_DEFAULT_REQUEST)
     request_name, handles = _request(request)
     file, line = _where(run)
     return TaskFacts(name=str(task.name), options=options, queue=queue, autoretry_for=autoretry, retry_backoff=backoff,
                      retry_backoff_max=backoff_max, retry_jitter=jitter, retry_countdown=countdown,
                      body_deadline=float(deadline) if isinstance(deadline, int | float) else None,
-                     request_class=request_name, request_handles_timeout=handles, file=file, line=line)
+                     request_class=request_name, request_handles_timeout=handles, file=file, line=line,
+                     retries_held_in_worker=held)
 
 
 def _queue_of(amqp: Any, task: Any, default_queue: str) -> str | None:

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from audit.facts import REDIS_VISIBILITY_DEFAULT, AppFacts, Option, QueueFacts, TaskFacts, seconds
+from audit.facts import (RABBITMQ_CONSUMER_TIMEOUT_DEFAULT, REDIS_VISIBILITY_DEFAULT, AppFacts, Option, QueueFacts,
+                         TaskFacts, seconds)
 
 Severity = Literal["high", "medium", "low"]
 SEVERITIES: tuple[Severity, ...] = ("low", "medium", "high")
@@ -34,9 +35,11 @@ class Proof:
 
 @dataclass(frozen=True)
 class Options:
-    """What the user tells the audit that configuration cannot: how long a chord of theirs runs."""
+    """What the user tells the audit that configuration cannot: how long a chord of theirs runs, and the
+    ``consumer_timeout`` of their RabbitMQ (AMQP does not carry it; RabbitMQ's default unless told)."""
 
     chord_seconds: float | None = None
+    consumer_timeout: float = RABBITMQ_CONSUMER_TIMEOUT_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -261,17 +264,22 @@ def check_retries_exhausted(facts: AppFacts, _: Options, rule: Rule) -> Iterable
 # ---- FM-6 -----------------------------------------------------------------------------
 
 
-def check_no_deadline(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+def check_no_deadline(facts: AppFacts, options: Options, rule: Rule) -> Iterable[Finding]:
     hits = [t for t in facts.tasks if t.opt("time_limit") is None and t.body_deadline is None]
 
     def say(t: TaskFacts) -> str:
         if t.opt("soft_time_limit") is not None:
-            return (f"Only Celery's soft_time_limit ({t.opt('soft_time_limit')}s) asks a run of this task to stop, "
+            text = (f"Only Celery's soft_time_limit ({t.opt('soft_time_limit')}s) asks a run of this task to stop, "
                     "and nothing makes it: a body that catches the exception, or spins in C code, pins its pool slot "
                     "for as long as it runs, and as a chord member it keeps the chord's body from running.")
-        return ("No time_limit or in-body deadline ends a run of this task: a body that hangs (a call with no "
-                "timeout, a lock never released) pins its pool slot for as long as it hangs, and as a chord member "
-                "it keeps the chord's body from running.")
+        else:
+            text = ("No time_limit or in-body deadline ends a run of this task: a body that hangs (a call with no "
+                    "timeout, a lock never released) pins its pool slot for as long as it hangs, and as a chord member "
+                    "it keeps the chord's body from running.")
+        if facts.broker_kind == "rabbitmq" and t.opt("acks_late"):  # one root cause: time-limit-above-consumer-timeout
+            text += (f" Acks late on RabbitMQ, a run past the broker's consumer_timeout ({options.consumer_timeout:g}s) "
+                     "also has its channel closed (406) and its message delivered again (FM-9).")
+        return text
 
     return grouped(facts, rule, hits, "time_limit", say)
 
@@ -367,6 +375,183 @@ def check_warm_shutdown_only(facts: AppFacts, _: Options, rule: Rule) -> Iterabl
             facts.line_of("worker_soft_shutdown_timeout"))
 
 
+# ---- FM-8 -----------------------------------------------------------------------------
+
+STORE_BACKENDS_EXCLUDED = ("disabled", "rpc")
+"""No store that can go away apart from the broker: nothing to store, or results sent through the broker itself."""
+
+
+def check_unstored_result(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    if facts.backend_kind in STORE_BACKENDS_EXCLUDED:
+        return
+    stored = [t for t in facts.tasks if t.opt("acks_late") and not t.opt("ignore_result")]
+    acked: list[TaskFacts] = []
+    rejected: list[TaskFacts] = []
+    dropped: list[TaskFacts] = []
+    for t in stored:
+        q = facts.queues.get(t.queue or facts.default_queue)
+        dead_letters = facts.broker_kind == "rabbitmq" and q is not None and q.dead_letter_exchange is not None
+        if facts.backend_guards_store:
+            if not dead_letters:
+                dropped.append(t)
+        elif t.opt("acks_on_failure") is False:
+            rejected.append(t)
+        else:
+            acked.append(t)
+    yield from grouped(facts, rule, acked, "acks_on_failure", lambda _t: (
+        "Celery stores a task's result after its body returned (celery.app.trace); a result backend that does not "
+        "answer then is a failure outside the body, and Request.on_failure acks the late-acked message "
+        "(acks_on_failure, True): the work is done, its outcome is stored nowhere, nothing runs it again, and a "
+        "chord it belongs to stays PENDING for ever."))
+    yield from grouped(facts, rule, rejected, "acks_on_failure", lambda _t: (
+        "An unstorable result rejects the message without requeue here (acks_on_failure False): dead-lettered if "
+        "its queue has a dead-letter exchange, else dropped. But Celery still stores the task's FAILURE, in the pool "
+        "and in the main process, each with the backend's retries: a backend back within them records a member "
+        "that succeeded as failed, and its chord fails with ChordError."), severity="medium")
+    if dropped:
+        yield Finding(rule, f"result backend {facts.backend_class} (guards its store): {len(dropped)} task(s) whose "
+                      "queue has no dead-letter exchange", (
+                          "The backend's guard rejects a message whose result it cannot store, without requeue; "
+                          "this task's queue has no dead-letter exchange (or the broker is not RabbitMQ), so the "
+                          "message is dropped: its outcome is stored nowhere and nothing runs it again."),
+                      rule.severity, tuple(t.name for t in dropped), None, "result_backend", facts.file,
+                      facts.line_of("result_backend"))
+
+
+# ---- FM-9 -----------------------------------------------------------------------------
+
+
+def _late(facts: AppFacts) -> list[TaskFacts]:
+    return [t for t in facts.tasks if t.opt("acks_late")]
+
+
+def _setting_finding(facts: AppFacts, rule: Rule, setting: str, tasks: list[TaskFacts], consequence: str,
+                     what: str = "acks-late task(s)") -> Finding:
+    value = facts.settings.get(setting)
+    how = "set by the app" if setting in facts.changed else "Celery's default"
+    return Finding(rule, f"setting {setting}={value!r} ({how}): {len(tasks)} {what}", consequence, rule.severity,
+                   tuple(t.name for t in tasks), None, setting, facts.file, facts.line_of(setting))
+
+
+def check_connection_loss(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    hits = _late(facts)
+    if facts.broker_kind != "rabbitmq" or facts.settings.get("worker_cancel_long_running_tasks_on_connection_loss") or not hits:
+        return
+    yield _setting_finding(facts, rule, "worker_cancel_long_running_tasks_on_connection_loss", hits, (
+        "When the worker's broker connection drops (a blip, a failover), RabbitMQ requeues every message it held "
+        "unacked, and Celery reconnects but leaves the running acks-late tasks running "
+        "(Consumer.on_connection_error_after_connected): the requeued message comes back while the first run goes "
+        "on, whose ack can no longer be sent, and runs a second time: at once in a free pool process on 5.7, after "
+        "the first run on 5.5 and 5.6 (in the lab's runs), unless something skips a task already stored."))
+
+
+def check_channel_error(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    hits = _late(facts)
+    if facts.broker_kind != "rabbitmq" or facts.settings.get("broker_channel_error_retry") or not hits:
+        return
+    yield _setting_finding(facts, rule, "broker_channel_error_retry", hits, (
+        "Celery's consumer recovers from connection errors only, unless broker_channel_error_retry "
+        "(Consumer.start): a channel the broker closes, such as RabbitMQ's 406 PRECONDITION_FAILED when a delivery "
+        "stays unacked past its consumer_timeout, ends the worker; every message it held is requeued, and the "
+        "over-long one ends the next worker that takes it the same way."))
+
+
+def held_in_worker(facts: AppFacts, t: TaskFacts) -> bool:
+    """Do the task's configured retries wait as ETA messages in the worker (not in the broker)?"""
+    if not t.retries_held_in_worker:
+        return False
+    quorum = facts.broker_kind == "rabbitmq" and any(q.quorum for q in facts.queues.values())
+    q = facts.queues.get(t.queue or facts.default_queue)
+    return not (quorum and q is not None and q.exchange_type != "direct")  # native delayed delivery (5.5+)
+
+
+def check_consumer_timeout(facts: AppFacts, options: Options, rule: Rule) -> Iterable[Finding]:
+    if facts.broker_kind != "rabbitmq":
+        return
+    timeout = options.consumer_timeout
+    for t in facts.tasks:
+        late = bool(t.opt("acks_late"))
+        limit = seconds(t.opt("time_limit"))
+        countdown = (t.retry_countdown or 0.0) if held_in_worker(facts, t) else 0.0
+        if late and limit is None:
+            if t.body_deadline is None:
+                continue  # no-deadline reports it (one root cause: nothing ends the run), with this consequence
+            yield Finding(rule, f"task {t.name} (acks late, no time_limit, in-body deadline {t.body_deadline:g}s; "
+                          f"consumer_timeout {timeout:g}s)", (
+                              "An in-body deadline is a signal, which cannot interrupt a process stuck in C code, and "
+                              "no time_limit kills it: such a run holds its message unacked past the broker's "
+                              f"consumer_timeout ({timeout:g}s), RabbitMQ closes the channel (406) and requeues the "
+                              "message, and the task runs again while the first run goes on, or the worker exits."),
+                          "medium", (t.name,), t.queue, "task_time_limit", t.file, t.line)
+            continue
+        need = (limit if late and limit is not None else 0.0) + countdown
+        if need and need >= timeout:
+            parts = " + ".join(p for p in (f"time_limit {limit:g}s" if late and limit else "",
+                                          f"retry countdown {countdown:g}s" if countdown else "") if p)
+            yield Finding(rule, f"task {t.name} ({parts}; consumer_timeout {timeout:g}s)", (
+                f"A message of this task can stay unacked {need:g}s ({parts}: a retry waits for its countdown in the "
+                f"worker, then runs before its ack), at or past the broker's consumer_timeout ({timeout:g}s): RabbitMQ "
+                "closes the worker's channel (406 PRECONDITION_FAILED) and requeues what it held; the worker exits "
+                "unless broker_channel_error_retry, and with it the message runs again while the first run goes on "
+                "(a cancel cannot end a process stuck in C code)."),
+                rule.severity, (t.name,), t.queue, "task_time_limit", t.file, t.line)
+
+
+# ---- research: ETA messages held in the worker ------------------------------------------------
+
+
+def check_eta_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    if facts.settings.get("worker_eta_task_limit") is not None or facts.broker_kind not in ("rabbitmq", "redis"):
+        return
+    if facts.broker_kind == "rabbitmq" and any(q.quorum for q in facts.queues.values()):
+        return  # per-consumer QoS: the prefetch stays static (countdown-retry-on-quorum-direct), or native delay
+    hits = [t for t in facts.tasks if held_in_worker(facts, t)]
+    if hits:
+        yield _setting_finding(facts, rule, "worker_eta_task_limit", hits, (
+            "Each waiting retry of these tasks is an ETA message the worker holds unacked in memory until it is due, "
+            "raising its prefetch by one for it (celery.worker.strategy.default: qos.increment_eventually) with no cap "
+            "unless worker_eta_task_limit: a burst of failing calls grows the worker's memory and prefetch without "
+            "bound, and past 65,535 kombu turns the prefetch limit off (kombu.common.QoS.set), so the worker takes "
+            "every message of its queues."), what="task(s) with retries held in the worker")
+
+
+# ---- FM-6: the pool -----------------------------------------------------------------------
+
+SIGNAL_POOLS = ("threads", "gevent", "eventlet")
+"""Pools whose tasks do not each run on a process's main thread: @hard_timeout's SIGALRM is not theirs."""
+LIMITLESS_POOLS = ("threads", "solo", "eventlet")
+"""Pools whose on_apply drops Celery's time_limit (celery.concurrency.thread, .solo via base.apply_target, .eventlet)."""
+
+
+def check_pool_deadlines(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    pool = facts.pool
+    groups: dict[tuple[bool, bool], list[TaskFacts]] = {}
+    for t in facts.tasks:
+        body = pool in SIGNAL_POOLS and t.body_deadline is not None
+        limit = pool in LIMITLESS_POOLS and t.opt("time_limit") is not None
+        if body or limit:
+            groups.setdefault((body, limit), []).append(t)
+    value = facts.settings.get("worker_pool")
+    how = "set by the app" if "worker_pool" in facts.changed else "Celery's default"
+    for (body, limit), tasks in sorted(groups.items(), reverse=True):
+        said: list[str] = []
+        if body and pool == "threads":
+            said.append("The threads pool runs each task on a thread of its executor, and @hard_timeout refuses to "
+                        "run off the main thread (RuntimeError): every run of these tasks fails before its body.")
+        elif body:
+            said.append(f"The {pool} pool runs its tasks as green threads of one process, and @hard_timeout's deadline "
+                        "is that process's one SIGALRM timer and handler: a task that starts replaces the deadline of "
+                        "one still running, and the alarm raises in whatever runs when it fires, not in its task.")
+        if limit:
+            said.append(f"The {pool} pool drops Celery's time_limit (its on_apply ignores the timeout): nothing kills a "
+                        "run stuck in C code, and a time_limit kept below a broker's consumer_timeout (FM-9) does not "
+                        "hold.")
+        severity: Severity = "high" if body and pool == "threads" else rule.severity
+        yield Finding(rule, f"setting worker_pool={value!r} ({how}; a worker's -P overrides it): {len(tasks)} task(s)",
+                      " ".join(said), severity, tuple(t.name for t in tasks), None, "worker_pool", facts.file,
+                      facts.line_of("worker_pool"))
+
+
 # ---- case study: per-key order ----------------------------------------------------------
 
 
@@ -391,7 +576,10 @@ def check_per_key_order(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Fin
 
 NEW_IN: dict[str, str] = {
     "result_chord_expires": "5.7.0", "task_retry_on_worker_lost": "5.7.0", "task_acks_on_failure": "5.7.0",
-    "task_acks_on_timeout": "5.7.0", "worker_eta_task_limit": "5.6.0",
+    "task_acks_on_timeout": "5.7.0", "worker_eta_task_limit": "5.6.0", "worker_soft_shutdown_timeout": "5.5.0",
+    "worker_enable_soft_shutdown_on_idle": "5.5.0", "task_default_queue_type": "5.5.0",
+    "worker_detect_quorum_queues": "5.5.0", "broker_channel_error_retry": "5.3.0",
+    "worker_cancel_long_running_tasks_on_connection_loss": "5.1.0",
 }
 
 
@@ -440,11 +628,54 @@ RULES: tuple[Rule, ...] = (
          "cancels running tasks after the soft wait and their messages go back unacked; a grace period above the "
          "soft timeout, one task and Celery's own stop (claim C18); the drain's send_back for letters a deploy "
          "charged (fm7_rolling_deploys.py)", check_warm_shutdown_only, since=(5, 5)),
+    Rule("unstored-result-acked", "a result the backend cannot store is acked and lost", "FM-8", "high",
+         Proof("fm8 S8", _fm(8), note="S8 runs fm7, whose acks_on_failure is True (Celery's default); with it False and "
+               "no guard, fm8_backend_outage.py records the chord failing one run in two on 5.6.3 (seen, not a lab "
+               "cell); a guard's reject with no dead-letter exchange is read in Request.on_failure, not run"),
+         "shared.backend.reject_unstored(app): a task whose own result the Redis backend cannot store raises a Reject "
+         "without requeue, so Request.on_failure rejects its message into the queue's dead-letter exchange (FM-3) "
+         "with nothing acked or stored; and a drain that sends such letters back once the backend answers "
+         "(shared.dlq.drain(..., send_back_rejected=True)). task_acks_on_failure = False (5.7; "
+         "task_acks_on_failure_or_timeout = False on 5.5 and 5.6) alone is not enough: Celery still stores the "
+         "member's FAILURE, with the backend's retries, and a backend back within them fails the chord "
+         "(fm8_backend_outage.py). A Redis broker has no dead-letter exchange: there the guard's reject drops the "
+         "message, and this fix needs RabbitMQ's", check_unstored_result),
+    Rule("connection-loss-leaves-tasks-running", "a lost connection leaves acks-late tasks running", "FM-9", "high",
+         Proof("fm9 S9", _fm(9), versions=("5.7",), note="side connloss: the lab cuts the worker's own link to a "
+               "RabbitMQ node of its own; on 5.5.3 and 5.6.3 (one run each for this audit) the requeued message reached "
+               "the worker at once but ran only after the first run ended, where FM-7's deduplication skipped it"),
+         "worker_cancel_long_running_tasks_on_connection_loss = True (Celery 5.1+; the default from 6.0): the worker "
+         "cancels its running acks-late tasks when the connection drops, and the requeued message runs once more, from "
+         "the start (make the work idempotent, FM-4); with broker_channel_error_retry and time limits below the "
+         "consumer_timeout (fm9_connection_loss.py)", check_connection_loss, since=(5, 1)),
+    Rule("channel-error-ends-worker", "a channel the broker closes ends the worker", "FM-9", "medium",
+         Proof("fm9 S9", _fm(9), note="S9's side overlong: a member past the lab node's consumer_timeout, 406, "
+               "and the worker exits (status 1); this part held on 5.5.3, 5.6.3 and 5.7.0"),
+         "broker_channel_error_retry = True (Celery 5.3+): a channel the broker closed is a reconnect, not the end of "
+         "the worker; with worker_cancel_long_running_tasks_on_connection_loss and time limits below the "
+         "consumer_timeout (fm9_connection_loss.py)", check_channel_error, since=(5, 3)),
+    Rule("time-limit-above-consumer-timeout", "a task may hold its message past RabbitMQ's consumer_timeout", "FM-9",
+         "high", Proof("fm9 S9 hard", _fm(9),
+                       note="fm9w: fm6's 3 s time_limit above the lab node's 2.4 s consumer_timeout, both FM-9 settings "
+                       "on (in one run on 5.7.0 beside another lab run the redelivered member waited for a process until the "
+                       "kill had stored its envelope, and FM-7's deduplication skipped it); the retry countdown's part "
+                       "is read (celery.worker.strategy.default holds an ETA message unacked), "
+                       "not run"),
+         "a time_limit on every acks-late task at most half the broker's consumer_timeout, retry countdowns held in the "
+         "worker counted in (shared.consumer_timeout.within_consumer_timeout(app, seconds) lowers them at import); "
+         "give the audit your broker's with --consumer-timeout", check_consumer_timeout),
     Rule("countdown-retry-on-quorum-direct", "countdown retries held in the worker on a quorum queue", "FM-5",
          "medium", Proof("fm5 S5 hard", _fm(5)),
          "retries that wait in the broker (per-message TTL delay queues that dead-letter back: "
          "shared.retry.transient_retryable(..., wait_in=QUEUE)), or a topic exchange for Celery's native delayed "
          "delivery", check_countdown_on_quorum_direct),
+    Rule("eta-without-task-limit", "waiting retries held in the worker without a cap",
+         "research: ETA tasks held in the worker", "medium",
+         Proof(None, None, note="read in celery.worker.strategy.default (qos.increment_eventually per ETA message), "
+               "celery.worker.consumer.tasks.Tasks.start (worker_eta_task_limit caps it) and kombu.common.QoS.set "
+               "(past 65,535 the limit is turned off); celery#2218, #3267, #9849; no lab run shows the unbounded hold"),
+         "worker_eta_task_limit (5.6+) at the waiting retries one worker may hold, or retries that wait in the broker "
+         "(shared.retry.transient_retryable(..., wait_in=QUEUE))", check_eta_limit, since=(5, 6)),
     Rule("retries-exhausted-fail", "retries that run out fail the task", "case studies severity_batch, cte_ingestion",
          "medium", Proof("severity_batch SB5 write-up, cte_ingestion CT3 write-up",
                          f"{_study('severity_batch')}; {_study('cte_ingestion')}"),
@@ -452,7 +683,8 @@ RULES: tuple[Rule, ...] = (
          "shared.retry.transient_retryable), or dead-letter it where a replay finds it", check_retries_exhausted),
     Rule("no-deadline", "nothing ends a hung task", "FM-6", "medium", Proof("fm6 S6", _fm(6)),
          "an in-body deadline (shared.timeouts.hard_timeout) below a time_limit kept as the backstop, with "
-         "Request=shared.timeouts.BackstopRequest", check_no_deadline),
+         "Request=shared.timeouts.BackstopRequest (acks late on RabbitMQ: the time_limit at most half the broker's "
+         "consumer_timeout, FM-9)", check_no_deadline),
     Rule("time-limit-fails-chord", "Celery's time_limit stores FAILURE", "FM-6", "medium",
          Proof("C1", _claim("test_celery_time_limit_alone_fails_the_chord")),
          "Request=shared.timeouts.BackstopRequest (records the kill as a result and acks), and an in-body deadline "
@@ -461,6 +693,12 @@ RULES: tuple[Rule, ...] = (
          Proof("fm6 S6 hard", _fm(6)),
          "drop soft_time_limit; an in-body deadline started and cancelled with the body "
          "(shared.timeouts.hard_timeout(seconds, soft=...))", check_celery_soft_limit),
+    Rule("pool-cannot-apply-deadlines", "the app's pool cannot apply its tasks' deadlines", "FM-6", "medium",
+         Proof(None, None, note="read in shared.timeouts.hard_timeout (main thread only; one SIGALRM timer per "
+               "process) and celery.concurrency (thread.TaskPool.on_apply, base.apply_target for solo, "
+               "eventlet.TaskPool.on_apply drop the timeout); every lab run uses the prefork pool"),
+         "the prefork pool (worker_pool = 'prefork', and no other -P on the worker), where each task runs on a "
+         "process's main thread and billiard kills a run at its time_limit", check_pool_deadlines),
     Rule("visibility-timeout-below-run", "a Redis broker redelivers a task still running",
          "case study bl_ingestion", "high", Proof("bl_ingestion BL8 write-up", _study("bl_ingestion")),
          "broker_transport_options visibility_timeout above the longest time_limit plus the longest retry countdown, "

@@ -50,11 +50,19 @@ CLEARS = {
     5: set[str](),  # FM-5's @transient_retryable is in the body; its retries wait in the broker, so none is flagged
     6: {"no-deadline"},  # @hard_timeout in every pipeline task, time_limit with BackstopRequest
     7: {"prefetch-above-delivery-limit", "warm-shutdown-only"},  # prefetch 1; the soft shutdown on SIGTERM
+    8: {"unstored-result-acked"},  # reject_unstored: an unstorable result rejects into the DLX (the drain sends it back)
+    9: {"connection-loss-leaves-tasks-running",  # worker_cancel_long_running_tasks_on_connection_loss
+        "channel-error-ends-worker"},  # broker_channel_error_retry; within_consumer_timeout changes nothing at 1800 s
 }
-"""What each FM N clears of the rules fm N-1 breaks."""
+"""What each FM N clears of the rules fm N-1 breaks. ``time-limit-above-consumer-timeout`` is in no FM's pipeline: fm0
+to fm5 have no time_limit (``no-deadline`` says it, consumer timeout included), and fm6's limits (3 s, 15 s) are far
+below RabbitMQ's default; ``test_fm8_under_the_lab_nodes_consumer_timeout`` shows it on fm8's code."""
 
 EXPOSES = {
-    2: {"unbounded-redelivery", "warm-shutdown-only"},  # requeue with no bound (S3, FM-3); acks late meets a deploy (S7, FM-7)
+    2: {"unbounded-redelivery",  # requeue with no bound (S3, FM-3)
+        "warm-shutdown-only",  # acks late meets a deploy (S7, FM-7)
+        "unstored-result-acked",  # a late ack after a result the backend could not store (S8, FM-8)
+        "connection-loss-leaves-tasks-running", "channel-error-ends-worker"},  # unacked while it runs (S9, FM-9)
     3: {"prefetch-above-delivery-limit"},  # x-delivery-limit 2 under the default prefetch (C19), which FM-7 fixes
 }
 """What an FM's fix exposes that a later FM fixes: the lab's own chain of symptoms."""
@@ -64,22 +72,39 @@ def test_fm0_breaks_every_rule_its_configuration_can() -> None:
     assert pipeline_rules("fm0_naive") == {"acks-early", "no-deadline"}
 
 
-@pytest.mark.parametrize("n", range(1, 8))
+@pytest.mark.parametrize("n", range(1, len(FMS)))
 def test_each_fm_clears_the_rules_its_fix_fixes(n: int) -> None:
     before, after = pipeline_rules(FMS[n - 1]), pipeline_rules(FMS[n])
     assert before - after == CLEARS[n], f"fm{n} should clear {CLEARS[n]} of fm{n - 1}'s {before}; leaves {after}"
     assert after - before == EXPOSES.get(n, set()), f"fm{n} exposes {after - before}"
 
 
-def test_fm6_leaves_only_what_fm7_fixes() -> None:
-    assert pipeline_rules("fm6_task_timeouts") == {"prefetch-above-delivery-limit", "warm-shutdown-only"}
-    assert not [f for f in findings("fm6_task_timeouts") if f.severity == "high"]
+@pytest.mark.parametrize("n", range(6, len(FMS)))
+def test_from_fm6_on_an_fm_leaves_only_what_the_later_fms_fix(n: int) -> None:
+    later = set[str]().union(*(CLEARS[k] for k in range(n + 1, len(FMS))))
+    assert pipeline_rules(FMS[n]) == later
 
 
-def test_fm7_fm8_and_fm9_leave_nothing_on_their_pipelines() -> None:
-    assert pipeline_rules("fm7_rolling_deploys") == set()
-    assert pipeline_rules("fm8_backend_outage") == set()  # (the audit has no FM-8 or FM-9 rule yet: issue 25)
-    assert pipeline_rules("fm9_connection_loss") == set()
+def test_fm9_is_clean_of_the_fm8_and_fm9_rules_on_every_task() -> None:
+    """Its own pipeline, and the lab's plumbing beside it (probe, idle, the DLQ drain), with RabbitMQ's default
+    consumer_timeout: within_consumer_timeout gave the plumbing 900 s limits and left the pipeline's as they were."""
+    found = findings("fm9_connection_loss")
+    assert not {f.rule.id for f in found} & (CLEARS[8] | CLEARS[9] | {"time-limit-above-consumer-timeout"})
+    assert not [f for f in found if f.severity == "high"]
+
+
+def test_fm8_under_the_lab_nodes_consumer_timeout() -> None:
+    """Scenario 9's node has a 2.4 s consumer_timeout: fm8's limits (3 s, 15 s: FM-6's) are at or above it, which S9
+    and S9 hard show; fm9, told the node's timeout (RCL_CONSUMER_TIMEOUT, as the lab's linked worker is), is not."""
+    found = [f for f in findings("fm8_backend_outage", Options(consumer_timeout=2.4))
+             if f.rule.id == "time-limit-above-consumer-timeout"]
+    assert sorted(t.rsplit(".", 1)[-1] for f in found for t in f.tasks) == sorted(PIPELINE)
+    assert {f.severity for f in found} == {"high"}
+    told = audit_cmd("fm9_connection_loss:app", "--json", "--consumer-timeout", "2.4", env={"RCL_CONSUMER_TIMEOUT": "2.4"})
+    assert told.returncode in (0, 1), told.stderr
+    assert not [f for f in json.loads(told.stdout)["findings"] if f["rule"] == "time-limit-above-consumer-timeout"]
+    untold = audit_cmd("fm9_connection_loss:app", "--json", "--consumer-timeout", "2.4", env={"RCL_CONSUMER_TIMEOUT": "1800"})
+    assert [f for f in json.loads(untold.stdout)["findings"] if f["rule"] == "time-limit-above-consumer-timeout"]
 
 
 # ---- the case studies ------------------------------------------------------------------------
@@ -97,6 +122,20 @@ STATED_LIMITS = {
 }
 """High findings in a fixed program that its own docstring names as not handled."""
 
+NOT_YET_FIXED = {
+    "case_studies.severity_batch": {
+        "unstored-result-acked",  # score_chunk and reconcile store results, acks late, no reject_unstored (FM-8)
+        "connection-loss-leaves-tasks-running",  # RabbitMQ, acks late, the cancel not set (FM-9)
+    },
+    "case_studies.bl_ingestion": {"unstored-result-acked"},  # parse_units and the rest; a Redis broker: no FM-9 rule
+    "case_studies.cte_ingestion": {
+        "unstored-result-acked",  # only the lab's probe and idle: the study's own tasks ignore their results
+        "connection-loss-leaves-tasks-running",  # ingest_batch and replay_batch on RabbitMQ, the cancel not set
+    },
+}
+"""High findings of the FM-8 and FM-9 rules in the fixed programs, which were written before those FMs and do not
+set their fixes: real exposures, said here and reported, not fixed in the case studies by the audit's change."""
+
 
 @pytest.mark.parametrize("study", STUDIES)
 def test_a_write_up_is_flagged_for_its_mistakes_and_its_fixed_program_is_not(study: str) -> None:
@@ -112,7 +151,15 @@ def test_a_write_up_is_flagged_for_its_mistakes_and_its_fixed_program_is_not(stu
                     and any(t.endswith(".parse_units") for t in f.tasks)]
     else:
         assert not still, f"{study}.fixed still {still}"
-    assert {f.rule.id for f in fixed if f.severity == "high"} == STATED_LIMITS[study]
+    assert {f.rule.id for f in fixed if f.severity == "high"} == STATED_LIMITS[study] | NOT_YET_FIXED[study]
+
+
+def test_the_case_studies_fm8_exposure_is_on_their_own_tasks_where_they_store_results() -> None:
+    own = {study: {t for f in findings(f"{study}.fixed") if f.rule.id == "unstored-result-acked" for t in f.tasks
+                   if t.startswith(f"{study}.fixed.")} for study in STUDIES}
+    assert own["case_studies.cte_ingestion"] == set()  # task_ignore_result = True: the ledger is its record
+    assert {t.rsplit(".", 1)[-1] for t in own["case_studies.severity_batch"]} == {"score_chunk", "reconcile"}
+    assert "parse_units" in {t.rsplit(".", 1)[-1] for t in own["case_studies.bl_ingestion"]}
 
 
 def test_the_write_up_cells_are_the_proofs() -> None:
@@ -150,9 +197,18 @@ def test_a_password_in_a_url_is_masked() -> None:
 
 
 def test_fail_on_sets_the_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_main(capsys, "fm6_task_timeouts:app")[0] == 0  # medium findings only
-    assert run_main(capsys, "fm6_task_timeouts:app", "--fail-on", "medium")[0] == 1
+    assert run_main(capsys, "fm9_connection_loss:app")[0] == 0  # medium findings only (the lab's plumbing)
+    assert run_main(capsys, "fm9_connection_loss:app", "--fail-on", "medium")[0] == 1
     assert run_main(capsys, "fm0_naive:app", "--fail-on", "high")[0] == 1
+
+
+def test_the_consumer_timeout_is_a_number_of_seconds(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("0", "-5", "nan"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["fm9_connection_loss:app", "--consumer-timeout", bad])
+        assert exit_.value.code == 2 and "--consumer-timeout takes a number of seconds" in capsys.readouterr().err
+    code, out, _ = run_main(capsys, "fm8_backend_outage:app", "--consumer-timeout", "2.4")
+    assert code == 1 and "consumer_timeout 2.4s" in out
 
 
 def test_json(capsys: pytest.CaptureFixture[str]) -> None:

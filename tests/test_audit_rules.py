@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from typing import Any
 
 from celery import Celery
+from celery.app.defaults import DEFAULTS
+from celery.concurrency.thread import TaskPool as ThreadTaskPool
 from kombu import Exchange, Queue
 
 from audit.facts import AppFacts, collect
 from audit.rules import RULES, RULES_BY_ID, Finding, Options, run_rules
+from shared.backend import reject_unstored
 from shared.retry import RetryPolicy, transient_retryable
 from shared.timeouts import BackstopRequest, hard_timeout
 
@@ -20,13 +24,17 @@ _names = itertools.count()
 QUORUM = {"x-queue-type": "quorum", "x-delivery-limit": 2, "x-dead-letter-exchange": "q.dlx"}
 
 
-def make_app(broker: str = RABBIT, backend: str = REDIS, **conf: Any) -> Celery[Any]:
-    """An app with one plain task, ``work``; ``conf`` are its settings (a safe baseline unless overridden)."""
+def make_app(broker: str = RABBIT, backend: str | None = REDIS, guard: bool = True, **conf: Any) -> Celery[Any]:
+    """An app with one plain task, ``work``; ``conf`` are its settings (a safe baseline unless overridden);
+    ``guard``: FM-8's ``reject_unstored`` on its result backend."""
     app: Celery[Any] = Celery(f"audit_t{next(_names)}", broker=broker, backend=backend, set_as_current=False)
     app.conf.update(task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
                     worker_soft_shutdown_timeout=1, task_time_limit=30, task_default_queue="q",
-                    task_queues=[Queue("q", Exchange("q"), routing_key="q", queue_arguments=QUORUM)])
+                    task_queues=[Queue("q", Exchange("q"), routing_key="q", queue_arguments=QUORUM)],
+                    broker_channel_error_retry=True, worker_cancel_long_running_tasks_on_connection_loss=True)
     app.conf.update(**conf)
+    if guard:
+        reject_unstored(app)
 
     @app.task(shared=False, Request=BackstopRequest)
     def work() -> None: ...
@@ -156,6 +164,140 @@ def test_a_warm_shutdown_only_worker_with_acks_late_tasks() -> None:
     assert "warm-shutdown-only" not in ids(audit(make_app(task_acks_late=False, worker_soft_shutdown_timeout=0)))
 
 
+# ---- FM-8 ------------------------------------------------------------------------------------
+
+ACKS_ON_FAILURE = "task_acks_on_failure" if "task_acks_on_failure" in DEFAULTS else "task_acks_on_failure_or_timeout"
+"""The setting that says whether a late-acked failure is acked: 5.7's, else the one 5.5 and 5.6 have."""
+
+
+def test_an_unstorable_result_is_acked_and_lost() -> None:
+    found = [f for f in audit(make_app(guard=False)) if f.rule.id == "unstored-result-acked"]
+    assert len(found) == 1 and found[0].severity == "high" and found[0].rule.proof.cell == "fm8 S8"
+    # 5.7's task_acks_on_failure, unset, falls back to task_acks_on_failure_or_timeout: named as such on every version
+    assert found[0].setting == "task_acks_on_failure_or_timeout" and "(Celery's default)" in found[0].where
+    assert "stays PENDING for ever" in found[0].consequence and found[0].tasks[0].endswith(".work")
+    assert "unstored-result-acked" not in ids(audit(make_app()))  # reject_unstored, a quorum queue with a DLX
+
+
+def test_no_unstored_result_rule_where_nothing_is_stored_or_acked_late() -> None:
+    assert "unstored-result-acked" not in ids(audit(make_app(guard=False, task_ignore_result=True)))
+    assert "unstored-result-acked" not in ids(audit(make_app(guard=False, backend="rpc://")))
+    assert "unstored-result-acked" not in ids(audit(make_app(guard=False, backend=None)))
+    early = audit(make_app(guard=False, task_acks_late=False))  # acked at receipt: acks-early says so
+    assert "unstored-result-acked" not in ids(early) and "acks-early" in ids(early)
+
+
+def test_acks_on_failure_false_alone_is_not_enough() -> None:
+    for setting in {ACKS_ON_FAILURE, "task_acks_on_failure_or_timeout"}:  # 5.7's, and the one it falls back to
+        off: dict[str, Any] = {setting: False}
+        found = [f for f in audit(make_app(guard=False, **off)) if f.rule.id == "unstored-result-acked"]
+        assert [(f.severity, f.setting) for f in found] == [("medium", setting)], setting
+        assert "ChordError" in found[0].consequence and "(set by the app)" in found[0].where
+
+
+def test_a_guard_with_nowhere_to_dead_letter_drops_the_message() -> None:
+    classic = make_app(task_queues=[Queue("q", Exchange("q"), routing_key="q")])
+    f = next(f for f in audit(classic) if f.rule.id == "unstored-result-acked")
+    assert f.severity == "high" and "dropped" in f.consequence and f.setting == "result_backend"
+    redis = make_app(broker=REDIS, task_queues=None)  # kombu's Redis transport has no dead-letter exchange
+    assert "dropped" in next(f.consequence for f in audit(redis) if f.rule.id == "unstored-result-acked")
+
+
+def test_the_result_backends_class_and_its_guard() -> None:
+    facts = facts_of(make_app())
+    assert facts.backend_guards_store and facts.backend_class.startswith("shared.backend:RejectUnstored_")
+    plain = facts_of(make_app(guard=False))
+    assert plain.backend_class == "celery.backends.redis:RedisBackend" and not plain.backend_guards_store
+    assert facts_of(make_app(guard=False, backend="rpc://")).backend_class == "celery.backends.rpc:RPCBackend"
+
+
+def test_acks_on_failure_is_read_where_it_comes_from() -> None:
+    option = facts_of(make_app()).tasks[0].options["acks_on_failure"]
+    assert (option.value, option.source, option.setting) == (True, "default", "task_acks_on_failure_or_timeout")
+    off: dict[str, Any] = {ACKS_ON_FAILURE: False}
+    option = facts_of(make_app(**off)).tasks[0].options["acks_on_failure"]
+    assert (option.value, option.source, option.setting) == (False, "setting", ACKS_ON_FAILURE)
+    app = make_app()
+
+    @app.task(shared=False, acks_on_failure_or_timeout=False)
+    def own() -> None: ...
+
+    option = next(t for t in facts_of(app).tasks if t.name == own.name).options["acks_on_failure"]
+    assert (option.value, option.source) == (False, "task")
+
+
+# ---- FM-9 ------------------------------------------------------------------------------------
+
+
+def test_a_lost_connection_leaves_acks_late_tasks_running() -> None:
+    found = [f for f in audit(make_app(worker_cancel_long_running_tasks_on_connection_loss=False))
+             if f.rule.id == "connection-loss-leaves-tasks-running"]
+    assert len(found) == 1 and found[0].severity == "high" and found[0].rule.proof.cell == "fm9 S9"
+    assert found[0].setting == "worker_cancel_long_running_tasks_on_connection_loss" and "(set by the app)" in found[0].where
+    assert "connection-loss-leaves-tasks-running" not in ids(audit(make_app()))
+    assert "connection-loss-leaves-tasks-running" not in ids(audit(make_app(
+        task_acks_late=False, worker_cancel_long_running_tasks_on_connection_loss=False)))  # acked at receipt
+    assert "connection-loss-leaves-tasks-running" not in ids(audit(make_app(
+        broker=REDIS, task_queues=None, worker_cancel_long_running_tasks_on_connection_loss=False)))  # RabbitMQ's
+
+
+def test_a_channel_the_broker_closes_ends_the_worker() -> None:
+    found = [f for f in audit(make_app(broker_channel_error_retry=False)) if f.rule.id == "channel-error-ends-worker"]
+    assert len(found) == 1 and found[0].severity == "medium" and "406" in found[0].consequence
+    assert found[0].setting == "broker_channel_error_retry" and found[0].rule.since == (5, 3)
+    assert "channel-error-ends-worker" not in ids(audit(make_app()))
+    assert "channel-error-ends-worker" not in ids(audit(make_app(broker=REDIS, task_queues=None,
+                                                                 broker_channel_error_retry=False)))
+
+
+def consumer_timeout(app: Celery[Any], seconds: float = 1800) -> list[Finding]:
+    return [f for f in audit(app, Options(consumer_timeout=seconds)) if f.rule.id == "time-limit-above-consumer-timeout"]
+
+
+def test_a_time_limit_at_or_above_the_consumer_timeout() -> None:
+    found = consumer_timeout(make_app(task_time_limit=3600))
+    assert [(f.severity, f.setting) for f in found] == [("high", "task_time_limit")]
+    assert "time_limit 3600s; consumer_timeout 1800s" in found[0].where and found[0].rule.proof.cell == "fm9 S9 hard"
+    assert consumer_timeout(make_app(task_time_limit=1800))  # at it: the timer and the kill race
+    assert not consumer_timeout(make_app(task_time_limit=1000))  # RabbitMQ's default, 1800 s
+    assert consumer_timeout(make_app(task_time_limit=1000), seconds=600)  # --consumer-timeout 600
+    assert not consumer_timeout(make_app(broker=REDIS, task_queues=None, task_time_limit=3600))  # RabbitMQ's
+
+
+def test_no_time_limit_is_no_deadlines_finding_not_a_second_one() -> None:
+    """One root cause, one finding: no-deadline names the consumer timeout for an acks-late task on RabbitMQ."""
+    found = audit(make_app(task_time_limit=None), Options(consumer_timeout=600))
+    assert "time-limit-above-consumer-timeout" not in ids(found)
+    assert "consumer_timeout (600s)" in next(f.consequence for f in found if f.rule.id == "no-deadline")
+    redis = audit(make_app(broker=REDIS, task_queues=None, task_time_limit=None))
+    assert "consumer_timeout" not in next(f.consequence for f in redis if f.rule.id == "no-deadline")
+
+
+def test_an_in_body_deadline_without_a_time_limit_cannot_end_c_code() -> None:
+    app = make_app(task_time_limit=None)
+
+    @app.task(bind=True, shared=False)
+    @hard_timeout(2, soft=1)
+    def bounded(self: Any) -> None: ...
+
+    found = consumer_timeout(app)
+    assert [(f.tasks, f.severity) for f in found] == [((bounded.name,), "medium")]  # `work` is no-deadline's
+    assert "cannot interrupt a process stuck in C code" in found[0].consequence
+
+
+def test_a_retry_countdown_held_in_the_worker_counts_against_the_consumer_timeout() -> None:
+    app = make_app()  # a quorum queue through a direct exchange: Celery holds the retry in the worker
+    name = add_autoretry(app)  # backoff 1, 2, 4, 8, 16 s
+    found = consumer_timeout(app, seconds=40)
+    assert [f.tasks for f in found] == [(name,)] and "time_limit 30s + retry countdown 16s" in found[0].where
+    topic = make_app(task_queues=[Queue("q", Exchange("q", type="topic"), routing_key="q", queue_arguments=QUORUM)])
+    add_autoretry(topic)  # native delayed delivery: the broker holds the retry
+    assert not consumer_timeout(topic, seconds=40)
+    early = make_app(task_acks_late=False, task_queues=[Queue("q", Exchange("q"), routing_key="q")])
+    name = add_autoretry(early)  # acked when it runs, but held unacked until its countdown is due
+    assert [f.tasks for f in consumer_timeout(early, seconds=16)] == [(name,)]
+
+
 # ---- FM-5 ------------------------------------------------------------------------------------
 
 
@@ -176,6 +318,43 @@ def test_countdown_retries_on_a_quorum_queue_through_a_direct_exchange() -> None
     add_autoretry(topic)
     assert "countdown-retry-on-quorum-direct" not in ids(audit(topic))  # native delayed delivery takes it
     assert "countdown-retry-on-quorum-direct" not in ids(audit(make_app()))  # no autoretry_for
+
+
+CLASSIC = [Queue("q", Exchange("q"), routing_key="q")]
+
+
+def test_retries_held_in_the_worker_without_worker_eta_task_limit() -> None:
+    app = make_app(task_queues=CLASSIC)
+    name = add_autoretry(app)
+    facts = facts_of(app)
+    if facts.celery_minor < (5, 6):  # 5.5 has no worker_eta_task_limit: nothing to report
+        assert "eta-without-task-limit" not in ids(run_rules(facts, Options()))
+        return
+    f = next(f for f in run_rules(facts, Options()) if f.rule.id == "eta-without-task-limit")
+    assert f.tasks == (name,) and f.setting == "worker_eta_task_limit" and f.rule.proof.cell is None
+    assert "65,535" in f.consequence
+    older = dataclasses.replace(facts, celery_version="5.5.3")
+    assert "eta-without-task-limit" not in ids(run_rules(older, Options()))  # the rule is 5.6's
+    capped = make_app(task_queues=CLASSIC, worker_eta_task_limit=100)
+    add_autoretry(capped)
+    assert "eta-without-task-limit" not in ids(audit(capped))
+    quorum = make_app()  # per-consumer QoS: the prefetch stays static (countdown-retry-on-quorum-direct's case)
+    add_autoretry(quorum)
+    assert "eta-without-task-limit" not in ids(audit(quorum))
+    redis = make_app(broker=REDIS, task_queues=None)
+    add_autoretry(redis)
+    assert "eta-without-task-limit" in ids(audit(redis))
+    lab = make_app(task_queues=CLASSIC)
+
+    @lab.task(bind=True, shared=False, Request=BackstopRequest)
+    @transient_retryable(RetryPolicy(max_retries=3), wait_in="q")  # waits in the broker's delay queues
+    def careful(self: Any) -> None: ...
+
+    @lab.task(bind=True, shared=False, Request=BackstopRequest)
+    @transient_retryable(RetryPolicy(max_retries=3))  # Task.retry(countdown=...): an ETA message in the worker
+    def eager(self: Any) -> None: ...
+
+    assert [f.tasks for f in audit(lab) if f.rule.id == "eta-without-task-limit"] == [(eager.name,)]
 
 
 def test_retries_that_run_out_fail_the_task() -> None:
@@ -218,6 +397,64 @@ def test_celery_time_limit_with_celerys_request_fails_the_chord() -> None:
     f = next(f for f in audit(app) if f.rule.id == "time-limit-fails-chord")
     assert f.tasks == (plain.name,) and "TimeLimitExceeded" in f.consequence and f.rule.proof.cell == "C1"
     assert "time-limit-fails-chord" not in ids(audit(make_app()))  # BackstopRequest
+
+
+class OwnThreads(ThreadTaskPool):
+    """A pool of the app's own, derived from Celery's threads pool."""
+
+
+def pool_findings(pool: object) -> tuple[list[Finding], str]:
+    app = make_app(worker_pool=pool)
+
+    @app.task(bind=True, shared=False, Request=BackstopRequest)
+    @hard_timeout(2, soft=1)
+    def bounded(self: Any) -> None: ...
+
+    return [f for f in audit(app) if f.rule.id == "pool-cannot-apply-deadlines"], bounded.name
+
+
+def test_a_pool_where_hard_timeout_cannot_run() -> None:
+    found, bounded = pool_findings("threads")
+    assert [(f.severity, f.setting) for f in found] == [("high", "worker_pool"), ("medium", "worker_pool")]
+    assert bounded in found[0].tasks and "RuntimeError" in found[0].consequence  # and its time_limit (30 s) dropped
+    assert "drops Celery's time_limit" in found[0].consequence and found[1].tasks[0].endswith(".work")
+    assert found[0].rule.proof.cell is None and "-P overrides it" in found[0].where
+    assert [f.severity for f in pool_findings(f"{__name__}:OwnThreads")[0]] == ["high", "medium"]
+    assert [f.severity for f in pool_findings(OwnThreads)[0]] == ["high", "medium"]  # a class, not a name
+
+
+def test_hard_timeout_refuses_a_thread_of_its_own() -> None:
+    """What the threads pool does to a task with @hard_timeout: it runs it on a thread of its executor."""
+    app = make_app()
+
+    @app.task(bind=True, shared=False)
+    @hard_timeout(2)
+    def bounded(self: Any) -> None: ...
+
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            bounded.run()
+        except BaseException as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(5)
+    assert [type(e) for e in raised] == [RuntimeError] and "main thread" in str(raised[0])
+
+
+def test_green_pools_and_solo() -> None:
+    found, bounded = pool_findings("gevent")  # not imported: gevent is not installed here
+    assert [(f.tasks, f.severity) for f in found] == [((bounded,), "medium")] and "SIGALRM" in found[0].consequence
+    eventlet, _ = pool_findings("eventlet")  # and eventlet's on_apply drops time_limit too
+    assert len(eventlet) == 2 and "drops Celery's time_limit" in eventlet[0].consequence
+    solo, _ = pool_findings("solo")  # the body runs on the main thread: @hard_timeout works; time_limit does not
+    assert len(solo) == 1 and len(solo[0].tasks) == 2 and "SIGALRM" not in solo[0].consequence
+    for prefork in ("prefork", "processes", "lab.pool:LabPool"):
+        assert pool_findings(prefork)[0] == [], prefork
+    assert pool_findings("no.such.module:Pool")[0] == []  # a pool the audit cannot place is not guessed at
 
 
 def test_celery_soft_time_limit() -> None:
