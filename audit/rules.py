@@ -441,8 +441,8 @@ def check_connection_loss(facts: AppFacts, _: Options, rule: Rule) -> Iterable[F
         "When the worker's broker connection drops (a blip, a failover), RabbitMQ requeues every message it held "
         "unacked, and Celery reconnects but leaves the running acks-late tasks running "
         "(Consumer.on_connection_error_after_connected): the requeued message comes back while the first run goes "
-        "on, whose ack can no longer be sent, and runs a second time: at once in a free pool process on 5.7, after "
-        "the first run on 5.5 and 5.6 (in the lab's runs), unless something skips a task already stored."))
+        "on, whose ack can no longer be sent, and runs a second time (beside the first in the lab's runs on 5.6 and "
+        "5.7; after it on 5.5, where only a task already stored is skipped)."))
 
 
 def check_channel_error(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
@@ -641,9 +641,9 @@ RULES: tuple[Rule, ...] = (
          "(fm8_backend_outage.py). A Redis broker has no dead-letter exchange: there the guard's reject drops the "
          "message, and this fix needs RabbitMQ's", check_unstored_result),
     Rule("connection-loss-leaves-tasks-running", "a lost connection leaves acks-late tasks running", "FM-9", "high",
-         Proof("fm9 S9", _fm(9), versions=("5.7",), note="side connloss: the lab cuts the worker's own link to a "
-               "RabbitMQ node of its own; on 5.5.3 and 5.6.3 (one run each for this audit) the requeued message reached "
-               "the worker at once but ran only after the first run ended, where FM-7's deduplication skipped it"),
+         Proof("fm9 S9", _fm(9), note="side connloss: the lab cuts the worker's own link to a RabbitMQ node of its "
+               "own; the running member is not stopped: its copy runs beside it (seen on 5.6 and 5.7), or it runs on to "
+               "its end with its message already given back, its ack lost (seen on 5.5, where the copy waited)"),
          "worker_cancel_long_running_tasks_on_connection_loss = True (Celery 5.1+; the default from 6.0): the worker "
          "cancels its running acks-late tasks when the connection drops, and the requeued message runs once more, from "
          "the start (make the work idempotent, FM-4); with broker_channel_error_retry and time limits below the "
