@@ -140,6 +140,7 @@ class AppFacts:
     setting_lines: dict[str, int] = field(default_factory=lambda: {})
     backend_class: str = ""  # module:Class a worker would load for result_backend; "" when it cannot be loaded
     backend_guards_store: bool = False  # that class, or a base of the app's own, overrides mark_as_done (FM-8)
+    backend_requeues_unstored: bool = False  # the guard rejects with requeue (shared.backend's requeue_unstored)
     pool: PoolKind = "prefork"  # the worker_pool setting, resolved to the Celery pool it is or derives from
 
     @property
@@ -279,29 +280,31 @@ def _collect(app: Celery[Any], target: str) -> AppFacts:
              for n, t in sorted(cast(dict[str, Any], dict(app.tasks)).items())
              if not str(n).startswith("celery.") and _belongs(app, t)]
     file = _app_file(target)
-    backend_class, guards = _backend_class(app)
+    backend_class, guards, requeues = _backend_class(app)
     return AppFacts(
         target=target, main=app.main, celery_version=_version("celery"), kombu_version=_version("kombu"),
         broker_url=broker, broker_kind=broker_kind(broker), backend_url=backend, backend_kind=backend_kind(backend),
         settings=settings, changed=changed, unknown_settings=unknown, queues=queues, default_queue=default_queue,
         tasks=tasks, file=file, setting_lines=_setting_lines(file, target.partition(":")[2] or "app"),
-        backend_class=backend_class, backend_guards_store=guards, pool=pool_kind(settings.get("worker_pool")),
+        backend_class=backend_class, backend_guards_store=guards,
+        backend_requeues_unstored=requeues, pool=pool_kind(settings.get("worker_pool")),
     )
 
 
-def _backend_class(app: Celery[Any]) -> tuple[str, bool]:
-    """The result backend's class, as ``Celery._get_backend`` picks it (no instance: that could connect), and
-    whether code of the app's own (not ``celery.*``) overrides its ``mark_as_done``."""
+def _backend_class(app: Celery[Any]) -> tuple[str, bool, bool]:
+    """The result backend's class, as ``Celery._get_backend`` picks it (no instance: that could connect),
+    whether code of the app's own (not ``celery.*``) overrides its ``mark_as_done``, and whether that guard
+    rejects with requeue (``requeue_unstored``, as ``shared.backend.reject_unstored(app, requeue=True)`` sets)."""
     by_url: Any = getattr(importlib.import_module("celery.app.backends"), "by_url")  # celery-types types it wrongly
     try:
         found: tuple[Any, Any] = by_url(cast(Any, app).backend_cls or app.conf.result_backend, app.loader)
     except ConnectionRefusedByAudit:
         raise
     except Exception:  # an unknown scheme, a backend whose client is not installed: the rules read the URL's kind
-        return "", False
+        return "", False, False
     cls: type = found[0]
     guards = any("mark_as_done" in vars(c) for c in cls.__mro__ if not c.__module__.startswith("celery."))
-    return f"{cls.__module__}:{cls.__qualname__}", guards
+    return f"{cls.__module__}:{cls.__qualname__}", guards, guards and getattr(cls, "requeue_unstored", False) is True
 
 
 def pool_kind(value: Any) -> PoolKind:

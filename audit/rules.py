@@ -392,7 +392,7 @@ def check_unstored_result(facts: AppFacts, _: Options, rule: Rule) -> Iterable[F
         q = facts.queues.get(t.queue or facts.default_queue)
         dead_letters = facts.broker_kind == "rabbitmq" and q is not None and q.dead_letter_exchange is not None
         if facts.backend_guards_store:
-            if not dead_letters:
+            if not dead_letters and not facts.backend_requeues_unstored:
                 dropped.append(t)
         elif t.opt("acks_on_failure") is False:
             rejected.append(t)
@@ -413,7 +413,8 @@ def check_unstored_result(facts: AppFacts, _: Options, rule: Rule) -> Iterable[F
                       "queue has no dead-letter exchange", (
                           "The backend's guard rejects a message whose result it cannot store, without requeue; "
                           "this task's queue has no dead-letter exchange (or the broker is not RabbitMQ), so the "
-                          "message is dropped: its outcome is stored nowhere and nothing runs it again."),
+                          "message is dropped: its outcome is stored nowhere and nothing runs it again (on such a "
+                          "broker, a guard that rejects with requeue keeps it)."),
                       rule.severity, tuple(t.name for t in dropped), None, "result_backend", facts.file,
                       facts.line_of("result_backend"))
 
@@ -638,8 +639,9 @@ RULES: tuple[Rule, ...] = (
          "(shared.dlq.drain(..., send_back_rejected=True)). task_acks_on_failure = False (5.7; "
          "task_acks_on_failure_or_timeout = False on 5.5 and 5.6) alone is not enough: Celery still stores the "
          "member's FAILURE, with the backend's retries, and a backend back within them fails the chord "
-         "(fm8_backend_outage.py). A Redis broker has no dead-letter exchange: there the guard's reject drops the "
-         "message, and this fix needs RabbitMQ's", check_unstored_result),
+         "(fm8_backend_outage.py). A Redis broker has no dead-letter exchange: there the guard's reject without "
+         "requeue drops the message; reject_unstored(app, requeue=True) sends it back to its queue instead, where it "
+         "runs again at once while the backend is gone (tests/test_backend_requeue.py)", check_unstored_result),
     Rule("connection-loss-leaves-tasks-running", "a lost connection leaves acks-late tasks running", "FM-9", "high",
          Proof("fm9 S9", _fm(9), note="side connloss: the lab cuts the worker's own link to a RabbitMQ node of its "
                "own; the running member is not stopped: its copy runs beside it (seen on 5.6 and 5.7), or it runs on to "

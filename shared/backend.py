@@ -58,11 +58,14 @@ class RejectUnstored:
     """A mixin over Celery's Redis backend (``reject_unstored`` applies it): see ``reject_unstored``."""
 
     app: Celery
+    requeue_unstored: bool = False
+    """Reject with requeue (a broker with no dead-letter exchange: ``reject_unstored(app, requeue=True)``)."""
 
     def _not_stored(self, task_id: str, state: str, exc: BaseException) -> ResultNotStored:
         error = f"{type(exc).__name__}: {exc}"
         result_unstored.send(sender=self.app, task_id=task_id, state=state, error=error)
-        return ResultNotStored(f"{state} of {task_id} not stored, the result backend is gone ({error})", requeue=False)
+        return ResultNotStored(f"{state} of {task_id} not stored, the result backend is gone ({error})",
+                               requeue=self.requeue_unstored)
 
     def mark_as_done(self, task_id: str, result: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -110,7 +113,7 @@ def _forget_successor(sender: Any = None, task_id: str = "", **_: Any) -> None:
     _successor.pop(task_id, None)
 
 
-def reject_unstored(app: Celery) -> None:
+def reject_unstored(app: Celery, requeue: bool = False) -> None:
     """FM-8: a task whose own result (SUCCESS, RETRY or FAILURE) its Redis backend cannot store raises
     ``ResultNotStored``, a ``Reject`` without requeue, instead of the backend's ``ConnectionError``.
 
@@ -126,14 +129,23 @@ def reject_unstored(app: Celery) -> None:
     process running it: the drain and the main process get the backend's own errors. One exception: a task
     whose message carried a next step (a chain's head) has sent it before its store (``celery.app.trace``,
     5.5 to 5.7), with the result in it; rejected, it would run again and send that step twice, so its
-    lost store is only announced (``result_unstored``) and logged, and its message acked as Celery would."""
+    lost store is only announced (``result_unstored``) and logged, and its message acked as Celery would.
+
+    ``requeue=True``, for a broker with no dead-letter exchange (Redis): the reject sends the message back
+    to its queue instead (kombu's ``redis.QoS.reject`` restores it at the queue's head), where a reject
+    without requeue would delete it. The price: no drain waits for the backend, so the message runs again
+    at once, and again each time its store fails while the backend is gone, every run a whole run (the
+    task must be idempotent). tests/test_backend_requeue.py runs both, and the guard's absence, on a
+    Redis broker."""
     loader = cast(Any, app.loader)
     overrides = cast(dict[str, str], loader.override_backends or {})
     current = overrides.get("redis") or "celery.backends.redis:RedisBackend"
     base = cast(type, symbol_by_name(current))
-    name = f"RejectUnstored_{base.__module__.replace('.', '_')}_{base.__name__}"
+    if issubclass(base, RejectUnstored):  # applied before: guard the class it guarded
+        base = base.__mro__[2]
+    name = f"RejectUnstored{'Requeue' * requeue}_{base.__module__.replace('.', '_')}_{base.__name__}"
     if name not in globals():
-        globals()[name] = type(name, (RejectUnstored, base), {})
+        globals()[name] = type(name, (RejectUnstored, base), {"requeue_unstored": requeue})
     loader.override_backends = {**overrides, "redis": f"{__name__}:{name}"}
     task_prerun.connect(_note_successor, weak=False, dispatch_uid="shared.backend.reject_unstored.prerun")
     task_postrun.connect(_forget_successor, weak=False, dispatch_uid="shared.backend.reject_unstored.postrun")

@@ -24,9 +24,10 @@ _names = itertools.count()
 QUORUM = {"x-queue-type": "quorum", "x-delivery-limit": 2, "x-dead-letter-exchange": "q.dlx"}
 
 
-def make_app(broker: str = RABBIT, backend: str | None = REDIS, guard: bool = True, **conf: Any) -> Celery[Any]:
+def make_app(broker: str = RABBIT, backend: str | None = REDIS, guard: bool = True, requeue: bool = False,
+             **conf: Any) -> Celery[Any]:
     """An app with one plain task, ``work``; ``conf`` are its settings (a safe baseline unless overridden);
-    ``guard``: FM-8's ``reject_unstored`` on its result backend."""
+    ``guard``: FM-8's ``reject_unstored`` on its result backend (``requeue``: rejecting with requeue)."""
     app: Celery[Any] = Celery(f"audit_t{next(_names)}", broker=broker, backend=backend, set_as_current=False)
     app.conf.update(task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
                     worker_soft_shutdown_timeout=1, task_time_limit=30, task_default_queue="q",
@@ -34,7 +35,7 @@ def make_app(broker: str = RABBIT, backend: str | None = REDIS, guard: bool = Tr
                     broker_channel_error_retry=True, worker_cancel_long_running_tasks_on_connection_loss=True)
     app.conf.update(**conf)
     if guard:
-        reject_unstored(app)
+        reject_unstored(app, requeue=requeue)
 
     @app.task(shared=False, Request=BackstopRequest)
     def work() -> None: ...
@@ -201,6 +202,16 @@ def test_a_guard_with_nowhere_to_dead_letter_drops_the_message() -> None:
     assert f.severity == "high" and "dropped" in f.consequence and f.setting == "result_backend"
     redis = make_app(broker=REDIS, task_queues=None)  # kombu's Redis transport has no dead-letter exchange
     assert "dropped" in next(f.consequence for f in audit(redis) if f.rule.id == "unstored-result-acked")
+
+
+def test_a_guard_that_requeues_keeps_the_message_where_nothing_dead_letters() -> None:
+    """tests/test_backend_requeue.py runs it: the message back in its queue, stored once the backend returns."""
+    for app in (make_app(broker=REDIS, task_queues=None, requeue=True),
+                make_app(task_queues=[Queue("q", Exchange("q"), routing_key="q")], requeue=True)):
+        facts = facts_of(app)
+        assert facts.backend_guards_store and facts.backend_requeues_unstored
+        assert "unstored-result-acked" not in ids(run_rules(facts, Options()))
+    assert not facts_of(make_app(broker=REDIS, task_queues=None)).backend_requeues_unstored
 
 
 def test_the_result_backends_class_and_its_guard() -> None:
