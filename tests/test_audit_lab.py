@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from audit.cli import main
-from audit.facts import collect, load_app
+from audit.facts import AppFacts, collect, load_app
 from audit.output import mask
 from audit.rules import RULES, Finding, Options, run_rules
 
@@ -30,8 +30,12 @@ STUDIES = ["case_studies.severity_batch", "case_studies.bl_ingestion", "case_stu
 SB_DEADLINE = 20.0  # case_studies/severity_batch/fixed.py: DEADLINE_SECONDS, the run the chord must outlive
 
 
+def facts_of(module: str) -> AppFacts:
+    return collect(load_app(f"{module}:app"), f"{module}:app")
+
+
 def findings(module: str, options: Options = Options()) -> list[Finding]:
-    return run_rules(collect(load_app(f"{module}:app"), f"{module}:app"), options)
+    return run_rules(facts_of(module), options)
 
 
 def pipeline_rules(module: str) -> set[str]:
@@ -122,21 +126,6 @@ STATED_LIMITS = {
 }
 """High findings in a fixed program that its own docstring names as not handled."""
 
-NOT_YET_FIXED = {
-    "case_studies.severity_batch": {
-        "unstored-result-acked",  # score_chunk and reconcile store results, acks late, no reject_unstored (FM-8)
-        "connection-loss-leaves-tasks-running",  # RabbitMQ, acks late, the cancel not set (FM-9)
-    },
-    "case_studies.bl_ingestion": {"unstored-result-acked"},  # parse_units and the rest; a Redis broker: no FM-9 rule
-    "case_studies.cte_ingestion": {
-        "unstored-result-acked",  # only the lab's probe and idle: the study's own tasks ignore their results
-        "connection-loss-leaves-tasks-running",  # ingest_batch and replay_batch on RabbitMQ, the cancel not set
-    },
-}
-"""High findings of the FM-8 and FM-9 rules in the fixed programs, which were written before those FMs and do not
-set their fixes: real exposures, said here and reported, not fixed in the case studies by the audit's change."""
-
-
 @pytest.mark.parametrize("study", STUDIES)
 def test_a_write_up_is_flagged_for_its_mistakes_and_its_fixed_program_is_not(study: str) -> None:
     options = Options(chord_seconds=SB_DEADLINE)
@@ -151,15 +140,24 @@ def test_a_write_up_is_flagged_for_its_mistakes_and_its_fixed_program_is_not(stu
                     and any(t.endswith(".parse_units") for t in f.tasks)]
     else:
         assert not still, f"{study}.fixed still {still}"
-    assert {f.rule.id for f in fixed if f.severity == "high"} == STATED_LIMITS[study] | NOT_YET_FIXED[study]
+    assert {f.rule.id for f in fixed if f.severity == "high"} == STATED_LIMITS[study]
 
 
-def test_the_case_studies_fm8_exposure_is_on_their_own_tasks_where_they_store_results() -> None:
-    own = {study: {t for f in findings(f"{study}.fixed") if f.rule.id == "unstored-result-acked" for t in f.tasks
-                   if t.startswith(f"{study}.fixed.")} for study in STUDIES}
-    assert own["case_studies.cte_ingestion"] == set()  # task_ignore_result = True: the ledger is its record
-    assert {t.rsplit(".", 1)[-1] for t in own["case_studies.severity_batch"]} == {"score_chunk", "reconcile"}
-    assert "parse_units" in {t.rsplit(".", 1)[-1] for t in own["case_studies.bl_ingestion"]}
+def test_the_case_studies_fixed_programs_set_fm8s_guard_and_fm9s_settings() -> None:
+    """Each fixed program guards its stores (FM-8): on RabbitMQ with a dead-letter exchange (severity_batch) as fm8
+    does, elsewhere with requeue (bl_ingestion's Redis broker, cte_ingestion's classic shard queues); and sets
+    FM-9's settings where the broker is RabbitMQ. Each write-up program does neither."""
+    for study in STUDIES:
+        fixed, writeup = (facts_of(f"{study}.{kind}") for kind in ("fixed", "writeup"))
+        assert fixed.backend_guards_store and not writeup.backend_guards_store, study
+        assert fixed.backend_requeues_unstored == (study != "case_studies.severity_batch"), study
+        if fixed.broker_kind == "rabbitmq":
+            assert fixed.settings["worker_cancel_long_running_tasks_on_connection_loss"] is True, study
+            assert fixed.settings["broker_channel_error_retry"] is True, study
+    for study, tasks in {"case_studies.severity_batch": {"score_chunk", "reconcile"},
+                         "case_studies.bl_ingestion": {"parse_bl"}}.items():  # where the write-up stores results
+        found = [f for f in findings(f"{study}.writeup") if f.rule.id == "unstored-result-acked"]
+        assert tasks <= {t.rsplit(".", 1)[-1] for f in found for t in f.tasks}, study
 
 
 def test_the_write_up_cells_are_the_proofs() -> None:

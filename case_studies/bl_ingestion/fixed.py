@@ -91,6 +91,18 @@ Fix:
   line), and its B/L is booked with its other containers;
 - the manifest's bytes are decoded in the character set its ``UNB`` names
   (``manifest.decode_interchange``), never with replacement.
+- FM-8 on a Redis broker: ``reject_unstored(app, requeue=True)``. A result the
+  backend cannot store after the body (a backend that blinks, or that lives on
+  another server than the broker) is otherwise a failure outside the body,
+  which Celery acks: the chunk's outcome is stored nowhere and its chord never
+  completes. FM-8's guard rejects instead; Redis has no dead-letter exchange,
+  so where fm8 rejects without requeue (which would delete the message here)
+  this one requeues: kombu's Redis ``QoS.reject`` puts the message back at its
+  queue's head and it runs again, at once and again while the backend is gone
+  (every effect is keyed, so nothing doubles). ``tests/test_backend_requeue.py``
+  runs the three on a Redis broker with a backend it stops: no guard, the
+  message acked and its result nowhere; the guard without requeue, dropped; with
+  requeue, run again until the backend is back, then stored.
 
 Two lists: ``dead`` holds what a replay can mend (a registry down past the
 retries, a container the registry did not know yet); ``rejected`` holds what
@@ -132,7 +144,7 @@ from case_studies.bl_ingestion.manifest import (MalformedInterchange, UnitReject
 from case_studies.bl_ingestion.stand_ins import (RegistryUnavailable, Terminal, UnitRef, UnknownContainer, crash_point,
                                                  registry, run_of, unit_name)
 from lab.app import lab_app
-from shared.backend import backend_redis
+from shared.backend import backend_redis, reject_unstored
 from shared.claim import NotifyClaim
 from shared.envelope import Result, Wire, enveloped
 from shared.retry import RetryPolicy
@@ -152,6 +164,7 @@ app.conf.task_reject_on_worker_lost = True  # write-up: a killed process requeue
 app.conf.worker_prefetch_multiplier = 1  # write-up
 app.conf.worker_concurrency = 2
 app.conf.broker_transport_options.update(visibility_timeout=VISIBILITY_SECONDS)  # fix: sized above every deadline
+reject_unstored(app, requeue=True)  # FM-8 on a Redis broker: an unstorable result sends its message back
 
 
 class Parsed(TypedDict):

@@ -101,6 +101,17 @@ Redis list commit a lot out of order), and a message unacked past
 ``visibility_timeout`` is handed out again while it may still run (case study
 2, BL8 write-up).
 
+FM-9's settings, as fm9 sets them (``fm9 S9``/``G9``): with
+``worker_cancel_long_running_tasks_on_connection_loss`` a dropped broker
+connection cancels the running batch, so its requeued message (back at its
+shard's head) runs after it, not beside it, which would break the lot's order;
+``broker_channel_error_retry`` keeps the worker through a channel the broker
+closes. The batches have no ``time_limit``: FM-9's third part has nothing to
+lower. FM-8's guard matters only to the tasks that store a result, here the
+lab's ``probe`` and ``idle`` (the study's own ignore theirs); a shard queue has
+no dead-letter exchange, so it rejects with requeue (``reject_unstored(app,
+requeue=True)``, ``tests/test_backend_requeue.py``).
+
 Tradeoffs: a lot's order costs head-of-line blocking: an event retried in place
 holds its whole shard for up to the retries' backoff (about 3 s here), and a
 held lot waits for an operator's replay. Shards can only add throughput as far
@@ -164,7 +175,7 @@ from case_studies.cte_ingestion.stand_ins import LedgerFaults, batches, shard_of
 from case_studies.logs import event_log
 from lab.app import lab_app
 from lab.settings import amqp_name
-from shared.backend import backend_redis
+from shared.backend import backend_redis, reject_unstored
 from shared.in_place import retry_in_place
 from shared.retry import RetriesExhausted, RetryPolicy
 from shared.turns import Turns
@@ -181,6 +192,9 @@ app.conf.task_reject_on_worker_lost = True  # write-up: a killed process requeue
 app.conf.worker_prefetch_multiplier = 1  # write-up
 app.conf.worker_concurrency = 1  # fix: one message of a shard at a time
 app.conf.task_ignore_result = True  # the ledger is the record; the metrics its view
+app.conf.broker_channel_error_retry = True  # FM-9 (5.3+): a channel the broker closes is a reconnect
+app.conf.worker_cancel_long_running_tasks_on_connection_loss = True  # FM-9 (5.1+): a lost connection stops the batch
+reject_unstored(app, requeue=True)  # FM-8: the lab's probe and idle store results; their queue has no dead-letter exchange
 SHARD_EXCHANGE = Exchange(amqp_name("ct", "shards"), type="direct")
 SHARD_QUEUES = [Queue(amqp_name("ct", f"shard.{k}"), SHARD_EXCHANGE, routing_key=amqp_name("ct", f"shard.{k}"),
                       queue_arguments={"x-single-active-consumer": True})  # fix: one consumer per shard at a time

@@ -52,7 +52,16 @@ Fix:
   whole run (FM-5's hard variant);
 - the FMs' other fixes where the write-up has their failure: ``wait_in`` for
   retries the broker holds (FM-5), a quorum queue with a delivery limit and the
-  dead-letter drain for a chunk that kills its process on every delivery (FM-3).
+  dead-letter drain for a chunk that kills its process on every delivery (FM-3);
+  ``reject_unstored`` and the drain's ``send_back_rejected`` (FM-8: a chunk or
+  ``reconcile`` whose result the backend cannot store is dead-lettered, not
+  acked, and sent back once the backend answers; proven by ``fm8 S8``/``G8``);
+  ``broker_channel_error_retry`` and
+  ``worker_cancel_long_running_tasks_on_connection_loss`` (FM-9: a dropped
+  broker connection cancels the running chunk, whose requeued message runs it
+  again from the start, upserts and all, instead of beside it; a channel the
+  broker closes is a reconnect, not the worker's end; ``fm9 S9``/``G9``). The
+  chunks have no ``time_limit``, so FM-9's third part has nothing to lower.
 
 Tradeoffs: the chunk size trades per-task overhead (Celery's and the ledger's
 round trips per chunk) against the cost of redoing a lost chunk whole and the
@@ -97,7 +106,7 @@ from case_studies.severity_batch.stand_ins import (ChunkRef, FeatureStoreUnavail
                                                    extract, feature_store, lab_chunk_fault)
 from lab.app import lab_app
 from lab.versions import CELERY
-from shared.backend import backend_redis
+from shared.backend import backend_redis, reject_unstored
 from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Result, Wire, enveloped, is_envelope
 from shared.retry import RetryPolicy, transient_retryable
@@ -110,6 +119,8 @@ app.conf.task_acks_late = True  # write-up: ack when the chunk has returned
 app.conf.task_reject_on_worker_lost = True  # write-up: a lost chunk is requeued
 app.conf.worker_prefetch_multiplier = 1  # write-up: a long chunk holds no other behind it
 app.conf.worker_concurrency = 2
+app.conf.broker_channel_error_retry = True  # FM-9 (5.3+): a channel the broker closes is a reconnect
+app.conf.worker_cancel_long_running_tasks_on_connection_loss = True  # FM-9 (5.1+): a lost connection stops the chunk
 app.conf.result_expires = 8  # Celery's default (one day) at the lab's scale, as the write-up keeps it
 app.conf.result_chord_expires = 3 * DEADLINE_SECONDS  # fix: the chord's state outlives the run's deadline (5.7+)
 if CELERY < (5, 7):  # Celery 5.5/5.6 have no result_chord_expires: the fix is result_expires itself
@@ -122,6 +133,7 @@ app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=Q
 app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25},  # FM-3: -B
                           "watch": {"task": f"{__name__}.watch_runs", "schedule": 1.0}}  # fix: the deadline
 count_starts(app)
+reject_unstored(app)  # FM-8: an unstorable result dead-letters its message (the drain sends it back)
 ledger = Ledger()  # the scores' SQL ledger (RCL_LEDGER_URL; SQLite under .lab/ by default), one engine per process
 
 
@@ -213,7 +225,7 @@ def watch_runs() -> None:  # fix: on beat; a run past its deadline with no manif
 
 @app.task(ignore_result=True)
 def drain_dead_letters() -> int:  # FM-3
-    return drain(app, DLQ)
+    return drain(app, DLQ, send_back_rejected=True)  # FM-8: a letter rejected unstored runs again
 
 
 def submit(spec: RunSpec) -> AsyncResult[Any]:
