@@ -62,6 +62,8 @@ KDE_VALUES: dict[str, Any] = {
     "harvester_business_name": "Valle Verde Farms", "harvester_phone": "+1 831-555-0142",
     "harvest_date": "2025-05-31", "harvest_end_date": "2025-06-01", "catch_area": "NMFS 514",
     "received_date": "2025-06-01", "received_quantity": "42", "received_unit_of_measure": "bins",
+    "input_product_descriptions": ["Romaine lettuce, 24 ct carton"], "input_quantities": ["40"],
+    "input_units_of_measure": ["case"],
 }
 """A value of each KDE field, as a producer sends it (the first field of a choice is the one sent)."""
 
@@ -93,7 +95,10 @@ EXPECTED_KDES: dict[str, dict[str, tuple[str, ...]]] = {  # 21 CFR 1.1325-1.1350
                   "tlc_source": ("tlc_source_gln", "tlc_source_reference"),
                   "reference_document_type": ("reference_document_type",),
                   "reference_document_number": ("reference_document_number",)},
-    "transformation": {"input_lot_codes": ("input_lot_codes",), "product_description": ("product_description",),
+    "transformation": {"input_lot_codes": ("input_lot_codes",),
+                       "input_product_descriptions": ("input_product_descriptions",),
+                       "input_quantities": ("input_quantities",), "input_units_of_measure": ("input_units_of_measure",),
+                       "product_description": ("product_description",),
                        "reference_document_type": ("reference_document_type",),
                        "reference_document_number": ("reference_document_number",)},
 }
@@ -101,6 +106,9 @@ EXPECTED_KDES: dict[str, dict[str, tuple[str, ...]]] = {  # 21 CFR 1.1325-1.1350
 SECTIONS = {"harvesting": "1.1325(a)", "cooling": "1.1325(b)", "initial_packing": "1.1330(a)",
             "first_land_based_receiving": "1.1335", "shipping": "1.1340(a)", "receiving": "1.1345(a)",
             "transformation": "1.1350(a)"}
+
+
+INPUTS = ("input_lot_codes", "input_product_descriptions", "input_quantities", "input_units_of_measure")
 
 
 def clean_payload(**changes: Any) -> dict[str, Any]:
@@ -182,8 +190,12 @@ def test_gtins_of_12_13_and_14_digits_with_their_check_digit_pass() -> None:
     ({"supplier_id": "SUP 001"}, ("supplier_id", "string_pattern_mismatch")),
     ({"unit_of_measure": "x" * 65}, ("unit_of_measure", "string_pattern_mismatch")),
     ({"tlc_source_gln": "0614141000013"}, ("tlc_source_gln", "gln_check_digit")),
-    ({"event_type": "transformation", "input_lot_codes": ["SUP001-250601-0001", "SUP002-250601-0007"]},
-     ("", "transformation_keeps_input_lot")),
+    ({"event_type": "transformation", "input_lot_codes": ["SUP001-250601-0001", "SUP002-250601-0007"],
+      "input_product_descriptions": ["Romaine", "Kale"], "input_quantities": ["40", "12"],
+      "input_units_of_measure": ["case", "case"]}, ("", "transformation_keeps_input_lot")),
+    ({"event_type": "transformation", "input_lot_codes": ["SUP001-250530-0007", "SUP002-250601-0007"]},
+     ("", "transformation_inputs_misaligned")),  # two lots, one description, quantity and unit
+    ({"event_type": "transformation", "input_quantities": [40]}, ("input_quantities.0", "decimal_string")),
 ])
 def test_a_broken_payload_is_quarantined_naming_the_field_and_rule(changes: dict[str, Any],
                                                                     expected: tuple[str, str]) -> None:
@@ -269,7 +281,8 @@ def test_generate_is_deterministic_for_a_seed() -> None:
     assert stream.payloads != generate(12, 3_000, invalid_every=17, duplicate_every=23).payloads
     assert len(stream.payloads) == 3_000 and generate(1, 0).payloads == ()
     assert all(isinstance(value, str) for p in stream.payloads for name, value in p.items()
-               if name not in ("seq", "input_lot_codes"))  # a transformation's inputs: a list of lot codes
+               if name not in ("seq", *INPUTS))  # a transformation's inputs: lists of strings, one entry per lot
+    assert all(isinstance(v, str) for p in stream.payloads for name in INPUTS for v in cast(list[Any], p.get(name, [])))
     assert json.loads(json.dumps(stream.payloads)) == list(stream.payloads)  # JSON-shaped
     with pytest.raises(ValueError):
         generate(1, 10, suppliers=0)
@@ -896,6 +909,37 @@ def test_a_quarantined_payload_names_its_cte_type_only_when_it_is_the_rules() ->
     bad = validate(json.dumps(clean_payload(quantity="0")), now=NOW)
     assert isinstance(bad, Quarantined) and bad.cte_type == "cooling"
     assert isinstance(text := validate("{not json", now=NOW), Quarantined) and text.cte_type is None
+
+
+@pytest.mark.parametrize(("kind", "case", "value", "needs"), [
+    ("harvesting", "harvest_site", "field", {"harvest_area"}),
+    ("harvesting", "harvest_site", "aquaculture_container", {"harvest_area"}),
+    ("harvesting", "harvest_site", "other", set[str]()),
+    ("initial_packing", "harvest_site", "field", {"harvest_area"}),
+    ("initial_packing", "cooled_before_packing", "yes", {"cooling_gln", "cooling_date"}),
+    ("initial_packing", "cooled_before_packing", "no", set[str]()),
+])
+def test_a_case_the_payload_states_requires_its_kdes(kind: str, case: str, value: str, needs: set[str]) -> None:
+    """21 CFR 1.1325(a)(1) and 1.1330(a): a field or growing area's name, an aquaculture container's, where and when
+    the food was cooled before packing, each "if applicable": required once the payload says it applies."""
+    assert {(loc, kind_) for loc, kind_ in problems(clean_payload(event_type=kind, **{case: value}))} \
+        == {(name, "missing_kde") for name in needs}
+    sent = {"harvest_area": "Field 7", "cooling_gln": gln("061414100050"), "cooling_date": "2025-05-31"}
+    assert problems(clean_payload(event_type=kind, **{case: value}, **{k: sent[k] for k in needs})) == []
+    if needs:
+        missing = validate(json.dumps(clean_payload(event_type=kind, **{case: value})), now=NOW)
+        assert isinstance(missing, Quarantined)
+        assert all(f"a {kind} event requires" in e["msg"] and "(21 CFR 1.13" in e["msg"] for e in missing.errors)
+
+
+def test_a_receiving_from_an_exempt_source_needs_no_traceability_lot_code_source() -> None:
+    """21 CFR 1.1345(b): food received from a person the rule does not apply to."""
+    payload = clean_payload(event_type="receiving")
+    del payload["tlc_source_gln"]
+    assert problems(payload) == [("tlc_source", "missing_kde")]
+    assert problems({**payload, "previous_source_exempt": "yes"}) == []
+    assert problems({**payload, "previous_source_exempt": "no"}) == [("tlc_source", "missing_kde")]
+    assert problems({**payload, "previous_source_exempt": True}) == [("previous_source_exempt", "literal_error")]
 
 
 def test_a_transformation_names_its_inputs_and_a_new_lot() -> None:

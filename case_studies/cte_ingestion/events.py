@@ -216,6 +216,9 @@ REQUIRED_KDES: dict[CteType, tuple[Kde, ...]] = {
     ),
     "transformation": (
         _kde("input_lot_codes", "the traceability lot codes of the foods used", "1.1350(a)(1)"),
+        _kde("input_product_descriptions", "the product description of each food used", "1.1350(a)(1)"),
+        _kde("input_quantities", "the quantity used from each traceability lot", "1.1350(a)(1)"),
+        _kde("input_units_of_measure", "the unit of measure of each quantity used", "1.1350(a)(1)"),
         _kde("product_description", "the product description of the food produced", "1.1350(a)(2)"),
         *_reference("1.1350(a)(2)"),
     ),
@@ -224,16 +227,65 @@ REQUIRED_KDES: dict[CteType, tuple[Kde, ...]] = {
 lot code (``lot_code``: the write-up's key needs one; the rule asks for none before initial packing), the quantity
 and unit of measure, where the event happened (``location_gln``: the farm, the cooler, the packer, the landing
 site, the ship-from or receiving location; at initial packing, first land-based receiving and transformation it
-is the traceability lot code source) and its date (``event_time``). KDEs the rule requires only in some cases (a
-produce field or an aquaculture container, ``harvest_area``; where and when a packed food was cooled, if it was,
-``cooling_gln`` and ``cooling_date``) are typed when sent and not required: the contract cannot tell the cases
-apart. Not in the contract at all: each transformation input's product description and quantity used
-(1.1350(a)(1)); a payload names its inputs' lot codes only (docs/case-studies.md)."""
+is the traceability lot code source) and its date (``event_time``). A transformation's inputs are parallel lists,
+one entry per lot used (``input_lot_codes``, ``input_product_descriptions``, ``input_quantities``,
+``input_units_of_measure``, of one length). The KDEs the rule requires only in some cases are ``CASE_KDES``'s: the
+payload states its case in a field of its own, and the case's KDEs are then required."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """A case in which the rule asks more (or less) of a CTE type: the payload states it (``field`` is ``value``)."""
+
+    field: str
+    value: str
+    adds: tuple[Kde, ...] = ()
+    """KDEs required in this case."""
+    waives: tuple[str, ...] = ()
+    """Keys of ``REQUIRED_KDES`` entries not required in this case."""
+
+
+_FIELD_NAME = _kde("harvest_area", "the name of the field or other growing area the produce was harvested from",
+                   "")
+_CONTAINER = _kde("harvest_area", "the name of the container (pond, pool, tank, cage) the aquacultured food was "
+                  "harvested from", "")
+
+
+def _at(kde: Kde, rule: str) -> Kde:
+    return Kde(kde.key, kde.fields, kde.what, rule)
+
+
+CASE_KDES: dict[CteType, tuple[Case, ...]] = {
+    "harvesting": (Case("harvest_site", "field", (_at(_FIELD_NAME, "1.1325(a)(1)"),)),
+                   Case("harvest_site", "aquaculture_container", (_at(_CONTAINER, "1.1325(a)(1)"),))),
+    "initial_packing": (
+        Case("harvest_site", "field", (_at(_FIELD_NAME, "1.1330(a)"),)),
+        Case("harvest_site", "aquaculture_container", (_at(_CONTAINER, "1.1330(a)"),)),
+        Case("cooled_before_packing", "yes", (
+            _kde("cooling_gln", "the location description for where the food was cooled before initial packing",
+                 "1.1330(a)"),
+            _kde("cooling_date", "the date of cooling", "1.1330(a)"))),
+    ),
+    "receiving": (Case("previous_source_exempt", "yes", waives=("tlc_source",)),),  # 1.1345(b): from a person the
+    # rule does not apply to, the receiver records no traceability lot code source
+}
+"""Per CTE type, the cases the payload states (``harvest_site``: ``field``, ``aquaculture_container`` or
+``other``; ``cooled_before_packing`` and ``previous_source_exempt``: ``yes`` or ``no``) and what each changes. A
+payload that states no case is held to ``REQUIRED_KDES`` alone: the contract asks nothing it cannot tell applies."""
+
+
+def required_kdes(event_type: CteType, sent: Mapping[str, object]) -> tuple[Kde, ...]:
+    """The KDEs an ``event_type`` payload stating the cases in ``sent`` must carry (``REQUIRED_KDES``, and
+    ``CASE_KDES``'s for the cases it states)."""
+    cases = [case for case in CASE_KDES.get(event_type, ()) if sent.get(case.field) == case.value]
+    waived = {key for case in cases for key in case.waives}
+    return (*(kde for kde in REQUIRED_KDES[event_type] if kde.key not in waived),
+            *(kde for case in cases for kde in case.adds))
 
 
 def missing_kdes(event_type: CteType, sent: Mapping[str, object]) -> tuple[Kde, ...]:
-    """The KDEs ``event_type`` requires that ``sent`` (field to value) lacks: each field of it absent or null."""
-    return tuple(kde for kde in REQUIRED_KDES[event_type] if all(sent.get(f) is None for f in kde.fields))
+    """The KDEs ``event_type`` requires of ``sent`` (field to value) that it lacks: each field of it absent or null."""
+    return tuple(kde for kde in required_kdes(event_type, sent) if all(sent.get(f) is None for f in kde.fields))
 
 
 class CriticalTrackingEvent(BaseModel):
@@ -262,7 +314,14 @@ class CriticalTrackingEvent(BaseModel):
     reference_document_number: str | None = Field(default=None, min_length=1, max_length=64)
     previous_source_gln: Gln | None = None  # receiving: the immediate previous source
     subsequent_recipient_gln: Gln | None = None  # harvesting, cooling, shipping: the immediate subsequent recipient
-    input_lot_codes: tuple[KeyPart, ...] | None = None  # transformation: the lots that went in
+    input_lot_codes: tuple[KeyPart, ...] | None = None  # transformation: the lots that went in, and for each
+    input_product_descriptions: tuple[Annotated[str, Field(min_length=1, max_length=200)], ...] | None = None  # its
+    input_quantities: tuple[Quantity, ...] | None = None  # product description, the quantity used from it and
+    input_units_of_measure: tuple[Unit, ...] | None = None  # its unit (the lists one entry per lot, in one order)
+    harvest_site: Literal["field", "aquaculture_container", "other"] | None = None  # harvesting, initial packing:
+    # where the food grew, the case that asks for harvest_area
+    cooled_before_packing: Literal["yes", "no"] | None = None  # initial packing: the case that asks for the cooling
+    previous_source_exempt: Literal["yes", "no"] | None = None  # receiving: from a person the rule does not apply to
     harvest_farm_gln: Gln | None = None  # cooling, initial packing: the farm where the food was harvested
     harvest_area: str | None = Field(default=None, min_length=1, max_length=200)  # produce: the field or growing
     # area; aquaculture: the container (pond, tank)
@@ -304,6 +363,16 @@ class CriticalTrackingEvent(BaseModel):
         if self.harvest_date and self.harvest_end_date and self.harvest_end_date < self.harvest_date:
             raise PydanticCustomError("harvest_date_range", "harvest_end_date {end} is before harvest_date {start}",
                                       {"end": self.harvest_end_date.isoformat(), "start": self.harvest_date.isoformat()})
+        return self
+
+    @model_validator(mode="after")
+    def _one_entry_per_input(self) -> CriticalTrackingEvent:
+        lists = {name: len(value) for name in ("input_lot_codes", "input_product_descriptions", "input_quantities",
+                                               "input_units_of_measure") if (value := getattr(self, name)) is not None}
+        if len(set(lists.values())) > 1:
+            raise PydanticCustomError("transformation_inputs_misaligned", "a transformation's input lists need one "
+                                      "entry per lot used, in one order; lengths: {lengths}",
+                                      {"lengths": ", ".join(f"{k} {n}" for k, n in lists.items())})
         return self
 
     @model_validator(mode="after")
@@ -611,7 +680,8 @@ def _kdes(rng: random.Random, lot: _Lot, kind: CteType, local: datetime) -> RawE
     source: RawEvent = ({"tlc_source_reference": lot.tlc_reference} if lot.tlc_reference else
                         {"tlc_source_gln": sites["packhouse" if "packhouse" in sites else "landing"]})
     if kind == "harvesting":
-        kdes.update(subsequent_recipient_gln=sites["cooler"], commodity=lot.commodity, harvest_area=lot.area)
+        kdes.update(subsequent_recipient_gln=sites["cooler"], commodity=lot.commodity, harvest_area=lot.area,
+                    harvest_site="field")
     elif kind == "cooling":
         kdes.update(subsequent_recipient_gln=sites["packhouse"], commodity=lot.commodity, harvest_farm_gln=sites["farm"])
     elif kind == "initial_packing":
@@ -619,7 +689,8 @@ def _kdes(rng: random.Random, lot: _Lot, kind: CteType, local: datetime) -> RawE
                     received_unit_of_measure="bins", harvest_farm_gln=sites["farm"], harvest_area=lot.area,
                     harvester_business_name=supplier.name, harvester_phone=supplier.phone,
                     harvest_date=_day(lot.local["harvesting"]), cooling_gln=sites["cooler"],
-                    cooling_date=_day(lot.local["cooling"]), product_description=lot.description)
+                    cooling_date=_day(lot.local["cooling"]), product_description=lot.description,
+                    harvest_site="field", cooled_before_packing="yes")
     elif kind == "first_land_based_receiving":
         last = local - timedelta(days=rng.randrange(0, 2))
         kdes.update(commodity=lot.commodity, harvest_date=_day(last - timedelta(days=rng.randrange(1, 10))),
@@ -639,6 +710,7 @@ def _next_event(rng: random.Random, lot: _Lot) -> tuple[RawEvent, datetime]:
     low, high = _GAP_MINUTES[kind]
     if lot.done:
         lot.time += timedelta(minutes=rng.randrange(low, high + 1), seconds=rng.randrange(60))
+    used = lot.hundredths  # a transformation's input: all of the lot received
     if kind == "transformation":
         lot.hundredths = max(100, lot.hundredths * rng.randrange(88, 99) // 100)  # trimmed, washed, cut
     lot.done += 1
@@ -663,7 +735,9 @@ def _next_event(rng: random.Random, lot: _Lot) -> tuple[RawEvent, datetime]:
     }
     payload.update(_kdes(rng, lot, kind, local))
     if kind == "transformation":  # the rule: a transformation assigns a new lot code, naming the lots that went in
-        payload.update(lot_code=transformed_lot(lot.code), seq=1, input_lot_codes=[lot.code])
+        payload.update(lot_code=transformed_lot(lot.code), seq=1, input_lot_codes=[lot.code],
+                       input_product_descriptions=[lot.description], input_quantities=[_quantity(used, lot.unit)],
+                       input_units_of_measure=[lot.unit])
     return payload, local
 
 
