@@ -116,14 +116,15 @@ Tradeoffs: a lot's order costs head-of-line blocking: an event retried in place
 holds its whole shard for up to the retries' backoff (about 3 s here), and a
 held lot waits for an operator's replay. Shards can only add throughput as far
 as the ledger takes parallel writers and the machine has cores:
-``bench/bench_cte.py`` on a quiet two-core machine drained 10,000 events in
-18.6, 9.8 and 12.4 s with 1, 2 and 4 shards on PostgreSQL (a second run: 19.5,
-13.0, 14.2 s), and in 7.7 to 8.3 s whatever the shards on SQLite, which takes
-one writer at a time (there the shards buy order, not speed). A message carries a
+``bench/bench_cte.py`` on a two-core machine drained 10,000 events in 11.0,
+9.3 and 7.7 s (medians of two) with 1, 2 and 4 shards on PostgreSQL, and in 5.0
+to 5.5 s whatever the shards on SQLite, which takes one writer at a time (there
+the shards buy order, not speed). A message carries a
 batch of one shard's events (``BATCH`` payloads), which pays Celery's
 per-message cost and the ledger's commit once per batch (one transaction per
-event drained the same burst in 24.7 s on PostgreSQL and 33.9 s on SQLite with
-4 shards); a crash rolls the batch back and redelivers it whole. A message that kills its worker on every
+event drained the burst, as generated before its KDEs per CTE type, in 24.7 s on
+PostgreSQL and 33.9 s on SQLite with 4 shards, against 9.8 to 19.5 and 7.7 to 8.3 s
+in batches then); a crash rolls the batch back and redelivers it whole. A message that kills its worker on every
 delivery would stop its shard for ever: a classic queue has no delivery limit
 (a quorum queue's ``x-delivery-limit`` and FM-3's drain would bound it; not
 built here).
