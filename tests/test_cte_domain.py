@@ -466,7 +466,7 @@ def test_a_resend_is_deduplicated_even_behind_newer_events(book: Ledger) -> None
     assert [book.commit(first), book.commit(first), book.commit(second), book.commit(first)] \
         == ["committed", "deduplicated", "committed", "deduplicated"]
     assert book.counts().committed == 2 and book.counts().out_of_order_attempts == 0
-    assert book.lot_sequences() == {first.lot_code: [1, 2]} and book.lot_head(first.lot_code) == 2
+    assert book.lot_sequences() == {first.lot_key: [1, 2]} and book.lot_head(first.lot_key) == 2
 
 
 def test_a_payload_without_seq_is_an_event_and_a_null_seq_too() -> None:
@@ -484,7 +484,7 @@ def test_the_ledger_numbers_events_without_seq_in_commit_order_under_the_lots_lo
     first, second, third = unnumbered("a"), unnumbered("b", "shipping"), unnumbered("c", "receiving")
     assert [book.commit(first), book.commit(second), book.commit(first), book.commit(third)] \
         == ["committed", "committed", "deduplicated", "committed"]  # a resend found by its key, not a seq
-    assert book.lot_sequences() == {first.lot_code: [1, 2, 3]} and book.lot_head(first.lot_code) == 3
+    assert book.lot_sequences() == {first.lot_key: [1, 2, 3]} and book.lot_head(first.lot_key) == 3
     assert book.lot_keys() == {first.lot_code: [idempotency_key(e) for e in (first, second, third)]}
     assert book.commit(event(seq=5, source_event_id="d")) == "committed"  # a numbered one goes on from the head
     assert book.commit(unnumbered("e")) == "committed"
@@ -506,7 +506,7 @@ def test_an_older_event_after_a_newer_one_is_refused_and_nothing_is_written(book
     assert book.commit(older) == "out_of_order"  # and again: every attempt counts
     assert book.counts() == LedgerCounts(committed=1, quarantined=0, dead_lettered=0, dead_letters_pending=0,
                                          out_of_order_attempts=3, out_of_order_commits=0)
-    assert book.lot_sequences() == {newer.lot_code: [3]} and book.lot_head(newer.lot_code) == 3
+    assert book.lot_sequences() == {newer.lot_key: [3]} and book.lot_head(newer.lot_key) == 3
     assert book.lot_head("no-such-lot") is None
 
 
@@ -666,7 +666,7 @@ def test_two_workers_racing_on_one_lot_never_commit_out_of_order(book: Ledger) -
     counts = book.counts()
     assert Counter(seen)["committed"] == counts.committed and counts.committed + counts.out_of_order_attempts == 300
     assert counts.out_of_order_commits == 0 and Counter(seen)["out_of_order"] == counts.out_of_order_attempts
-    committed = book.lot_sequences()[template.lot_code]
+    committed = book.lot_sequences()[template.lot_key]
     assert committed == sorted(committed) and len(set(committed)) == len(committed) and committed[-1] >= 299
 
 
@@ -947,3 +947,43 @@ def test_a_transformation_names_its_inputs_and_a_new_lot() -> None:
     assert made.input_lot_codes == ("SUP001-250601-0001",)
     assert problems(clean_payload(event_type="transformation", input_lot_codes=["SUP001-250601-0001"])) \
         == [("", "transformation_keeps_input_lot")]
+
+
+# A traceability lot code is assigned at initial packing (or first land-based receiving, or transformation).
+
+def test_harvesting_and_cooling_may_come_before_any_lot_code() -> None:
+    for kind in ("harvesting", "cooling"):
+        payload = clean_payload(event_type=kind)
+        del payload["lot_code"]
+        assert problems(payload) == [], kind
+        made = validate(payload, now=NOW)
+        assert isinstance(made, CriticalTrackingEvent) and made.lot_code is None
+        farm = str(payload.get("harvest_farm_gln") or payload["location_gln"])
+        assert made.lot_key == events.lot_key_of(payload) and made.lot_key.startswith(f"~{payload['supplier_id']}:{farm}:")
+        assert len(made.lot_key) <= 64 and idempotency_key(made) != idempotency_key(event(event_type=kind))
+    for kind in ("initial_packing", "first_land_based_receiving", "shipping", "receiving", "transformation"):
+        payload = clean_payload(event_type=kind)
+        del payload["lot_code"]
+        missing = validate(payload, now=NOW)
+        assert isinstance(missing, Quarantined) and [(e["loc"], e["type"]) for e in missing.errors] \
+            == [(["lot_code"], "missing_kde")], kind
+        assert f"a {kind} event requires the traceability lot code (21 CFR 1.13" in missing.errors[0]["msg"]
+    coded = event(event_type="cooling")
+    assert coded.lot_key == coded.lot_code  # a farm's own lot code, when it sends one, is the key
+
+
+def test_a_farms_harvest_records_without_a_lot_code_keep_their_order(book: Ledger) -> None:
+    def record(kind: str, source: str, seq: int) -> CriticalTrackingEvent:
+        payload = {**clean_payload(event_type=kind, source_event_id=source, seq=seq)}
+        del payload["lot_code"]
+        if kind == "harvesting":  # the farm: where a harvest happens, and where a cooled food was harvested
+            payload["location_gln"] = KDE_VALUES["harvest_farm_gln"]
+        made = validate(payload, now=NOW)
+        assert isinstance(made, CriticalTrackingEvent), made
+        return made
+
+    harvest, cooling = record("harvesting", "h-1", 1), record("cooling", "c-1", 2)
+    assert harvest.lot_key == cooling.lot_key  # the same farm's harvests of the same commodity
+    assert [book.commit(harvest), book.commit(cooling)] == ["committed", "committed"]
+    assert book.lot_sequences() == {harvest.lot_key: [1, 2]}
+    assert book.commit(record("harvesting", "h-0", 1)) != "committed"  # an older record after a newer one

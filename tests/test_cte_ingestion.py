@@ -130,7 +130,7 @@ def test_a_dead_letter_holds_its_lot_until_a_replay_commits_it_in_order(tmp_path
     assert book.commit(third) == "held" and book.commit(fourth) == "held"  # nothing passes the dead letter
     assert book.commit(first) == "deduplicated"  # a resend of what is committed is still a resend
     assert [book.commit(e, replay=True) for e in (second, third, fourth)] == ["committed"] * 3
-    assert book.lot_sequences()[first.lot_code] == [e.seq for e in (first, second, third, fourth)]
+    assert book.lot_sequences()[first.lot_key] == [e.seq for e in (first, second, third, fourth)]
     assert book.counts().out_of_order_commits == 0 and book.counts().out_of_order_attempts == 0
     assert book.mark_replayed("k2") and book.commit(fourth) == "deduplicated"
 

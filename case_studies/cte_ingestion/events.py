@@ -224,7 +224,7 @@ REQUIRED_KDES: dict[CteType, tuple[Kde, ...]] = {
     ),
 }
 """Per CTE type, the KDEs the rule requires beyond what every event carries. Every event carries the traceability
-lot code (``lot_code``: the write-up's key needs one; the rule asks for none before initial packing), the quantity
+lot code from initial packing on (``lot_code``, ``LOT_CODE_FROM``; harvesting and cooling records may send none), the quantity
 and unit of measure, where the event happened (``location_gln``: the farm, the cooler, the packer, the landing
 site, the ship-from or receiving location; at initial packing, first land-based receiving and transformation it
 is the traceability lot code source) and its date (``event_time``). A transformation's inputs are parallel lists,
@@ -274,6 +274,31 @@ CASE_KDES: dict[CteType, tuple[Case, ...]] = {
 payload that states no case is held to ``REQUIRED_KDES`` alone: the contract asks nothing it cannot tell applies."""
 
 
+_LOT_CODE_RULES: tuple[tuple[CteType, str], ...] = (
+    ("initial_packing", "1.1330(a)"), ("first_land_based_receiving", "1.1335"), ("shipping", "1.1340(a)"),
+    ("receiving", "1.1345(a)"), ("transformation", "1.1350(a)"))
+LOT_CODE_FROM: dict[CteType, Kde] = {kind: _kde("lot_code", "the traceability lot code", rule)
+                                     for kind, rule in _LOT_CODE_RULES}
+"""The types whose records carry a traceability lot code: the rule assigns one at initial packing, first land-based
+receiving and transformation, and every later record names it. Harvesting and cooling come before any (1.1325)."""
+
+
+def _harvest_key(supplier: str, farm: str, commodity: str) -> str:
+    digest = hashlib.sha256(commodity.encode()).hexdigest()[:12]
+    return f"~{supplier}:{farm}:{digest}"  # '~' and ':' keep it apart from any lot code; at most 60 characters
+
+
+def lot_key_of(payload: Mapping[str, object]) -> str:
+    """The key that orders a payload's event and shards it, from the payload as sent (valid or not): its lot code,
+    or for a record without one (harvesting, cooling: no lot code exists yet) the farm's harvests of that commodity
+    (supplier, farm GLN, commodity), so that a farm's harvest and cooling records keep their order."""
+    code = payload.get("lot_code")
+    if isinstance(code, str) and code:
+        return code
+    farm = payload.get("harvest_farm_gln") or payload.get("location_gln")
+    return _harvest_key(str(payload.get("supplier_id", "")), str(farm or ""), str(payload.get("commodity") or ""))
+
+
 def required_kdes(event_type: CteType, sent: Mapping[str, object]) -> tuple[Kde, ...]:
     """The KDEs an ``event_type`` payload stating the cases in ``sent`` must carry (``REQUIRED_KDES``, and
     ``CASE_KDES``'s for the cases it states)."""
@@ -294,7 +319,8 @@ class CriticalTrackingEvent(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", frozen=True)  # an unknown field is kept and reported
 
     supplier_id: str = Field(pattern=SUPPLIER_PATTERN)
-    lot_code: KeyPart  # the traceability lot code
+    lot_code: KeyPart | None = None  # the traceability lot code: required from initial packing on (LOT_CODE_FROM),
+    # which assigns it; a harvesting or cooling record may carry a farm's own lot code, or none (``lot_key``)
     event_type: CteType
     location_gln: Gln  # where the event happened
     gtin: Gtin  # what the lot is
@@ -338,6 +364,13 @@ class CriticalTrackingEvent(BaseModel):
     cooling_date: date | None = None  # initial packing: the date of cooling (if it was cooled)
 
     @property
+    def lot_key(self) -> str:
+        """What orders the event and keys it (``lot_key_of``): its lot code, or for a harvesting or cooling
+        record without one, its farm's harvests of the commodity."""
+        return self.lot_code if self.lot_code is not None else _harvest_key(
+            self.supplier_id, self.harvest_farm_gln or self.location_gln, self.commodity or "")
+
+    @property
     def unknown_fields(self) -> tuple[str, ...]:
         """Fields the contract does not know, kept as sent (``model_extra``) for the caller to report."""
         return tuple(sorted(self.model_extra or {}))
@@ -347,7 +380,10 @@ class CriticalTrackingEvent(BaseModel):
         """One ``missing_kde`` problem per KDE the event's type requires and the payload lacks (absent or null),
         located at the KDE, naming the type and the rule's paragraph. Runs once every field is valid (an "after"
         validator): a payload with a malformed field is reported for that first."""
-        if missing := missing_kdes(self.event_type, self.__dict__):
+        missing = missing_kdes(self.event_type, self.__dict__)
+        if self.lot_code is None and self.event_type in LOT_CODE_FROM:
+            missing = (LOT_CODE_FROM[self.event_type], *missing)
+        if missing:
             # pydantic-core keeps the line errors of a ValidationError raised in a validator (one per KDE, each
             # with its own loc), where a PydanticCustomError would be one error located at the model
             raise ValidationError.from_exception_data(type(self).__name__, [
@@ -396,7 +432,7 @@ class CriticalTrackingEvent(BaseModel):
 
 def idempotency_key(event: CriticalTrackingEvent) -> str:
     """The write-up's key: sha256 of ``lot|type|source event id``, 64 hex digits."""
-    return hashlib.sha256(f"{event.lot_code}|{event.event_type}|{event.source_event_id}".encode()).hexdigest()
+    return hashlib.sha256(f"{event.lot_key}|{event.event_type}|{event.source_event_id}".encode()).hexdigest()
 
 
 class Problem(TypedDict):

@@ -233,7 +233,7 @@ def settle(raw: RawPayload, event: CriticalTrackingEvent, outcome: str, replay: 
     """After the ledger decided: a held event goes behind its lot's dead letter; the outcome is counted."""
     key = idempotency_key(event)
     if outcome == "held":  # fix: an earlier event of the lot waits for a replay; this one waits behind it
-        fresh = ledger.dead_letter(key, raw, "held", event.supplier_id, event.lot_code)
+        fresh = ledger.dead_letter(key, raw, "held", event.supplier_id, event.lot_key)
         outcome = "dead_lettered" if fresh else "deduplicated"
     if replay:
         ledger.mark_replayed(key)
@@ -264,7 +264,7 @@ def ingest_one(raw: RawPayload, replay: bool = False) -> str:
         outcome = retry_in_place(commit, RETRY, on_retry=retried)  # fix: in place
     except RetriesExhausted as exc:  # fix: set aside with its payload; its lot is held behind it
         fresh = ledger.dead_letter(idempotency_key(event), raw, f"retries_exhausted: {exc.__cause__}",
-                                   event.supplier_id, event.lot_code)
+                                   event.supplier_id, event.lot_key)
         metrics.count("dead_lettered" if fresh else "deduplicated", event.supplier_id)
         decisions().error("event_dead_lettered", **_event_fields(event), replay=replay, reason="retries_exhausted",
                           detail=str(exc), first=fresh)  # fix

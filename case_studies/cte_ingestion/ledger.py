@@ -305,31 +305,31 @@ class Ledger(SqlLedger):
         key = idempotency_key(cte)
         # Step 1: the lot's head, locked. A new lot gets its row (seq 0); an existing one a no-op
         # update (seq = seq: nothing changes) whose row lock holds until this transaction ends.
-        head = conn.execute(sql.lock_head, {"lot": cte.lot_code, "seq": 0, "commits": 0, "updated_at": now}).one()
+        head = conn.execute(sql.lock_head, {"lot": cte.lot_key, "seq": 0, "commits": 0, "updated_at": now}).one()
         outcome: Outcome
         behind = cte.seq is not None and cte.seq <= head.seq  # an older event than the lot's head
         if (cte.seq is None or behind) and conn.execute(sql.find_event, {"find_key": key}).first() is not None:
             outcome = "deduplicated"  # step 2: a resend (only an event at or below the head, or with no seq, can be one)
-        elif self.hold_lots and not replay and conn.execute(sql.lot_held, {"held_lot": cte.lot_code}).first():
+        elif self.hold_lots and not replay and conn.execute(sql.lot_held, {"held_lot": cte.lot_key}).first():
             outcome = "held"  # an earlier event of the lot waits in the dead letters: nothing passes it
         elif behind and self.sequence_guard:
-            conn.execute(sql.attempt, {"key": key, "lot": cte.lot_code, "seq": cte.seq, "head_seq": head.seq,
+            conn.execute(sql.attempt, {"key": key, "lot": cte.lot_key, "seq": cte.seq, "head_seq": head.seq,
                                        "refused": True, "at": now})
             outcome = "out_of_order"  # step 3: refused; only the attempt is written
         else:
             if behind:  # unguarded (the write-up): committed behind a later event
-                conn.execute(sql.attempt, {"key": key, "lot": cte.lot_code, "seq": cte.seq, "head_seq": head.seq,
+                conn.execute(sql.attempt, {"key": key, "lot": cte.lot_key, "seq": cte.seq, "head_seq": head.seq,
                                            "refused": False, "at": now})
             seq = cte.seq if cte.seq is not None else head.seq + 1  # no seq sent: the lot's next, under its lock
             written = conn.execute(sql.insert_event, {
-                "key": key, "lot": cte.lot_code, "seq": seq, "commit_no": head.commits + 1,
+                "key": key, "lot": cte.lot_key, "seq": seq, "commit_no": head.commits + 1,
                 "supplier": cte.supplier_id, "event_type": cte.event_type,
                 "event_time": cte.event_time.astimezone(UTC),  # SQLite keeps no offset: store UTC
                 "payload": cte.model_dump(mode="json"), "committed_at": now}).first()
             if written is None:  # the write-up's upsert on the key; under the lot's lock it never fires
                 outcome = "deduplicated"
             else:
-                conn.execute(sql.advance_head, {"head_lot": cte.lot_code, "head_seq": max(head.seq, seq),
+                conn.execute(sql.advance_head, {"head_lot": cte.lot_key, "head_seq": max(head.seq, seq),
                                                 "head_commits": head.commits + 1, "head_at": now})
                 outcome = "committed"  # step 4
         if self.fault is not None:
@@ -342,24 +342,24 @@ class Ledger(SqlLedger):
         with self._transaction() as conn:
             stored = None
             if self.heads_table.name in present:
-                stored = conn.execute(select(h.seq).where(h.lot == cte.lot_code)).scalar_one_or_none()
+                stored = conn.execute(select(h.seq).where(h.lot == cte.lot_key)).scalar_one_or_none()
             already = key in self._would_commit or (self.events_table.name in present and conn.execute(
                 select(e.key).where(e.key == key)).first() is not None)
-            head = self._would_head.get(cte.lot_code, stored or 0)
+            head = self._would_head.get(cte.lot_key, stored or 0)
             if self.fault is not None:
                 self.fault(cte)
         outcome: Outcome
         if already:
             outcome = "deduplicated"
-        elif self.hold_lots and not replay and cte.lot_code in {self._would_lot.get(k) for k in self._would_pending}:
+        elif self.hold_lots and not replay and cte.lot_key in {self._would_lot.get(k) for k in self._would_pending}:
             outcome = "held"
         elif cte.seq is not None and cte.seq <= head and self.sequence_guard:
             outcome = "out_of_order"
         else:
             outcome = "committed"
             self._would_commit.add(key)
-            self._would_head[cte.lot_code] = max(head, cte.seq if cte.seq is not None else head + 1)
-        log.info("dry run: %s lot %s seq %s (head %d) key %s", outcome, cte.lot_code, cte.seq, head, key[:12])
+            self._would_head[cte.lot_key] = max(head, cte.seq if cte.seq is not None else head + 1)
+        log.info("dry run: %s lot %s seq %s (head %d) key %s", outcome, cte.lot_key, cte.seq, head, key[:12])
         return outcome
 
     def _pending_dry(self, key: str) -> bool:

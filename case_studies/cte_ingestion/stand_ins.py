@@ -38,7 +38,7 @@ from typing import Any, cast
 
 from celery import Celery
 
-from case_studies.cte_ingestion.events import CriticalTrackingEvent, RawEvent, idempotency_key
+from case_studies.cte_ingestion.events import CriticalTrackingEvent, RawEvent, idempotency_key, lot_key_of
 from case_studies.cte_ingestion.ledger import TransientLedgerError
 from lab.faults import Fault, kill_self
 from shared.backend import backend_redis
@@ -50,8 +50,9 @@ def shard_of(lot_code: str, shards: int) -> int:
 
 
 def lot_of(payload: RawEvent) -> str:
-    """The payload's lot code as sent (an invalid payload still names its lot, as text)."""
-    return str(payload.get("lot_code", ""))
+    """The payload's lot as sent (``events.lot_key_of``: its lot code, or a harvest's key; an invalid payload
+    still names its lot, as text)."""
+    return lot_key_of(payload)
 
 
 def batches(payloads: Sequence[RawEvent], shards: int, size: int) -> list[tuple[int, list[RawEvent]]]:
