@@ -564,6 +564,7 @@ class Reader:
         self._rows: list[tuple[float, str, dict[str, str]]] = []
         self._roles_for: str | None = None
         self._events: list[Event] = []
+        self._by_kind: dict[str, list[Event]] = {}
 
     def member_state(self, doc: str) -> str:
         """The Celery state of ``doc``'s chord member (what the runner gave this reader), '' when unknown."""
@@ -596,18 +597,29 @@ class Reader:
         made again only when the duplicate's id is new."""
         fresh = cast(list[tuple[str, dict[str, str]]],
                      self.r.xrange(self.prefix + "events", min=_after(self._last_id) if self._last_id else "-"))
+        rows = [(float(f["t"]), f["kind"], {k: v for k, v in f.items() if k not in ("t", "kind")}) for _id, f in fresh]
         if fresh:
             self._last_id = fresh[-1][0]
-            self._rows.extend((float(f["t"]), f["kind"], {k: v for k, v in f.items() if k not in ("t", "kind")})
-                              for _id, f in fresh)
+            self._rows.extend(rows)
         duplicate = self.duplicate_id()
-        if fresh or duplicate != self._roles_for:
+        if duplicate != self._roles_for:  # a new duplicate: every notify's role again
             self._roles_for = duplicate
-            self._events = [Event(t, kind, _with_role(rest, duplicate)) for t, kind, rest in self._rows]
+            self._events, self._by_kind = [], {}
+            rows = self._rows
+        # else only the new rows (issue 26: remaking every event at every look made a run's reads quadratic)
+        for t, kind, rest in rows:
+            made = Event(t, kind, _with_role(rest, duplicate))
+            self._events.append(made)
+            self._by_kind.setdefault(kind, []).append(made)
         return list(self._events)
 
+    def events_of(self, kind: str) -> list[Event]:
+        """``events()`` of one kind, from an index kept as the events are read (the runner asks at every look)."""
+        self.events()
+        return list(self._by_kind.get(kind, ()))
+
     def notify_runs(self, role: str) -> int:
-        return sum(1 for e in self.events() if e.kind == "notify_start" and e.get("role") == role)
+        return sum(1 for e in self.events_of("notify_start") if e.get("role") == role)
 
     def emails(self) -> list[str]:
         """``role|text`` per email sent."""
@@ -619,4 +631,4 @@ class Reader:
         return out
 
     def has_event(self, kind: str, **match: str) -> bool:
-        return any(e.kind == kind and all(e.get(k) == v for k, v in match.items()) for e in self.events())
+        return any(all(e.get(k) == v for k, v in match.items()) for e in self.events_of(kind))

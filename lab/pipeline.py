@@ -31,13 +31,13 @@ domain modules, kept small. The FM files import it and hold the Celery code.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict, cast
 
 from celery import current_task
 
 from lab.faults import CRASH_AFTER_SECONDS, fetch_fault, kill_self
-from lab.observe import RunRecorder, doc_id, short_doc, split_doc_id
+from lab.observe import TTL_SECONDS, RunRecorder, doc_id, short_doc, split_doc_id
 from lab.waiting import wait_until
 from shared.envelope import Result, is_envelope
 
@@ -79,6 +79,16 @@ def store_document(run_id: str, doc: str, text: str) -> str:
     """Put a run's document into the store; returns its id."""
     RunRecorder(run_id).put(f"doc:{doc}", text)
     return doc_id(run_id, doc)
+
+
+def store_documents(run_id: str, texts: Mapping[str, str]) -> list[str]:
+    """``store_document`` of each document, in one round trip; returns their ids in order."""
+    rec = RunRecorder(run_id)
+    pipe: Any = cast(Any, rec.r).pipeline(transaction=False)
+    for doc, text in texts.items():
+        pipe.set(f"{rec.prefix}doc:{doc}", text, ex=TTL_SECONDS)
+    pipe.execute()
+    return [doc_id(run_id, doc) for doc in texts]
 
 
 def fetch_text(doc_id: str) -> str:

@@ -33,6 +33,7 @@ from typing import Any, cast
 
 from celery import chain, chord, group
 from celery.result import AsyncResult
+from celery.states import READY_STATES
 from kombu import Producer
 
 from lab.outage import BackendOutage
@@ -40,8 +41,8 @@ from lab.connloss import LinkedBroker
 from lab.deploys import RollingDeploy
 from lab.faults import document_text
 from lab.fm import Fm
-from lab.observe import BURST_PROBE, FOREIGN_RUN_HEADER, Event, Reader, attempt_starts, short_doc
-from lab.pipeline import store_document
+from lab.observe import BURST_PROBE, FOREIGN_RUN_HEADER, Event, Reader, short_doc
+from lab.pipeline import store_documents
 from lab.settings import observations_url
 from shared.backend import GONE
 from lab.scenarios import Scenario, Side
@@ -78,7 +79,18 @@ class Outcome:
         state = str(res.state)
         if not res.ready():
             return Outcome(state, None, None, None)
-        value = cast(object, res.result)
+        return Outcome._ended(state, cast(object, res.result))
+
+    @staticmethod
+    def of_meta(meta: Mapping[str, Any]) -> Outcome:
+        """The outcome a stored meta (``status``, ``result`` decoded by the backend) says, as ``of`` reads it."""
+        state = str(meta["status"])
+        if state not in READY_STATES:
+            return Outcome(state, None, None, None)
+        return Outcome._ended(state, cast(object, meta.get("result")))
+
+    @staticmethod
+    def _ended(state: str, value: object) -> Outcome:
         if state == "SUCCESS":
             try:
                 return Outcome(state, Result.from_wire(value), None, None)
@@ -190,7 +202,16 @@ class Observations:
         return found
 
     def attempt_times(self, doc: str) -> list[float]:
-        return attempt_starts(self.events, doc)
+        return list(self._starts_by_doc.get(doc, ()))
+
+    @cached_property
+    def _starts_by_doc(self) -> Mapping[str, list[float]]:
+        """``attempt_starts`` of every document, in one pass (the checks ask it of every document)."""
+        found: dict[str, list[float]] = {}
+        for e in self.events:
+            if e.kind == "attempt_start":
+                found.setdefault(e.get("doc"), []).append(e.t)
+        return found
 
 
 StopCondition = Callable[[Reader], bool]
@@ -271,7 +292,7 @@ class _SideChord:
         self.result: AsyncResult[Any] | None = None
 
     def submit(self) -> None:
-        doc_ids = [store_document(self.run_id, doc, document_text(doc, fault)) for doc, fault in self.side.docs.items()]
+        doc_ids = store_documents(self.run_id, {doc: document_text(doc, fault) for doc, fault in self.side.docs.items()})
         if self.side.poison_mail:
             self.reader.rec.put("poison_mail", "1")
         if self.side.expired_head and self.fm.fetch_document is not None:
@@ -309,13 +330,27 @@ class _SideChord:
 
 def _members(body: AsyncResult[Any] | None, docs: tuple[str, ...]) -> tuple[dict[str, Outcome], dict[str, str]]:
     """Each document's chord member (the last task of its chain) and the state of its chain's head."""
-    members: dict[str, Outcome] = {}
-    heads: dict[str, str] = {}
-    for doc, member in (_member_results(body, docs) if body is not None else {}).items():
-        members[doc] = Outcome.of(member)
-        head = cast("AsyncResult[Any] | None", member.parent)
-        heads[doc] = str(head.state) if head is not None else "?"
-    return members, heads
+    found = _member_results(body, docs) if body is not None else {}
+    parents = {doc: cast("AsyncResult[Any] | None", member.parent) for doc, member in found.items()}
+    metas = _metas(body.backend if body is not None else None,
+                   [m.id for m in found.values()] + [p.id for p in parents.values() if p is not None])
+    if metas is None:  # a backend with no MGET: one look per result
+        return ({doc: Outcome.of(m) for doc, m in found.items()},
+                {doc: str(p.state) if p is not None else "?" for doc, p in parents.items()})
+    return ({doc: Outcome.of_meta(metas[m.id]) for doc, m in found.items()},
+            {doc: str(metas[p.id]["status"]) if p is not None else "?" for doc, p in parents.items()})
+
+
+def _metas(backend: Any, task_ids: list[str]) -> dict[str, dict[str, Any]] | None:
+    """The stored state of each of ``task_ids``, read in one MGET from a key-value backend (Celery's
+    ``BaseKeyValueStoreBackend``: ``get_key_for_task``, ``mget``, ``decode_result``), as
+    ``AsyncResult`` reads one (PENDING when nothing is stored); None for another backend. Issue 26: two
+    GETs per document, one after another, were most of the run's final reads at 3,000 documents."""
+    if backend is None or not all(hasattr(backend, name) for name in ("get_key_for_task", "mget", "decode_result")):
+        return None
+    values = cast(list[Any], backend.mget([backend.get_key_for_task(t) for t in task_ids])) if task_ids else []
+    return {t: cast(dict[str, Any], backend.decode_result(v)) if v else {"status": "PENDING", "result": None}
+            for t, v in zip(task_ids, values)}
 
 
 def run_scenario(
@@ -349,7 +384,7 @@ def run_scenario(
         if not side.side.behind_letters and not side.side.last:
             side.submit()  # before the main chord, while the worker has room: an expired head is taken at once
     reader.side_readers = {side.side.tag: side.reader for side in side_chords}
-    doc_ids = [store_document(run_id, doc, document_text(doc, fault)) for doc, fault in sc.faults.items()]
+    doc_ids = store_documents(run_id, {doc: document_text(doc, fault) for doc, fault in sc.faults.items()})
     if sc.duplicate_notify:
         reader.rec.put("gated", "1")
     for crash in sc.crash_plan:
@@ -501,7 +536,7 @@ def _fire_duplicate(fm: Fm, reader: Reader, body_result: AsyncResult[Any], pipel
 
 def _burst_waiting(reader: Reader, burst: tuple[str, ...]) -> bool:
     """Has every document of the burst planned its retry (so all of them wait now)?"""
-    planned = {e.get("doc") for e in reader.events() if e.kind == "retry"}
+    planned = {e.get("doc") for e in reader.events_of("retry")}
     return all(doc in planned for doc in burst)
 
 

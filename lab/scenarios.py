@@ -120,7 +120,7 @@ class Scenario:
 
     @property
     def burst(self) -> tuple[str, ...]:
-        return tuple(d for d in BURST if d in self.faults)
+        return tuple(d for d in BURST if self.faults.get(d) == THROTTLED)  # (a clean doc12 is no burst)
 
     @property
     def docs(self) -> tuple[str, ...]:
