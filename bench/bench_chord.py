@@ -1,6 +1,6 @@
 """Benchmark: what a Celery chord costs per member, and what the lab's fixes add (issue 26).
 
-    RCL_NAMESPACE=rclbench .venv/bin/python bench/bench_chord.py                  # N 100,1000,3000,10000, 3 repeats
+    RCL_NAMESPACE=rclbench .venv/bin/python bench/bench_chord.py                  # N 100,1000,3000,10000, 3 repeats (10,000: 1)
     RCL_NAMESPACE=rclbench .venv/bin/python bench/bench_chord.py -n 100 1000 --repeats 2
     RCL_NAMESPACE=rclbench .venv/bin/python bench/bench_chord.py --quick          # N 20 and 60, once (the tests)
 
@@ -9,11 +9,11 @@ variant in turn) so that a machine whose load drifts spreads it over all of them
 
 - ``plain-chain`` and ``plain-task``: a plain Celery chord, no lab code (``bench/plain_chord.py``);
   ``plain-chain-get``: the same chain, the submitter waiting with Celery's ``result.get()``;
-- ``fm0``, ``fm7`` (the final FM): the FM files' own ``submit``, driven directly (no harness),
-  with the lab's observer on, and as ``fm0-obs-off``, ``fm7-obs-off`` with it off
-  (``lab.observe.uninstall``: the production shape);
-- ``fm7-chunk10``, ``fm7-chunk50``: the final FM with 10 and 50 documents per task
-  (``bench/fm7_bench.py``), observer off (it records nothing for a chunk anyway);
+- ``fm0`` .. ``fm9`` (``FMS``; fm9 the final FM): each FM file's own ``submit``, driven directly
+  (no harness), with the lab's observer on, and as ``fm0-obs-off`` .. ``fm9-obs-off`` with it
+  off (``lab.observe.uninstall``: the production shape);
+- ``fm9-chunk10``, ``fm9-chunk50``: the final FM with 10 and 50 documents per task
+  (``bench/fm9_chunked.py``), observer off (it records nothing for a chunk anyway);
 - ``raw-kombu``, ``raw-redis``: the machine's limit (``bench/raw_limit.py``).
 
 One run: the namespace's queues and keys of the variant reset, its documents written to the
@@ -93,35 +93,49 @@ class Variant:
     kind: str  # "celery", "raw-kombu", "raw-redis"
     program: str = ""  # the module whose app the worker serves (RCL_BENCH_FM), or bench.plain_chord
     observer: bool = True
-    chunk: int = 0  # documents per task (fm7 chunked)
+    chunk: int = 0  # documents per task (the final FM chunked)
     plain: str = ""  # "chain" or "task" for the plain chord
     label: str = ""
     celery_get: bool = False  # the submitter waits with Celery's result.get() (its result consumer) instead of a poll
     default: bool = True  # in a run without --only
-    quorum: bool = False  # raw kombu: fm7's queue type and prefetch (2) instead of a classic queue and Celery's 8
+    quorum: bool = False  # raw kombu: the final FM's queue type and prefetch (2) instead of a classic queue and Celery's 8
+    max_n: int = 0  # not run above this N (0: every N)
 
+
+FMS = (
+    ("fm0", "fm0_naive", "fm0 (no fix)"),
+    ("fm1", "fm1_mid_pipeline_error", "fm1 (+ envelopes)"),
+    ("fm2", "fm2_worker_crash", "fm2 (+ acks late, reject on worker lost)"),
+    ("fm3", "fm3_dlq_reconciliation", "fm3 (+ a quorum queue with a delivery limit, dead letters, start counters, the drain)"),
+    ("fm4", "fm4_duplicated_runs", "fm4 (+ the notify claim)"),
+    ("fm5", "fm5_transient_failures", "fm5 (+ retries that wait in the broker)"),
+    ("fm6", "fm6_task_timeouts", "fm6 (+ deadlines)"),
+    ("fm7", "fm7_rolling_deploys", "fm7 (+ prefetch 1, the soft shutdown, REMAP_SIGTERM)"),
+    ("fm8", "fm8_backend_outage", "fm8 (+ the result store's guard)"),
+    ("fm9", "fm9_connection_loss", "fm9 (every fix: + the connection-loss settings)"),
+)
+"""Every FM file, in order: (variant name, module, what it adds). The last is the final FM."""
+FINAL = FMS[-1][0]
 
 VARIANTS = (
     Variant("plain-chain", "celery", "bench.plain_chord", observer=False, plain="chain",
             label="plain Celery chord, a fetch | parse chain per document, no lab code"),
-    Variant("plain-chain-get", "celery", "bench.plain_chord", observer=False, plain="chain", celery_get=True,
+    Variant("plain-chain-get", "celery", "bench.plain_chord", observer=False, plain="chain", celery_get=True, max_n=3000,
             label="plain-chain, the submitter waiting with Celery's result.get()"),
     Variant("plain-task", "celery", "bench.plain_chord", observer=False, plain="task",
             label="plain Celery chord, one task per document, no lab code"),
-    Variant("fm0", "celery", "fm0_naive", label="fm0, the lab's observer on"),
-    Variant("fm0-obs-off", "celery", "fm0_naive", observer=False, label="fm0, observer off"),
-    Variant("fm7", "celery", "fm7_rolling_deploys", label="fm7 (every fix), observer on"),
-    Variant("fm7-obs-off", "celery", "fm7_rolling_deploys", observer=False, label="fm7, observer off"),
-    Variant("fm9", "celery", "fm9_connection_loss", default=False,
-            label="fm9 (FM-8's guard and FM-9's settings over fm7), observer on"),
-    Variant("fm9-obs-off", "celery", "fm9_connection_loss", observer=False, default=False, label="fm9, observer off"),
-    Variant("fm7-chunk10", "celery", "bench.fm7_bench", observer=False, chunk=10, label="fm7, 10 documents per task"),
-    Variant("fm7-chunk50", "celery", "bench.fm7_bench", observer=False, chunk=50, label="fm7, 50 documents per task"),
+    *(v for name, module, adds in FMS
+      for v in (Variant(name, "celery", module, label=f"{adds}, the lab's observer on"),
+                Variant(f"{name}-obs-off", "celery", module, observer=False, label=f"{name}, observer off"))),
+    Variant("fm9-chunk10", "celery", "bench.fm9_chunked", observer=False, chunk=10, label="fm9, 10 documents per task"),
+    Variant("fm9-chunk50", "celery", "bench.fm9_chunked", observer=False, chunk=50, label="fm9, 50 documents per task"),
+    Variant("fm9-runner", "runner", "fm9_connection_loss", default=False,
+            label="fm9 through the lab's runner (lab.runner.run_scenario, then the timeline), observer on"),
     Variant("fm7-runner", "runner", "fm7_rolling_deploys", default=False,
-            label="fm7 through the lab's runner (lab.runner.run_scenario, then the timeline), observer on"),
+            label="fm7 through the lab's runner, observer on (the runner's cost as first measured)"),
     Variant("raw-kombu", "raw-kombu", label="raw kombu: 2 messages per document published, consumed, acked"),
-    Variant("raw-kombu-fm7", "raw-kombu", quorum=True, default=False,
-            label="raw kombu on fm7's broker settings: a quorum queue, prefetch 2"),
+    Variant("raw-kombu-quorum", "raw-kombu", quorum=True, default=False,
+            label="raw kombu on the final FM's broker settings: a quorum queue, prefetch 2"),
     Variant("raw-redis", "raw-redis", label="raw Redis: the backend's 5 round trips per document, one at a time"),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
@@ -313,7 +327,7 @@ def _fm_of(variant: Variant) -> Fm:
         plain = _program(variant)
         return BenchFm("plain", variant.program, plain.app, plain.submit_chain, plain.parse_document, plain.collect,
                        plain.probe, loglevel=WORKER_LOGLEVEL[0])
-    base = load_module("fm7_rolling_deploys" if variant.program == "bench.fm7_bench" else variant.program)
+    base = load_module("fm9_connection_loss" if variant.program == "bench.fm9_chunked" else variant.program)
     fields: dict[str, Any] = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
     fields["module"] = "bench.fm_worker"
     return BenchFm(**fields, loglevel=WORKER_LOGLEVEL[0])
@@ -462,7 +476,7 @@ def run_celery(variant: Variant, n: int, repeat: int, timeout: float) -> Run:
 
 
 def run_runner(variant: Variant, n: int, repeat: int, timeout: float) -> Run:
-    """The harness's cost: fm7 driven by ``lab.runner.run_scenario`` (N documents, no fault, no side
+    """The harness's cost: an FM driven by ``lab.runner.run_scenario`` (N documents, no fault, no side
     chord, no probe afterwards) and its run's timeline built (``lab.show.timeline.build``), as
     ``run_all_fms.py`` does for every run; the clock covers the runner's own writes of the documents,
     its polling, its final reads and the timeline."""
@@ -600,17 +614,34 @@ def pivot(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _steps(rows: list[dict[str, Any]]) -> tuple[int, list[str]] | None:
+    """The N and the FMs for the second panel (every FM at one N, observer on and off): N = 1,000
+    when it was measured (the targets' N), else the N with the most runs; None under two FMs."""
+    fms = [name for name, _, _ in FMS if any(r["variant"] == name for r in rows)]
+    if len(fms) < 2:
+        return None
+    ns = sorted({int(r["n"]) for r in rows if r["variant"] in fms})
+    n = 1000 if 1000 in ns else max(ns, key=lambda m: (sum(r["runs"] for r in rows if int(r["n"]) == m), m))
+    return n, fms
+
+
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
-    """docs/s (median, min-max bars) against N, one line per variant; False without matplotlib."""
+    """docs/s (median, min-max bars) against N, one line per variant but the FMs between the first
+    and the final; beside it, every FM at one N, observer on and off, against the plain chain.
+    False without matplotlib."""
     try:
         matplotlib: Any = importlib.import_module("matplotlib")
     except ImportError:
         return False
     matplotlib.use("Agg")
     plt: Any = importlib.import_module("matplotlib.pyplot")
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    steps = _steps(rows)
+    middle = {f"{name}{suffix}" for name, _, _ in FMS[1:-1] for suffix in ("", "-obs-off")} if steps else set[str]()
+    fig, axes = plt.subplots(1, 2 if steps else 1, figsize=(15 if steps else 9, 5.5),
+                             gridspec_kw={"width_ratios": [3, 2]} if steps else None, squeeze=False)
+    ax = axes[0][0]
     colours = plt.get_cmap("tab20")
-    for i, name in enumerate(dict.fromkeys(r["variant"] for r in rows)):
+    for i, name in enumerate(n for n in dict.fromkeys(r["variant"] for r in rows) if n not in middle):
         mine = sorted((r for r in rows if r["variant"] == name), key=lambda r: r["n"])
         ns = [r["n"] for r in mine]
         med = [r["docs_per_s"]["median"] for r in mine]
@@ -625,6 +656,22 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     ax.set_title("Celery chord throughput on RabbitMQ + Redis, two cores")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
+    if steps:
+        n, fms = steps
+        bars = axes[0][1]
+        median = {str(r["variant"]): float(r["docs_per_s"]["median"]) for r in rows if int(r["n"]) == n}
+        xs = list(range(len(fms)))
+        for offset, suffix, label, colour in ((-0.2, "", "observer on", colours(2)), (0.2, "-obs-off", "observer off", colours(0))):
+            bars.bar([x + offset for x in xs], [median.get(f"{f}{suffix}", 0.0) for f in fms], width=0.4, label=label,
+                     color=colour)
+        if "plain-chain" in median:
+            bars.axhline(median["plain-chain"], color="black", linewidth=1, label="plain-chain")
+            bars.axhline(0.8 * median["plain-chain"], color="black", linewidth=1, linestyle=":", label="0.8 x plain-chain")
+        bars.set_xticks(xs, fms)
+        bars.set_ylabel("documents per second (median)")
+        bars.set_title(f"Each FM's fixes at N = {n:,}")
+        bars.grid(True, axis="y", alpha=0.3)
+        bars.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -641,10 +688,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help=f"documents per chord (default {' '.join(map(str, DEFAULT_NS))})")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--big-n", type=int, default=10000, help="from this N on, only --big-repeats runs")
-    p.add_argument("--big-repeats", type=int, default=3)
+    p.add_argument("--big-repeats", type=int, default=1)
     p.add_argument("--only", nargs="+", choices=list(BY_NAME), metavar="VARIANT", help=f"of {', '.join(BY_NAME)}")
     p.add_argument("--quick", action="store_true", help=f"one repeat; N {' and '.join(map(str, QUICK_NS))} unless -n says")
-    p.add_argument("--raw-bytes", type=int, default=1200, help="raw kombu's message size when no fm7 run measured one")
+    p.add_argument("--raw-bytes", type=int, default=1200, help="raw kombu's message size when no final FM run measured one")
     p.add_argument("--shared-redis", action="store_true", help="the result backend on CELERY_RESULT_BACKEND's Redis "
                    "(others' commands and CPU then count too) instead of a redis-server of the benchmark's own")
     p.add_argument("--worker-loglevel", default="WARNING", help="the workers' --loglevel (default Celery's, WARNING)")
@@ -715,6 +762,8 @@ def _measure(args: argparse.Namespace, variants: list[Variant], keep: Callable[[
                 continue
             timeout = 120 + n * 0.1
             for variant in variants:
+                if variant.max_n and n > variant.max_n:
+                    continue
                 if variant.kind == "raw-kombu":
                     size = round(measured_size[n]) if n in measured_size else int(args.raw_bytes)
                     run = run_raw_kombu(variant, n, repeat, size, timeout)
@@ -724,11 +773,11 @@ def _measure(args: argparse.Namespace, variants: list[Variant], keep: Callable[[
                     run = run_runner(variant, n, repeat, timeout)
                 else:
                     run = run_celery(variant, n, repeat, timeout)
-                    if variant.name in ("fm7", "fm7-obs-off") and run.bytes_per_message is not None:
+                    if variant.name in (FINAL, f"{FINAL}-obs-off") and run.bytes_per_message is not None:
                         measured_size[n] = run.bytes_per_message
                 runs.append(run)
                 keep(runs)
-                print(f"repeat {repeat} N={n:<6} {variant.name:<12} {run.docs_per_s:>8.1f} docs/s  {run.seconds:>7.2f}s  "
+                print(f"repeat {repeat} N={n:<6} {variant.name:<16} {run.docs_per_s:>8.1f} docs/s  {run.seconds:>7.2f}s  "
                       f"{run.bytes_per_message or 0:>7.0f} B/msg  {run.redis_commands_per_doc:>5.1f} cmds/doc  "
                       f"cpu {run.cpu}", flush=True)
     return runs

@@ -1,7 +1,7 @@
 """The Celery app a benchmark worker serves: ``celery -A bench.fm_worker worker ...``.
 
 Knobs (environment, read at import): ``RCL_BENCH_FM``, the program's module (``fm0_naive``,
-``fm7_rolling_deploys``, ``bench.fm7_bench``); ``RCL_BENCH_OBSERVER=off``, the lab's observer
+``fm9_connection_loss``, ``bench.fm9_chunked``); ``RCL_BENCH_OBSERVER=off``, the lab's observer
 disconnected from Celery's signals (``lab.observe.uninstall``) once the program is imported:
 the FM's own code alone, as production runs it. ``bench/bench_chord.py`` sets both.
 """
