@@ -97,6 +97,7 @@ class Variant:
     plain: str = ""  # "chain" or "task" for the plain chord
     label: str = ""
     celery_get: bool = False  # the submitter waits with Celery's result.get() (its result consumer) instead of a poll
+    cut_parent: bool = False  # with celery_get: the body's result without its parent (the header's GroupResult)
     default: bool = True  # in a run without --only
     quorum: bool = False  # raw kombu: the final FM's queue type and prefetch (2) instead of a classic queue and Celery's 8
     max_n: int = 0  # not run above this N (0: every N)
@@ -122,6 +123,9 @@ VARIANTS = (
             label="plain Celery chord, a fetch | parse chain per document, no lab code"),
     Variant("plain-chain-get", "celery", "bench.plain_chord", observer=False, plain="chain", celery_get=True, max_n=3000,
             label="plain-chain, the submitter waiting with Celery's result.get()"),
+    Variant("plain-chain-get-orphan", "celery", "bench.plain_chord", observer=False, plain="chain", celery_get=True,
+            cut_parent=True, default=False,
+            label="plain-chain-get, the body's result cut from its parent (the header's GroupResult) before get()"),
     Variant("plain-task", "celery", "bench.plain_chord", observer=False, plain="task",
             label="plain Celery chord, one task per document, no lab code"),
     *(v for name, module, adds in FMS
@@ -464,6 +468,8 @@ def run_celery(variant: Variant, n: int, repeat: int, timeout: float) -> Run:
         meter.start()
         with SIZES.counting() as sizes:
             result = _submit(variant, ids, run_id)
+        if variant.cut_parent:
+            result.parent = None  # get()'s interval callback then has no header to read (_maybe_reraise_parent_error)
         value = (result.get(timeout=timeout, propagate=True, disable_sync_subtasks=False) if variant.celery_get
                  else _wait_for(fm, result, timeout))
         meter.stop()
@@ -623,6 +629,26 @@ def _steps(rows: list[dict[str, Any]]) -> tuple[int, list[str]] | None:
     ns = sorted({int(r["n"]) for r in rows if r["variant"] in fms})
     n = 1000 if 1000 in ns else max(ns, key=lambda m: (sum(r["runs"] for r in rows if int(r["n"]) == m), m))
     return n, fms
+
+
+def per_document(rows: list[dict[str, Any]], n: int) -> str:
+    """At one N, per document (medians): wall ms, each party's CPU ms, Redis commands, bytes per
+    message; the FMs' rows also their docs/s as a share of the plain chain's (the targets' ratio)."""
+    mine = [r for r in rows if int(r["n"]) == n]
+    plain = next((float(r["docs_per_s"]["median"]) for r in mine if r["variant"] == "plain-chain"), None)
+    lines = [f"Per document at N = {n} (medians; CPU in ms):", "",
+             "| variant | docs/s | / plain-chain | wall ms | CPU worker | submitter | RabbitMQ | Redis | CPU in all "
+             "| Redis cmds | bytes per message |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in mine:
+        cpu = {k: 1000 * float(v) / n for k, v in r["cpu_seconds"].items()}
+        rate = float(r["docs_per_s"]["median"])
+        share = f"{rate / plain:.2f}" if plain else "-"
+        size = f"{r['bytes_per_message']:.0f}" if r["bytes_per_message"] is not None else "-"
+        worker = f"{cpu['worker']:.2f}" if "worker" in cpu else "-"
+        lines.append(f"| {r['variant']} | {rate:.0f} | {share} | {r['ms_per_member']:.2f} | {worker} | "
+                     f"{cpu.get('submitter', 0):.2f} | {cpu.get('rabbitmq', 0):.2f} | {cpu.get('redis', 0):.2f} | "
+                     f"{sum(cpu.values()):.2f} | {r['redis_commands_per_doc']:.1f} | {size} |")
+    return "\n".join(lines) + "\n"
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
@@ -792,7 +818,9 @@ def _report(meta: dict[str, Any], runs: list[Run], base: Path) -> None:
 
 def write_tables(meta: Mapping[str, Any], rows: list[dict[str, Any]], base: Path) -> None:
     """The Markdown table (with the pivot of median docs/s) and the plot, from the summary rows."""
-    table = markdown(rows, meta) + "\n" + pivot(rows)
+    ns = sorted({int(r["n"]) for r in rows})
+    table = "\n".join([markdown(rows, meta), pivot(rows),
+                       *(per_document(rows, n) for n in ns if n in (1000, 3000) or (n == ns[-1] and len(ns) == 1))])
     base.with_suffix(".md").write_text(table)
     drew = plot(rows, base.with_suffix(".png"))
     print("\n" + table)
