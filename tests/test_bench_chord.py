@@ -75,3 +75,25 @@ def test_a_quick_run_accounts_every_document_and_writes_json_table_and_plot(tmp_
     assert png.exists() == has_matplotlib
     if has_matplotlib:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.usefixtures("real_services")
+def test_result_get_reads_the_header_again_through_the_bodys_parent(tmp_path: Path) -> None:
+    """Why ``plain-chain-get`` costs what it does (docs/benchmarks.md): ``AsyncResult.get``
+    (celery/result.py) calls ``_maybe_reraise_parent_error`` when it starts and again from its
+    wait's interval callback; that calls ``maybe_throw`` on every parent, here the header's
+    ``GroupResult``, which GETs each member whose result it has not cached yet. The same chord,
+    waited for the same way with the body's result cut from its parent, makes at least one GET
+    fewer per member: nothing else differs between the two runs (the same worker, the same
+    tasks, the benchmark's own Redis counting every command)."""
+    n = 60
+    base = tmp_path / "get"
+    env = {**os.environ, "RCL_NAMESPACE": derived("bget")}
+    variants = ["plain-chain-get", "plain-chain-get-orphan"]
+    done = subprocess.run([sys.executable, "bench/bench_chord.py", "--quick", "-n", str(n), "--only", *variants,
+                           "--out", str(base)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    by = {r["variant"]: r for r in json.loads(base.with_suffix(".json").read_text())["runs"]}
+    assert by["plain-chain-get"]["accounted"] == by["plain-chain-get-orphan"]["accounted"] == n
+    gets = {name: by[name]["redis_by_command"].get("get", 0) for name in variants}
+    assert gets["plain-chain-get"] - gets["plain-chain-get-orphan"] >= n, gets
