@@ -590,6 +590,11 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
+def _or_dash(value: float | None, spec: str) -> str:
+    """A table cell: ``value`` formatted, or "-" where the variant has none (raw Redis has no worker or message)."""
+    return "-" if value is None else format(value, spec)
+
+
 def markdown(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> str:
     lines = [f"Chord benchmark, {meta['date']}, {meta['nproc']} cores, load average {meta['load_before']} before and "
              f"{meta['load_after']} after; Celery {meta['celery']}; {meta['repeats']} repeats (N >= {meta['big_n']}: "
@@ -601,8 +606,7 @@ def markdown(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         d, cpu = r["docs_per_s"], r["cpu_seconds"]
-        size = f"{r['bytes_per_message']:.0f}" if r["bytes_per_message"] is not None else "-"
-        worker = f"{cpu['worker']:.2f}" if "worker" in cpu else "-"
+        size, worker = _or_dash(r["bytes_per_message"], ".0f"), _or_dash(cpu.get("worker"), ".2f")
         lines.append(f"| {r['variant']} | {r['n']} | {d['min']:.0f} / {d['median']:.0f} / {d['max']:.0f} | "
                      f"{r['ms_per_member']:.2f} | {size} | {r['redis_commands_per_doc']:.1f} | {worker} | "
                      f"{cpu.get('submitter', 0):.2f} | {cpu.get('rabbitmq', 0):.2f} | {cpu.get('redis', 0):.2f} |")
@@ -633,7 +637,7 @@ def _steps(rows: list[dict[str, Any]]) -> tuple[int, list[str]] | None:
 
 def per_document(rows: list[dict[str, Any]], n: int) -> str:
     """At one N, per document (medians): wall ms, each party's CPU ms, Redis commands, bytes per
-    message; the FMs' rows also their docs/s as a share of the plain chain's (the targets' ratio)."""
+    message, and docs/s as a share of the plain chain's (the targets' ratio)."""
     mine = [r for r in rows if int(r["n"]) == n]
     plain = next((float(r["docs_per_s"]["median"]) for r in mine if r["variant"] == "plain-chain"), None)
     lines = [f"Per document at N = {n} (medians; CPU in ms):", "",
@@ -642,9 +646,8 @@ def per_document(rows: list[dict[str, Any]], n: int) -> str:
     for r in mine:
         cpu = {k: 1000 * float(v) / n for k, v in r["cpu_seconds"].items()}
         rate = float(r["docs_per_s"]["median"])
-        share = f"{rate / plain:.2f}" if plain else "-"
-        size = f"{r['bytes_per_message']:.0f}" if r["bytes_per_message"] is not None else "-"
-        worker = f"{cpu['worker']:.2f}" if "worker" in cpu else "-"
+        share = _or_dash(rate / plain if plain else None, ".2f")
+        size, worker = _or_dash(r["bytes_per_message"], ".0f"), _or_dash(cpu.get("worker"), ".2f")
         lines.append(f"| {r['variant']} | {rate:.0f} | {share} | {r['ms_per_member']:.2f} | {worker} | "
                      f"{cpu.get('submitter', 0):.2f} | {cpu.get('rabbitmq', 0):.2f} | {cpu.get('redis', 0):.2f} | "
                      f"{sum(cpu.values()):.2f} | {r['redis_commands_per_doc']:.1f} | {size} |")
