@@ -50,6 +50,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -71,7 +72,7 @@ from lab.observe import TTL_SECONDS, client, doc_id, run_prefix, short_doc
 from lab.queues import queue_consumers
 from lab.settings import NAMESPACE, backend_url, broker_url, redis_prefix
 from lab.faults import document_text
-from lab.waiting import wait_until
+from lab.waiting import Interrupted, wait_until
 from lab.owned import OwnedRedis
 from lab.workers import LOG_DIR, Worker, prune_logs
 from shared.envelope import Result, is_envelope
@@ -831,9 +832,26 @@ def write_tables(meta: Mapping[str, Any], rows: list[dict[str, Any]], base: Path
           + (f", {base.with_suffix('.png')}" if drew else " (no plot: pip install -e '.[bench]' for matplotlib)"))
 
 
+def _raise_interrupted(signum: int, frame: object = None) -> None:
+    """SIGTERM and SIGHUP as Ctrl-C: the running worker, the namespace's queues and keys and the
+    benchmark's own redis-server go in the ``finally`` blocks, as they do on Ctrl-C."""
+    raise Interrupted(signum)
+
+
 if __name__ == "__main__":
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupted)
     try:
         sys.exit(main())
     except Unaccounted as exc:
         print(f"error: a run does not count: {exc}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        print(f"interrupted by {signal.Signals(signum).name}: worker stopped, namespace cleaned, runs so far in "
+              "the .partial.json beside the outputs", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Not sys.exit: the interrupted run's AsyncResults, freed at exit, would unsubscribe from the
+        # redis-server already removed (celery.backends.redis.ResultConsumer.cancel_for), a traceback each
+        os._exit(128 + signum)
