@@ -16,7 +16,8 @@ from typing import cast
 from lab.faults import HARD_HANG_CAP_SECONDS
 from lab.fm import Fm
 from lab.observe import Event, Reader, drain_passes, short_doc
-from lab.runner import NOT_RUN_WINDOW, Observations, SideRun, StopCondition, foreign_letters
+from lab.records import Check, Collector, Observations, SideRun
+from lab.runner import NOT_RUN_WINDOW, StopCondition, foreign_letters
 from lab.scenarios import BURST, CONNLOSS_DOCS, HUNG_DOC, scenario
 from lab.settings import redis_prefix
 
@@ -42,30 +43,6 @@ Usually under 1 s; 3.11 s was measured at a load average of 13 on two cores (thr
 beside two other sessions' test runs), when a new pool process is slow to fork. Without the
 resume (fm4w) the owner's redelivery is turned away by its own claim for the whole busy budget
 (400 x 50 ms = 20 s) and no email goes out: twice this bound."""
-
-
-@dataclass(frozen=True)
-class Check:
-    label: str  # "G3", "S2", ...
-    ok: bool
-    detail: str  # what was observed (and, on failure, what was expected)
-
-
-class Collector:
-    """What a check saw, and what it wanted where the two differ: one ``Check`` in the end."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.problems: list[str] = []
-        self.seen: list[str] = []
-
-    def expect(self, cond: bool, seen: str, wanted: str = "") -> None:
-        self.seen.append(seen)
-        if not cond:
-            self.problems.append(f"{seen} (expected {wanted})" if wanted else seen)
-
-    def result(self) -> Check:
-        return Check(self.label, not self.problems, "; ".join(self.problems or self.seen))
 
 
 def _side(c: Collector, obs: Observations, tag: str) -> SideRun | None:
