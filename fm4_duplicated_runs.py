@@ -10,11 +10,11 @@ deduplicates a task by a business key.
 
 Fix (``shared/claim.py``; Celery 5.5 to 5.7):
 
-- ``NotifyClaim``: a Redis ``SET NX`` claim per pipeline, with a 60 s expiry. The first
-  ``notify`` claims, sends, and marks it sent. A concurrent one waits and asks again. A later
-  one returns ``sent=False``. The owner's own redelivery resumes its claim.
-- ``busy_waits(QUEUE)``: a waiting ``notify`` waits in the broker, in delay queues (FM-5 explains
-  them), not in the worker's memory.
+- ``NotifyClaim``: a Redis key per pipeline, set only if absent (``SET NX``), with a 60 s
+  expiry. The first ``notify`` claims, sends, and marks it sent. A concurrent one waits and
+  asks again. A later one returns ``sent=False``. The owner's own redelivery resumes its claim.
+- ``busy_waits(QUEUE)``: a waiting ``notify`` waits in the broker, in delay queues beside the
+  task queue ``QUEUE`` (FM-5 explains them), not in the worker's memory.
 - ``idempotency_key=claim.key`` on ``send_email``: an owner killed after sending, before it
   marks the claim sent, sends again. The mail API delivers one key once.
 - ``release_when_dead_lettered(app, notify)``: a ``notify`` that FM-3's drain finalised as

@@ -10,9 +10,10 @@ one.
 Fix (``shared/retry.py``; Celery 5.5 to 5.7):
 
 - ``@transient_retryable`` with its ``RetryPolicy``, between ``@enveloped`` and the body: a
-  ``TransientError`` is retried with Celery's ``Task.retry``. At most 3 retries, after
-  ``0.1 * 2**k`` seconds times a random factor from 1 to 2, and never before the error's
-  ``Retry-After``. Then ``@enveloped`` records reason ``retries_exhausted``.
+  ``TransientError`` (an error your code marks as temporary) is retried with Celery's
+  ``Task.retry``. At most 3 retries, after ``0.1 * 2**k`` seconds times a random factor from 1
+  to 2, and never before the error's ``Retry-After``. Then ``@enveloped`` records reason
+  ``retries_exhausted``.
 - ``wait_in=QUEUE``: a waiting retry waits in the broker, in delay queues that send it back
   to the task queue when due. A plain countdown retry would sit in the worker's prefetch, and
   new work would wait behind it.

@@ -14,14 +14,14 @@ Fix:
 
 - ``worker_prefetch_multiplier = 1`` (every Celery 5): with late acks a worker holds only
   what its processes run. A deploy hands back almost nothing unstarted.
-- ``WORKER_ENV`` sets ``REMAP_SIGTERM=SIGQUIT`` in the worker's environment (Celery 5.5 to 5.7
-  read it at start): SIGTERM becomes Celery's cold shutdown.
+- ``WORKER_ENV`` sets ``REMAP_SIGTERM=SIGQUIT`` in the worker's environment (billiard reads it
+  at start, under Celery 5.5 to 5.7): SIGTERM becomes Celery's cold shutdown.
 - ``worker_soft_shutdown_timeout = 0.3`` (Celery 5.5+): running bodies get 0.3 s. Then Celery
   stops them, and their messages go back unacknowledged to start afresh.
 - ``worker_deduplicate_successful_tasks = True`` (Celery 5.1+): a redelivered message whose
   result is stored as SUCCESS is acked without running again.
-- ``send_back=True`` on the drain (``shared/dlq.py``; Celery 5.5 to 5.7): a dead letter whose process never
-  crashed goes back to its queue, at most 5 times.
+- ``send_back=True`` on the drain (``shared/dlq.py``; Celery 5.5 to 5.7): a dead letter
+  whose process never crashed goes back to its queue, at most 5 times.
 
 Costs: a body cut at a deploy starts again: make it idempotent (FM-4). The grace must cover
 the soft timeout, one body and Celery's own stop (over 1 s). Prefetch 1 costs a round trip a

@@ -2,7 +2,8 @@
 
 Symptom (fm8's code, scenario 9): the lab cuts a worker's broker connection while a slow
 document parses, as a network blip or a failover does. RabbitMQ requeues the message. The
-worker reconnects and takes it again, while the first run goes on: the work runs twice at once.
+worker reconnects and takes it again, while the first run goes on. On Celery 5.6 and 5.7 the
+work then runs twice at once.
 Another document is stuck in C code past RabbitMQ's ``consumer_timeout``, the time a message
 may stay unacked. RabbitMQ closes the channel, and the worker exits.
 
@@ -17,9 +18,9 @@ Fix:
 - ``worker_cancel_long_running_tasks_on_connection_loss = True`` (Celery 5.1+): on a lost
   connection the worker cancels its unacked late-ack tasks. Each one's process gets SIGQUIT
   (SIGTERM without FM-7's ``REMAP_SIGTERM``). The redelivered copy is the only run left.
-- ``within_consumer_timeout(app, CONSUMER_TIMEOUT)`` (``shared/consumer_timeout.py``; Celery 5.5 to 5.7):
-  ``CONSUMER_TIMEOUT`` is the broker's timeout in seconds (``RCL_CONSUMER_TIMEOUT``, default
-  1800). Each task's own ``time_limit`` is capped at half of it, so a C hang ends first.
+- ``within_consumer_timeout(app, CONSUMER_TIMEOUT)`` (``shared/consumer_timeout.py``; Celery
+  5.5 to 5.7): ``CONSUMER_TIMEOUT`` is the broker's timeout in seconds (``RCL_CONSUMER_TIMEOUT``,
+  default 1800). Each task's own ``time_limit`` is capped at half of it, so a C hang ends first.
 
 Costs: a cancel throws away work in progress; the redelivery starts it again. Each redelivery
 counts against FM-3's delivery limit. A ``time_limit`` passed to ``apply_async`` is not lowered.
