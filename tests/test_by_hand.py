@@ -171,7 +171,7 @@ def test_a_by_hand_fm3_run_prints_the_harness_timeline_and_its_worker_window_exp
 
 
 def test_a_by_hand_fm7_deploy_is_a_sigterm_of_one_of_two_workers(hand_worker: Callable[..., Shell]) -> None:
-    """fm7's docstring: a worker started with its command (``REMAP_SIGTERM=SIGQUIT`` in front); once the side
+    """docs/failure-modes.md (FM-7): a worker started with its command (``REMAP_SIGTERM=SIGQUIT`` in front); once the side
     chord ``deploy`` runs, a second one (the new version), and once it consumes, SIGTERM of the first; G7
     holds, the slow documents taken by both. Scenarios 1..6 meet one worker, as in every other FM's run."""
     fm = harness.load("fm7")
@@ -198,7 +198,7 @@ def test_a_by_hand_fm7_deploy_is_a_sigterm_of_one_of_two_workers(hand_worker: Ca
 
 def test_a_by_hand_fm8_outage_is_a_redis_of_your_own_stopped_and_started(
         hand_worker: Callable[..., Shell], monkeypatch: pytest.MonkeyPatch) -> None:
-    """fm8's docstring: both shells with ``CELERY_RESULT_BACKEND`` on a Redis of your own (persistence on) and
+    """docs/failure-modes.md (FM-8): both shells with ``CELERY_RESULT_BACKEND`` on a Redis of your own (persistence on) and
     ``RCL_OBSERVATIONS_URL`` on the shared one; fm7's deploy by hand while the side chord ``deploy`` runs; once
     the side chord ``outage`` runs, that Redis stopped and, a few seconds later, started again: G7 and G8 by
     hand hold (G8: a store failed, every document ok once, one email)."""
