@@ -9,10 +9,9 @@ headers, and Celery's retry count does not see it.
 
 Fix (``shared/dlq.py``; RabbitMQ 3.x, Celery 5.5 to 5.7):
 
-- ``DeadLetteringQueue``: the task queue
-  becomes a quorum queue with ``x-delivery-limit: 2`` and a dead-letter exchange. RabbitMQ 3.x
-  delivers ``doc4`` 3 times, then moves it to the dead-letter queue. The queue declares that
-  queue itself, so no dead letter is dropped.
+- ``DeadLetteringQueue``: the task queue becomes a quorum queue with ``x-delivery-limit: 2``
+  and a dead-letter exchange. RabbitMQ 3.x delivers ``doc4`` 3 times, then moves it to the
+  dead-letter queue. The queue declares that queue itself, so no dead letter is dropped.
 - ``DLQ``: the dead-letter queue. No worker consumes it as a task queue.
 - ``drain_dead_letters`` on ``beat_schedule`` (the worker's ``-B`` runs it every 0.25 s):
   for each dead letter it stores a failure envelope, reason ``dead_lettered``, as that chord

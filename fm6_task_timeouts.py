@@ -20,7 +20,8 @@ Fix (``shared/timeouts.py``; deadlines in the body first, Celery's limit as a ba
 
 Costs: size a limit for the slowest healthy document. ``SIGALRM`` works in the main thread only:
 prefork, not threads or gevent. A timed-out document is not retried. A process killed at
-``time_limit`` runs no ``finally``. A store slower than the backstop's margin loses a result.
+``time_limit`` runs no ``finally``. A result store slower than the margin between the hard timeout and ``time_limit``
+loses a computed result.
 
 Still open: a rolling deploy loses, repeats or dead-letters work (FM-7).
 

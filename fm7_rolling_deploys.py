@@ -24,8 +24,8 @@ Fix:
   whose process never crashed goes back to its queue, at most 5 times.
 
 Costs: a body cut at a deploy starts again: make it idempotent (FM-4). The grace must cover
-the soft timeout, one body and Celery's own stop (over 1 s). Prefetch 1 costs a round trip a
-message. ``REMAP_SIGTERM`` is not a setting: the deployment must set it.
+the soft timeout, one body and Celery's own stop (over 1 s). Prefetch 1 costs a broker round trip
+per message. ``REMAP_SIGTERM`` is not a setting: the deployment must set it.
 
 Still open: the result backend going away mid-chord (FM-8).
 
