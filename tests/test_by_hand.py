@@ -217,7 +217,7 @@ def test_a_by_hand_fm8_outage_is_a_redis_of_your_own_stopped_and_started(
         before = started("deploy")
         submitter = Shell(fm.submit_command(), NAMESPACE)
         assert wait_until(lambda: started("deploy") > before or submitter.proc.poll() is not None, 120), submitter.text
-        hand_worker(fm, NAMESPACE, " -n second@%h")
+        second = hand_worker(fm, NAMESPACE, " -n second@%h")
         first.proc.send_signal(signal.SIGTERM)  # the deploy, as fm7's
         before = started("outage")
         assert wait_until(lambda: started("outage") >= before + 3 or submitter.proc.poll() is not None, 120), submitter.text
@@ -226,9 +226,15 @@ def test_a_by_hand_fm8_outage_is_a_redis_of_your_own_stopped_and_started(
         assert not waited, submitter.finish() and submitter.text  # the submitter waits for the backend's return
         mine.start()
         assert submitter.finish() == 0, submitter.text
+        windows = {"first": stop(first), "second": stop(second)}  # issue 41: the outage said in lines, not ERRORs
     out = submitter.text
     assert re.search(r"^fm8 fixed \(scenario 8 on fm8, [\d.]+s\): PASS$", out, re.M), out
     assert re.search(r"^  ok   G8: by hand: stores that failed: [1-9]", out, re.M), out
+    for name, log in windows.items():
+        assert "Traceback" not in log and "ERROR/" not in log, (name, log[-3000:])
+        assert "Hitting Ctrl+C again will terminate all running tasks!" not in log, (name, log[-3000:])  # a SIGTERM's
+    assert "lab: cold shutdown" in windows["first"], windows["first"][-3000:]  # the deploy's SIGTERM, in words
+    assert re.search(r"expected: doc\d+'s (parse|fetch)_document ended, but its result was not stored", windows["second"])
 
 
 def _record(msg: str, *args: object) -> logging.LogRecord:
