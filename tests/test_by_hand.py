@@ -193,6 +193,8 @@ def test_a_by_hand_fm7_deploy_is_a_sigterm_of_one_of_two_workers(hand_worker: Ca
     assert "  ok   G7: by hand: the slow documents were taken by 2 worker(s)" in out, out
     log = stop(first)
     assert "Initiating Soft Shutdown, terminating in 0.3 seconds" in log and "worker: Cold shutdown (MainProcess)" in log, log
+    assert "lab: cold shutdown (a SIGTERM" in log and "Hitting Ctrl+C again will terminate" not in log, log  # issue 41
+    assert "Traceback" not in log and "ERROR/" not in log, log
     stop(second)
 
 
