@@ -149,11 +149,13 @@ def _glossary(labels: Sequence[str]) -> str:
     if not labels:
         return ""
     items = "".join(f'<li data-label="{escape(label)}"><b>{escape(label)}</b> {escape(words(label))}</li>' for label in labels)
-    return ('<h3>The checks</h3><p class="note">A fixed run checks guarantees (G1..G6 in the FMs: what the fix makes '
-            "true); a broken run (the FM's scenario on the previous FM's code, or a case study's write-up) shows a symptom "
-            "(S1..S6, a case study's <i>write-up</i> checks), the proof that the fix is load-bearing; a hard variant "
-            "(<i>hard</i>) runs the FM without the fix of its hard case. DESIGN.md §2 defines the FMs' checks exactly."
-            f'</p><ul class="glossary">{items}</ul>')
+    guarantees = sorted({label for label in labels if re.fullmatch(r"G\d+", label)}, key=lambda g: int(g[1:]))
+    named = f"{guarantees[0]} to {guarantees[-1]}" if len(guarantees) > 1 else "G1, G2 …"
+    return ('<h3>The checks</h3><p class="note">A fixed run checks guarantees (' + escape(named) + " in the FMs: what the "
+            "fix makes true); a broken run (the FM's scenario on the previous FM's code, or a case study's write-up) shows a "
+            "symptom (S1, S2 …, a case study's <i>write-up</i> checks), the proof that the fix is load-bearing; a hard "
+            "variant (<i>hard</i>) runs the FM without the fix of its hard case. docs/failure-modes.md (Scenarios) says "
+            f'what each check holds exactly.</p><ul class="glossary">{items}</ul>')
 
 
 def _matrix(matrix_rows: Sequence[MatrixRow]) -> str:
@@ -333,7 +335,7 @@ def _figure(r: RunReport, tl: timeline.Timeline | None, span: float, like: timel
             marks, names)
 
 
-LESSON_WORDS = 110
+LESSON_WORDS = 90
 """The words of a docstring part the handout shows (whole sentences, then a pointer to the FM file): about two screens
 an FM (an FM's skeleton budgets each part below it)."""
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z(`*])")
@@ -425,7 +427,7 @@ ul.legend li{display:flex;align-items:center;gap:5px} ul.legend svg{flex:none}
 section.fm{background:#fff;border:1px solid #ddd;border-radius:8px;margin:18px 0;padding:2px 18px 6px}
 h2 .tag{font:600 13px ui-monospace,"DejaVu Sans Mono",monospace;color:#fff;background:#37474f;padding:1px 6px;border-radius:4px;
 vertical-align:2px}
-.lessons{columns:4 17em;column-gap:18px;font-size:12px;line-height:1.27} .lessons code{font-size:11px;padding:0 2px} .lesson h3{break-after:avoid;margin:4px 0 1px}
+.lessons{columns:4 17em;column-gap:18px;font-size:12px;line-height:1.22} .lessons code{font-size:11px;padding:0 2px} .lesson h3{break-after:avoid;margin:4px 0 1px}
 .lesson p,.lesson ul{margin:1px 0 3px} .lesson ul{padding-left:18px} .module{margin:0;color:#555}
 .change h3{display:inline;margin-right:8px} .change .module{display:inline}
 .change pre.diff{font:10.5px/1.15 ui-monospace,"DejaVu Sans Mono",monospace;background:#fbfbfb;border:1px solid #e3e3e3;
@@ -438,7 +440,7 @@ pre.diff{line-height:0} .diff span{line-height:1.15} .diff span.d-gap{line-heigh
 .others{display:flex;flex-direction:column;gap:8px} .others .fm-legend{display:block} .others ul.legend{min-width:0;gap:1px 12px}
 .cell{border:1px solid #e3e3e3;border-radius:6px;padding:2px 10px 4px;font-size:12.5px;line-height:1.3} .cell h3{font-size:13.5px;margin:4px 0 1px}
 ul.checks{padding-left:16px;margin:1px 0} ul.checks li{margin:0 0 1px} .check.bad{color:#c62828}
-.check .words{color:#333} .check .seen{font-size:11px;color:#555} .check .seen:not(:empty)::before{content:" — "} .secs{color:#777;font-weight:400}
+.check .words{color:#333} .check .seen{font-size:10.5px;line-height:1.25;color:#555} .check .seen:not(:empty)::before{content:" — "} .secs{color:#777;font-weight:400}
 .error{color:#c62828;white-space:pre-wrap}
 .timelines{margin-top:4px} .fm-legend{display:flex;align-items:baseline;gap:0 14px;margin:2px 0} .fm-legend ul.legend{flex:1 1 0;min-width:20em;margin:0}
 .legend-head{font-weight:600;font-size:13px;white-space:nowrap}

@@ -218,7 +218,8 @@ def render(tl: Timeline, span: float | None = None, like: Timeline | None = None
         block_rows += rows_of
     label = f"timeline of run {tl.run_id}"
     return Figure(f'<div class="lanes" role="group" aria-label={_q(label)}>{"".join(parts)}</div>', frozenset(used), prefix,
-                  max((len(row.name) for row in [*rows, *body_rows, *side_rows, *block_rows]), default=8))
+                  max([*(len(row.name) for row in [*rows, *body_rows, *side_rows, *block_rows]),
+                       *(len(f"side {s.tag}") for s in drawn)], default=8))
 
 
 def _body_shape(tl: Timeline) -> tuple[object, ...]:
@@ -270,7 +271,7 @@ def _block(s: SideTimeline, span: float, used: set[str]) -> tuple[str, list[_Row
              + (f"{escape(s.joint)}{facts}" if facts else ""))
     used.add(s.mark)
     t1 = scale.t0 + scale.span
-    axis = (f'<div class="axis block" data-side="{escape(s.tag)}"><span class="name">side {escape(s.tag)}, t (s)</span>'
+    axis = (f'<div class="axis block" data-side="{escape(s.tag)}"><span class="name">side {escape(s.tag)}</span>'
             f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" height="{AXIS}" aria-label="{scale.t0:.2f}–{t1:.2f}s">'
             + "".join(f'<text x="{scale.x(t)}%" y="12" text-anchor="middle">{t:g}</text>' for t in scale.ticks())
             + f'</svg><span class="what">{words}</span></div>')
