@@ -18,7 +18,8 @@ soft limit cooperates unchanged, and re-arms the timer for the rest of the time.
 The timer starts when the body starts and is cancelled when it ends (a nested
 ``finally``, so that an alarm landing in the first one still cancels it, and an
 alarm that comes after the body does nothing): nothing of it fires outside the
-body, inside ``@enveloped``.
+body, inside ``@enveloped``. One ``ITIMER_REAL`` serves every body running under
+``@hard_timeout`` in the process: it is armed for the earliest of their deadlines.
 
 Do not pair it with Celery's ``soft_time_limit``. That limit is billiard's: the
 worker's main process starts its own timer when the job is accepted and sends the
@@ -55,7 +56,8 @@ killed, no ``finally`` ran and the pool process was replaced; ``attempts`` is
 ``request.retries + 1``. No
 WorkerLostError follows: the job is already settled when its process dies.
 
-Limits (state them to anyone who relies on it):
+Limits (state them to anyone who relies on it; tests/test_hard_timeout_limits.py runs each one marked
+"run"):
 
 - ``@hard_timeout`` runs on the main thread only: signals are delivered to the
   main thread, so it refuses to run elsewhere (prefork pool children run tasks
@@ -63,8 +65,21 @@ Limits (state them to anyone who relies on it):
 - ``@hard_timeout`` cannot interrupt C code that does not return to the
   interpreter (a C extension stuck in a loop, a blocking call that retries on
   EINTR inside C): only ``time_limit`` ends that, by killing the process, and
-  neither ``finally`` blocks nor ``task_postrun`` run in it;
-- one timer per process: nesting ``@hard_timeout`` replaces the outer timer;
+  neither ``finally`` blocks nor ``task_postrun`` run in it (run: the alarm's
+  ``HardTimeout`` comes only as a ``sum(range(n))`` returns);
+- ``HardTimeout`` is raised wherever the body's Python is at that moment: inside
+  a library's I/O or under a lock. A lock released only on the normal path stays
+  taken (run); a ``with`` block releases it. Landing in redis-py's read of a reply
+  (a ``BLPOP``, redis-py 5.2.1, 6.4.0 and 8.1.0), redis-py drops that connection,
+  and the client's next command gets its own reply (run). Inside kombu or py-amqp
+  I/O a connection can be left mid-frame (not proven by a run): do not publish
+  from a body under a deadline without a ``finally`` that closes what it opened;
+- a bare ``except:`` or ``except BaseException:`` in the body catches
+  ``HardTimeout``, and the body then runs on with no deadline left (run);
+- nested ``@hard_timeout`` bodies keep every deadline: the earliest one fires and
+  ends its own body and every body inside it, and when an inner body ends the
+  outer deadline still holds (run, both orders); a ``setitimer`` timer that other
+  code set before the outermost body is given back, with what was left of it (run);
 - ``BackstopRequest`` acks even with ``task_acks_on_timeout=False`` (Celery 5.7;
   in 5.5 and 5.6 ``task_acks_on_failure_or_timeout=False``), where Celery would
   requeue: the envelope is the member's last word. A rerun's result would count in
@@ -88,7 +103,9 @@ import functools
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -113,6 +130,50 @@ class HardTimeout(BaseException):
     envelope_reason = "hard_timeout"
 
 
+@dataclass
+class _Deadline:
+    """One running ``@hard_timeout`` body: its deadlines on ``time.monotonic()``."""
+
+    name: str
+    seconds: float
+    soft: float | None
+    hard_at: float
+    soft_at: float | None
+    asked: bool = False  # the soft deadline has raised
+    over: bool = False  # the body ended, or its hard deadline (or an outer one) raised
+
+    def next_at(self) -> float:
+        return self.soft_at if self.soft_at is not None and not self.asked else self.hard_at
+
+
+_running: list[_Deadline] = []
+"""The bodies running under ``@hard_timeout`` in this process, outermost first (main thread only)."""
+_EARLY = 0.002
+"""An alarm this close to a deadline counts as at it (``setitimer`` can fire a little early)."""
+
+
+def _arm() -> None:
+    waiting = [d.next_at() for d in _running if not d.over]
+    signal.setitimer(signal.ITIMER_REAL, max(min(waiting) - time.monotonic(), 0.0001) if waiting else 0)
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    now = time.monotonic()
+    due = [d for d in _running if not d.over and d.next_at() <= now + _EARLY]
+    if not due:  # early, or for a body that is over: wait for the next deadline
+        _arm()
+        return
+    first = min(due, key=_Deadline.next_at)  # the earliest; on a tie the outermost (min keeps the first)
+    if first.soft_at is not None and not first.asked:
+        first.asked = True  # ask, and leave the rest of the time to the hard deadline
+        _arm()
+        raise SoftTimeLimitExceeded(f"{first.name} ran past its soft deadline of {first.soft}s")
+    for inner in _running[_running.index(first):]:  # this body and every body inside it end here
+        inner.over = True
+    _arm()
+    raise HardTimeout(f"{first.name} ran past its hard timeout of {first.seconds}s")
+
+
 def hard_timeout(
     seconds: float, soft: float | None = None,
 ) -> Callable[[Callable[Concatenate[Task[Any, Any], P], R]], Callable[Concatenate[Task[Any, Any], P], R]]:
@@ -126,28 +187,31 @@ def hard_timeout(
         def wrapper(task: Task[Any, Any], *args: P.args, **kwargs: P.kwargs) -> R:
             if threading.current_thread() is not threading.main_thread():
                 raise RuntimeError("@hard_timeout needs the main thread (use the prefork pool)")
-            stages = [soft, seconds] if soft is not None else [seconds]
-
-            def on_alarm(signum: int, frame: FrameType | None) -> None:
-                if not stages:  # the body is over: a late alarm does nothing
-                    return
-                if len(stages) == 2:  # the soft deadline: ask, and leave the rest of the time to the hard one
-                    stages.pop(0)
-                    signal.setitimer(signal.ITIMER_REAL, seconds - (soft or 0.0))
-                    raise SoftTimeLimitExceeded(f"{task.name} ran past its soft deadline of {soft}s")
-                stages.clear()
-                raise HardTimeout(f"{task.name} ran past its hard timeout of {seconds}s")
-
-            previous = signal.signal(signal.SIGALRM, on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, stages[0])
+            now = time.monotonic()
+            mine = _Deadline(str(task.name), seconds, soft, now + seconds, None if soft is None else now + soft)
+            outermost = not _running
+            if outermost:  # the process's own SIGALRM handler and timer, given back when the outermost body ends
+                previous = signal.signal(signal.SIGALRM, _on_alarm)
+                left = signal.getitimer(signal.ITIMER_REAL)[0]
+                theirs = now + left if left > 0 else None
+            else:
+                previous, theirs = None, None
+            _running.append(mine)
+            _arm()
             try:
                 try:
                     return fn(task, *args, **kwargs)
                 finally:
-                    stages.clear()  # from here on the handler raises nothing and re-arms nothing
-            finally:  # reached even when an alarm raised inside the inner finally, before it cleared the stages
-                signal.setitimer(signal.ITIMER_REAL, 0)  # nothing of this timer outlives the body
-                signal.signal(signal.SIGALRM, previous)
+                    mine.over = True  # from here on no alarm raises for this body
+            finally:  # reached even when an alarm raised inside the inner finally, before it marked the body over
+                _running.remove(mine)
+                if outermost:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+                    if theirs is not None:  # a timer someone else set before: what was left of it
+                        signal.setitimer(signal.ITIMER_REAL, max(theirs - time.monotonic(), 0.0001))
+                else:
+                    _arm()  # the outer deadlines go on
 
         setattr(wrapper, "hard_timeout_seconds", seconds)
         setattr(wrapper, "soft_timeout_seconds", soft)
