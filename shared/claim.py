@@ -4,7 +4,12 @@ A Redis key per pipeline, ``<prefix>claim:<pipeline_id>``, moves through two sta
 
 - ``claimed:<owner>``: set with ``SET NX EX claim_ttl`` by the first ``notify``
   that wants to send (the owner is its task id); it expires if nobody finishes;
-- ``sent:<owner>``: set, by the owner only, once the email is out; kept ``sent_ttl``.
+- ``sent:<owner>``: set, by the owner only, once the email is out; kept ``sent_ttl``
+  (a day by default). The limit: a ``notify`` of the same pipeline that comes more
+  than ``sent_ttl`` after the email (a letter sent back from the DLQ, a resubmission)
+  finds no claim and sends again; set ``sent_ttl`` above the longest a message of
+  the pipeline can wait (``shared.dlq.STARTS_TTL_SECONDS`` for letters the drain reads)
+  (not proven by a run).
 
 ``acquire()`` answers:
 

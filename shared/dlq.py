@@ -132,7 +132,7 @@ outside its namespace, so its apps run without that step (``lab.app``).
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -163,8 +163,13 @@ dead_letter_sent_back = Signal(name="dead_letter_sent_back", providing_args=["he
 
 Role = Literal["member", "head", "task"]
 
-STARTS_TTL_SECONDS = 86_400
-"""How long ``count_starts`` remembers a task id's starts."""
+STARTS_TTL_SECONDS = 7 * 86_400
+"""How long ``count_starts`` remembers a task id's starts and ends after the last start, end or read by the
+drain. The limit: a letter that waits in the DLQ longer than this with no drain pass reading it (every pass
+reads each letter it sees and renews the time) reads 0 starts and 0 ends, so ``send_back=True`` sends it
+back as innocent, up to ``SEND_BACK_LIMIT`` times; run the drain more often than this."""
+_starts_ttl: dict[int, int] = {}
+"""Per app (``id``), the TTL ``count_starts`` was given."""
 
 
 class DeadLetteringQueue(Queue):
@@ -195,16 +200,18 @@ def delivery_bound(app: Celery, queue_name: str) -> int | None:
     return bound_of(found[0]) if found else None
 
 
-def count_starts(app: Celery) -> None:
+def count_starts(app: Celery, ttl_seconds: int = STARTS_TTL_SECONDS) -> None:
     """Count each start of a task body of ``app``, per task id (what ``drain`` reports as attempts),
-    and each end (``task_postrun``: the body's process lived on; a crash sends none)."""
+    and each end (``task_postrun``: the body's process lived on; a crash sends none); each count kept
+    ``ttl_seconds`` (``STARTS_TTL_SECONDS`` says the limit)."""
+    _starts_ttl[id(app)] = ttl_seconds
 
     def count(kind: str, task_id: str) -> None:
         r, prefix = backend_redis(app)
         key = f"{prefix}{kind}:{task_id}"
         pipe = cast(Any, r).pipeline(transaction=False)  # one round trip for both
         pipe.incr(key)
-        pipe.expire(key, STARTS_TTL_SECONDS)
+        pipe.expire(key, ttl_seconds)
         pipe.execute()
 
     def on_prerun(sender: object = None, task_id: str = "", task: object = None, **_: object) -> None:
@@ -223,6 +230,20 @@ def _counted(app: Celery, kind: str, task_id: str) -> int:
     r, prefix = backend_redis(app)
     raw = cast(str | None, r.get(f"{prefix}{kind}:{task_id}"))
     return int(raw) if raw is not None else 0
+
+
+def _read_and_renew(app: Celery, task_id: str) -> tuple[int, int]:
+    """(starts, ends) of ``task_id``, their TTL renewed (one round trip): a letter the drain reads keeps them."""
+    r, prefix = backend_redis(app)
+    ttl = _starts_ttl.get(id(app), STARTS_TTL_SECONDS)
+    keys = (f"{prefix}starts:{task_id}", f"{prefix}ends:{task_id}")
+    pipe = cast(Any, r).pipeline(transaction=False)
+    for key in keys:
+        pipe.get(key)
+    for key in keys:
+        pipe.expire(key, ttl)  # a key that does not exist stays absent
+    raw = cast(list[Any], pipe.execute())
+    return (int(raw[0]) if raw[0] is not None else 0), (int(raw[1]) if raw[1] is not None else 0)
 
 
 def starts_of(app: Celery, task_id: str) -> int:
@@ -361,7 +382,7 @@ def _innocent(app: Celery, message: Message, reasons: tuple[str, ...] = ("delive
     if not task_id or death not in reasons or bound is None or _sent_back(headers) >= SEND_BACK_LIMIT:
         return None
     try:
-        started, ended = starts_of(app, task_id), ends_of(app, task_id)
+        started, ended = _read_and_renew(app, task_id)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise BackendUnavailable(f"the result backend did not answer: {type(exc).__name__}: {exc}") from exc
     if started - ended >= bound:
@@ -396,15 +417,21 @@ def _args_of(message: Message) -> list[Any]:
     return cast(list[Any], first) if isinstance(first, list) else []
 
 
-_told: set[str] = set()
+TOLD_LIMIT = 10_000
+"""How many kept letters ``_told`` remembers (the oldest forgotten first): a letter kept while more than this
+many others were told about since is logged and announced (``dead_letter_kept``) once more."""
+_told: OrderedDict[str, None] = OrderedDict()
 
 
 def _tell_kept(app: Celery, message: Message, why: str) -> None:
     headers = cast(Mapping[str, Any], message.headers or {})
     ident = str(headers.get("id") or message.body)
     if ident in _told:
+        _told.move_to_end(ident)
         return
-    _told.add(ident)
+    _told[ident] = None
+    while len(_told) > TOLD_LIMIT:
+        _told.popitem(last=False)
     log.warning("dead letter %s (%s) kept in the DLQ: %s", headers.get("id"), headers.get("task"), why)
     dead_letter_kept.send(sender=app, headers=dict(headers), args=_args_of(message), why=why)
 
