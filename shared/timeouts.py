@@ -51,7 +51,16 @@ sent after the body (the request's link callbacks and the next step of its
 chain) with a failure envelope, stores that envelope with
 ``backend.mark_as_done``, whose ``on_chord_part_return`` counts the member, so
 the chord body runs, acks the message (``task_acks_late``) and sends
-``task-succeeded``. Its reason is ``time_limit``, apart from ``hard_timeout``: the process was
+``task-succeeded``. The backend calls run on a thread of their own (two threads
+per worker process, ``_settling``), not on the worker's main loop, which would
+otherwise take no message, heartbeat or ack while a backend that hangs uses up
+its socket timeouts and retries (tests/test_backstop_loop.py: the next message
+started 0.10 s after it was sent, 6.1 s before); the ack and the event go back to
+the loop (kombu's ``Hub.call_soon``, which takes a lock in kombu 5.5.4 to 5.7.0).
+An envelope that cannot be stored (the backend's retries used up) is logged and
+its message requeued (``reject(requeue=True)``): it runs again, a whole run
+(same test). A warm shutdown waits for a settling thread that still retries
+(not proven by a run). Its reason is ``time_limit``, apart from ``hard_timeout``: the process was
 killed, no ``finally`` ran and the pool process was replaced; ``attempts`` is
 ``request.retries + 1``. No
 WorkerLostError follows: the job is already settled when its process dies.
@@ -100,6 +109,7 @@ Limits (state them to anyone who relies on it; tests/test_hard_timeout_limits.py
 from __future__ import annotations
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 import logging
 import signal
 import threading
@@ -114,6 +124,7 @@ from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 from celery.worker.state import task_ready
+from kombu.asynchronous import get_event_loop
 
 from shared.envelope import Result, send_next
 
@@ -122,6 +133,9 @@ R = TypeVar("R")
 
 
 logger = logging.getLogger(__name__)
+
+_settling = ThreadPoolExecutor(max_workers=2, thread_name_prefix="backstop")
+"""Where ``BackstopRequest`` talks to the backend, off the worker's main loop."""
 
 
 class HardTimeout(BaseException):
@@ -244,16 +258,39 @@ class BackstopRequest(Request):
             return
         self._time_limit_handled = True
         task_ready(self)
-        context: Any = getattr(self, "_context")  # the task's Context (celery-types does not declare it)
         message = f"TimeLimitExceeded: {self.name} ran past its time_limit of {timeout}s, and its pool process is killed"
         logger.error("%s[%s]: %s", self.name, self.id, message)
-        if not self._outcome_stored():
-            envelope = Result[Any].failure(message, "time_limit", int(context.retries or 0) + 1).to_wire()
-            send_next(self.task.app, context, envelope)  # what the trace would have sent after the body
-            self.task.backend.mark_as_done(self.id, envelope, request=context)  # counts the chord member
-            self.send_event("task-succeeded", result=repr(envelope), runtime=None)
-        if self.task.acks_late:
-            self.acknowledge()
+        hub = get_event_loop()
+        if hub is None:  # no event loop (a worker without one): settle here, on this thread
+            self._settle(message, lambda step: step())
+            return
+        # The backend calls can take its whole retry budget while it is gone: off the worker's main loop. The ack
+        # (or the reject) and the event go back to the loop (kombu's Hub.call_soon takes a lock: thread-safe).
+        _settling.submit(self._settle, message, lambda step: hub.call_soon(step))
+
+    def _settle(self, message: str, on_loop: Callable[[Callable[[], None]], object]) -> None:
+        """Store the envelope unless the pool process stored an outcome; then ack (or, when the store failed,
+        requeue) on the loop."""
+        context: Any = getattr(self, "_context")  # the task's Context (celery-types does not declare it)
+        try:
+            envelope = None
+            if not self._outcome_stored():
+                envelope = Result[Any].failure(message, "time_limit", int(context.retries or 0) + 1).to_wire()
+                send_next(self.task.app, context, envelope)  # what the trace would have sent after the body
+                self.task.backend.mark_as_done(self.id, envelope, request=context)  # counts the chord member
+        except Exception as exc:  # the envelope is not stored: the message runs again (a whole run)
+            logger.error("%s[%s]: time_limit envelope not stored (%s: %s); its message is requeued", self.name,
+                         self.id, type(exc).__name__, exc)
+            on_loop(lambda: self.reject(requeue=True) if self.task.acks_late else None)
+            return
+
+        def settled() -> None:
+            if envelope is not None:
+                self.send_event("task-succeeded", result=repr(envelope), runtime=None)
+            if self.task.acks_late:
+                self.acknowledge()
+
+        on_loop(settled)
 
     def _outcome_stored(self) -> bool:
         """Did the pool process store its own outcome before the kill (the timer can win that race)?"""
