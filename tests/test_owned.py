@@ -222,3 +222,19 @@ def test_a_start_that_fails_twice_says_why_keeps_its_log_and_down_removes_it(
     removed = owned.remove_failed()
     assert "failed" in removed and "redis-t-stale" in removed
     assert not owned.FAILED_DIR.exists() and not stale.exists()
+
+
+@pytest.mark.parametrize("flag", ["--down", "--clean"])
+def test_down_and_clean_remove_a_failed_starts_leftovers(flag: str) -> None:
+    ns = derived(f"failed{flag[2:]}")
+    folder = ROOT / ".lab" / ns / "owned"
+    (folder / "failed" / "redis-x-16400-1").mkdir(parents=True)
+    (folder / "failed" / "redis-x-16400-1" / "redis.log").write_text("boom\n")
+    (folder / "rabbit-y").mkdir(parents=True)
+    (folder / "rabbit-y" / "port").write_text("16500")
+    env = {**os.environ, "RCL_NAMESPACE": ns}
+    said = subprocess.run([sys.executable, "run_all_fms.py", flag], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert said.returncode == 0, said.stdout + said.stderr
+    assert "failed, rabbit-y" in said.stdout, said.stdout
+    assert not (folder / "failed").exists() and not (folder / "rabbit-y").exists()
