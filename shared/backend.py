@@ -138,9 +138,14 @@ def reject_unstored(app: Celery, requeue: bool = False) -> None:
 
     Why: ``celery.app.trace`` stores the result after the body; an error there is a failure outside the
     body, which ``Request.on_failure`` acks (``task_acks_on_failure_or_timeout``, True by default; 5.7:
-    ``task_acks_on_failure``), and which Celery also tries to store as the task's FAILURE: in the pool
-    (``handle_failure``) and in the main process (``Request.on_failure``), each with the backend's retries,
-    so a backend back within them records the member as failed and its chord fails. A ``Reject`` is what
+    ``task_acks_on_failure``), and which Celery also tries to store as the task's FAILURE, with the backend's
+    retries: in the pool (``celery.app.trace``'s ``handle_failure``), and in the main process only when the
+    pool did not report the failure as handled (``Request.on_failure`` calls ``mark_as_failure`` when
+    ``return_ok`` is False, 5.5.3 to 5.7.0, read); so a backend back within those retries records the
+    member as failed and its chord fails. Which of the two stores a failed result store reaches on each
+    version is not proven by a run here (issue 38 reports, from runs not repeated here: the main process
+    stores only when the pool's own store failed too; on 5.5.3 the path is an internal error in the pool;
+    ``task_failure`` is sent on 5.5 and 5.7, not 5.6). A ``Reject`` is what
     ``Request.on_failure`` rejects before anything else, on 5.5 to 5.7, storing nothing: the message goes
     to the queue's dead-letter exchange (FM-3), and ``drain(send_back_rejected=True)`` publishes it again
     once the backend answers. Applied to the app's ``redis://`` backend class (``loader.override_backends``,

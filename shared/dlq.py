@@ -102,10 +102,14 @@ lost worker.
 Deliveries are not attempts, and a body that ended is no crash (FM-7). A poison
 message kills the process that runs it: no ``task_postrun`` follows its start. A
 body that ended (``task_postrun`` fired, whatever the state) and whose message came
-back all the same was not the message's fault: a worker's shutdown cut it (Celery
-5.5+'s cold shutdown, ``celery.worker.consumer.consumer.Consumer.cancel_active_requests``,
-sends the pool process ``TERM_SIGNAME`` through ``Request.cancel``: ``SystemExit`` in the
-body, ``task_postrun`` with ``state=None``), or it finished and its ack was never
+back all the same was not the message's fault: a worker's shutdown cut it (the cold
+shutdown cancels what runs: ``celery.worker.consumer.consumer.Consumer.cancel_all_unacked_requests``
+in Celery 5.5.3, ``Consumer.cancel_active_requests`` in 5.6.3 and 5.7.0, each through
+``Request.cancel``, which sends the pool process billiard's ``TERM_SIGNAME``: SIGTERM, or the
+signal ``REMAP_SIGTERM`` names, SIGQUIT in the lab's workers; ``SystemExit`` in the body,
+``task_postrun`` with ``state=None``; ``Request._announce_cancelled`` also stores RETRY and
+calls ``Task.on_retry``, on 5.5.3 always, on 5.6.3 and 5.7.0 unless called with
+``emit_retry=False``; the functions read, the RETRY not proven by a run), or it finished and its ack was never
 sent (the main process sleeps through the soft wait, then is killed). ``count_starts``
 counts those ends as well (``ends``). With ``send_back=True`` (FM-7) the drain tells an
 innocent letter from a poison one: a letter dead-lettered at its delivery limit

@@ -40,9 +40,11 @@ process records when ``time_limit`` expires. In Celery 5.5 to 5.7 (with billiard
 4.3.2, which all three environments of ``make matrix`` pin), billiard's
 ``TimeoutHandler.on_hard_timeout`` first sets the job's result to
 ``TimeLimitExceeded``, which calls ``Request.on_failure``, then calls
-``Request.on_timeout(soft=False)``, then ``_trywaitkill`` sends the pool process
-SIGTERM, waits 0.1 s and sends SIGKILL (billiard's SIGTERM handler in a pool
-process is Python code, so a process stuck in C dies of the SIGKILL). Celery's
+``Request.on_timeout(soft=False)``, then ``Pool._trywaitkill`` sends the pool process
+billiard's ``TERM_SIGNAL`` (``Popen.terminate``: SIGTERM, or the signal ``REMAP_SIGTERM``
+names, SIGQUIT in the lab's workers), waits 0.1 s and sends SIGKILL (read in billiard
+4.3.2; the pool process's handler for that signal is Python code, so a process stuck in
+C dies of the SIGKILL: FM-6's ``C_HANG`` runs it). Celery's
 ``on_failure`` and ``on_timeout`` each call ``backend.mark_as_failure``, and the
 chord becomes ``ChordError`` (5.7's ``on_timeout`` also runs ``Task.on_failure``
 and the ``task_failure`` signal; 5.6 and 5.7 store nothing there during a cold shutdown).
