@@ -169,9 +169,10 @@ Role = Literal["member", "head", "task"]
 
 STARTS_TTL_SECONDS = 7 * 86_400
 """How long ``count_starts`` remembers a task id's starts and ends after the last start, end or read by the
-drain. The limit: a letter that waits in the DLQ longer than this with no drain pass reading it (every pass
-reads each letter it sees and renews the time) reads 0 starts and 0 ends, so ``send_back=True`` sends it
-back as innocent, up to ``SEND_BACK_LIMIT`` times; run the drain more often than this."""
+drain. ``drain(send_back=True)`` reads them for each letter dead-lettered at its delivery limit
+(``send_back_rejected=True``: for each one rejected) and renews the time. The limit: a letter that waits in the DLQ longer than this with no such read
+reads 0 starts and 0 ends, so it is sent back as innocent, up to ``SEND_BACK_LIMIT`` times; run the drain
+more often than this."""
 _starts_ttl: dict[int, int] = {}
 """Per app (``id``), the TTL ``count_starts`` was given."""
 
