@@ -14,10 +14,11 @@ A Redis key per pipeline, ``<prefix>claim:<pipeline_id>``, moves through two sta
 ``acquire()`` answers:
 
 - ``won``: send now. Also when the claim is already ``claimed:`` by this very task
-  id: RabbitMQ delivers a message again only once the channel that held it is
-  gone, so a second delivery of the owner's own message means the first one
-  died holding the claim (FM-2's ``reject_on_worker_lost`` requeues it at once)
-  and this one resumes it. Without that, the owner's redelivery is turned away by
+  id: RabbitMQ delivers a message again only once its first delivery is over
+  (the channel that held it closed, or the consumer rejected it with requeue, as
+  FM-2's ``reject_on_worker_lost`` does for a pool process that died: AMQP 0-9-1,
+  not proven by a run here), so a second delivery of the owner's own message means
+  the first one died holding the claim, or its connection dropped (below), and this one resumes it. Without that, the owner's redelivery is turned away by
   its own claim ("busy") until the claim expires;
 - ``busy``: someone else is sending: retry shortly, because they may still fail
   and release (``busy_waits``: the wait is spent in the broker, not in the worker). ``policy.busy_retries`` retries of ``policy.poll`` seconds outlast
