@@ -13,7 +13,8 @@ The topology is plain RabbitMQ, declared where the reader sees it (``fm3``):
   worker at start, by a publisher, by the lab's reset), so the two cannot part.
 
 How many deliveries: RabbitMQ 3.x counts every return of the message to the
-queue (Celery returns a lost worker's message with ``basic.reject(requeue=True)``);
+queue (Celery returns a lost worker's message with ``basic.reject(requeue=True)``:
+``Request.on_failure`` with ``task_reject_on_worker_lost``, Celery 5.5.3 to 5.7.0);
 with ``x-delivery-limit = L`` the message is delivered ``L + 1`` times, then
 dead-lettered (G3 measures it on the broker you run: 3 deliveries for L = 2).
 RabbitMQ 4.0 changes the default: every quorum queue gets a delivery limit of 20
@@ -79,7 +80,8 @@ of the DLQ, where the next pass would read it first, and a pass's worth of them
 would keep every newer letter waiting for ever. Only a backend that does not
 answer (``BackendUnavailable``: a Redis connection or timeout error) stops a pass:
 that letter and those behind it stay in the DLQ for the next pass, announced
-once per process on ``dead_letter_kept``.
+once per process on ``dead_letter_kept`` (the process remembers the last ``TOLD_LIMIT``
+letters it announced: one kept longer than that many others is announced again).
 
 The drain as fm3 first had it is still here, for ``--prove``:
 ``chains=False`` finalises chord members only (a poison chain head waits in the
