@@ -2,8 +2,8 @@
 
 RabbitMQ closes a channel whose consumer has held a delivery unacked longer than ``consumer_timeout``
 (30 min by default since 3.8.17), with 406 PRECONDITION_FAILED, and requeues what that channel held
-unacked (RabbitMQ's documentation; the lab's node for scenario 9 shows the 406 and the requeue,
-tests/test_link.py). With ``task_acks_late`` a task holds its message unacked while it runs, so a task
+unacked (RabbitMQ's documentation; tests/test_owned.py runs the 406 on the lab's own node, RabbitMQ
+3.10, and fm9's hard variant, S9 hard, the message coming back). With ``task_acks_late`` a task holds its message unacked while it runs, so a task
 allowed to run longer than ``consumer_timeout`` gets its channel closed under it. Celery cannot learn the
 broker's setting (AMQP does not carry it), so the app states it.
 
@@ -21,8 +21,8 @@ class the task had (``BackstopRequest`` included, which keeps recording the kill
 ``CappedRequest.time_limits`` is what the worker's ``Request.execute_using_pool`` (the one
 ``celery.worker.request.create_request_cls`` builds; Celery 5.5.3, 5.6.3 and 5.7.0) hands the pool as
 the job's hard limit; the worker's own default is read from the ``worker_init`` signal's
-``WorkController.time_limit``. The task's ``time_limit`` attribute is lowered to the cap as well where
-its effective limit (its own, or ``task_time_limit`` where it has none) is higher or unset, so that the
+``WorkController.time_limit`` (claim C22 runs ``task_time_limit``; ``--time-limit`` is read, not
+run). The task's ``time_limit`` attribute is lowered to the cap as well where its effective limit (its own, or ``task_time_limit`` where it has none) is higher or unset, so that the
 messages this process publishes carry the cap too.
 
 Soft limits are not lowered. A task's own ``soft_time_limit`` at or above the cap is dropped (set to
