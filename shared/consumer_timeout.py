@@ -22,8 +22,9 @@ class the task had (``BackstopRequest`` included, which keeps recording the kill
 ``celery.worker.request.create_request_cls`` builds; Celery 5.5.3, 5.6.3 and 5.7.0) hands the pool as
 the job's hard limit; the worker's own default is read from the ``worker_init`` signal's
 ``WorkController.time_limit`` (claim C22 runs ``task_time_limit``; ``--time-limit`` is read, not
-run). The task's ``time_limit`` attribute is lowered to the cap as well where its effective limit (its own, or ``task_time_limit`` where it has none) is higher or unset, so that the
-messages this process publishes carry the cap too.
+run). The task's ``time_limit`` attribute is lowered to the cap as well where its effective limit
+(its own, or ``task_time_limit`` where it has none) is higher or unset, so that the messages this
+process publishes carry the cap too.
 
 Soft limits are not lowered. A task's own ``soft_time_limit`` at or above the cap is dropped (set to
 ``None``), since ``Task.apply_async`` refuses a soft limit above the hard one (Celery 5.5.3 to 5.7.0);
