@@ -32,7 +32,7 @@ def test_a_lower_task_time_limit_is_kept() -> None:
     """Issue 38 item 1: on 5.5.3 and 5.6.3 a task's ``time_limit`` reads None under ``task_time_limit=60``;
     the cap of 900 s must not replace the setting's 60 s."""
     app, p = _app(60)
-    lowered = within_consumer_timeout(app, 1800)
+    lowered = [said for said in within_consumer_timeout(app, 1800) if said.startswith(p)]  # (shared tasks are the app's too)
     assert lowered == [f"{p}long: time_limit 2000 -> 900s"]  # its own 2000 s is what Celery enforces for it
     copied = ("time_limit", "task_time_limit") in Task.from_config  # 5.7.0's, not 5.5.3's or 5.6.3's
     assert app.tasks[p + "plain"].time_limit == (60 if copied else None)
@@ -40,7 +40,7 @@ def test_a_lower_task_time_limit_is_kept() -> None:
 
 def test_a_higher_task_time_limit_is_lowered_and_said_so() -> None:
     app, p = _app(3600)
-    lowered = within_consumer_timeout(app, 1800)
+    lowered = [said for said in within_consumer_timeout(app, 1800) if said.startswith(p)]
     said = "3600" if ("time_limit", "task_time_limit") in Task.from_config else "3600 (task_time_limit)"
     assert lowered == [f"{p}backstop: time_limit {said} -> 900s", f"{p}long: time_limit 2000 -> 900s",
                        f"{p}plain: time_limit {said} -> 900s"]
