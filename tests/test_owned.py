@@ -228,9 +228,9 @@ def test_a_start_that_fails_twice_says_why_keeps_its_log_and_down_removes_it(
 def test_down_and_clean_remove_a_failed_starts_leftovers(flag: str) -> None:
     ns = derived(f"failed{flag[2:]}")
     folder = ROOT / ".lab" / ns / "owned"
-    (folder / "failed" / "redis-x-16400-1").mkdir(parents=True)
+    (folder / "failed" / "redis-x-16400-1").mkdir(parents=True, exist_ok=True)  # (a run on older code left it)
     (folder / "failed" / "redis-x-16400-1" / "redis.log").write_text("boom\n")
-    (folder / "rabbit-y").mkdir(parents=True)
+    (folder / "rabbit-y").mkdir(parents=True, exist_ok=True)
     (folder / "rabbit-y" / "port").write_text("16500")
     env = {**os.environ, "RCL_NAMESPACE": ns}
     said = subprocess.run([sys.executable, "run_all_fms.py", flag], cwd=ROOT, env=env, capture_output=True, text=True,
