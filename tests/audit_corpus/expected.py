@@ -55,6 +55,9 @@ CORPUS: dict[str, Expected] = {
             "acks-late-without-reject-on-worker-lost": "acks late on prefork without reject: an OOM-killed build is acked",
             "eta-without-task-limit": "update_docs_task's autoretry waits 300 s as an ETA message on Redis, no cap",
             "warm-shutdown-only": "acks-late builds of up to an hour and a warm shutdown only: a deploy's SIGKILL cuts them",
+            # added after the first measurement (the fixture's comment named it, the list did not): it lowers the
+            # recall measured on the unchanged audit from 79.2 % to 76.0 %, which found none of it
+            "setting-not-in-this-celery": "CELERY_TASK_SEND_ERROR_EMAILS: no such setting since Celery 4, ignored",
         },
         not_report={
             "retries-exhausted-fail": "results ignored, no chord: Celery's retry semantics restated",
