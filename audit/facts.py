@@ -333,8 +333,9 @@ def _collect(app: Celery[Any], target: str) -> AppFacts:
     conf: Any = app.conf
     settings = {key: conf.get(key) for key in DEFAULTS}
     set_maps = _set_maps(conf)
-    changed = frozenset(k for k in DEFAULTS if any(n in m for m in set_maps for n in _names(conf, k)))
-    raw_set = _unknown(conf, set_maps)
+    read = read_names(conf, set_maps, settings)
+    changed = frozenset(read.values())
+    raw_set = _unknown(conf, set_maps, read)
     unknown = tuple(sorted(raw_set))
     broker = str(conf.broker_url or conf.broker_read_url or "amqp://guest@localhost//")
     backend = str(conf.result_backend or "")
@@ -352,7 +353,7 @@ def _collect(app: Celery[Any], target: str) -> AppFacts:
              if not str(n).startswith("celery.") and _belongs(app, t, fresh)]
     file = _app_file(target)
     setting_lines = _setting_lines(file, target.partition(":")[2] or "app")
-    origins = _origins(app, conf, changed, file, setting_lines, unknown)
+    origins = _origins(app, conf, read, file, setting_lines, unknown)
     scan = scan_code([file, *(t.file for t in tasks)])
     backend_class, guards, requeues = _backend_class(app)
     return AppFacts(
@@ -409,13 +410,54 @@ def pool_kind(value: Any) -> PoolKind:
 
 
 def _names(conf: Any, key: str) -> tuple[str, ...]:
-    """The names Celery looks ``key`` up by in what the app set (``ConfigurationView._to_keys``): under a
-    namespace ``CELERY_TASK_TIME_LIMIT`` then ``task_time_limit``, and the old name (``CELERYD_TASK_TIME_LIMIT``)."""
+    """The names Celery looks ``key`` up by (``ConfigurationView.__getitem__``): under a namespace
+    ``CELERY_TASK_TIME_LIMIT``, then ``task_time_limit``, then the old name (``CELERYD_TASK_TIME_LIMIT``)."""
     to_keys = getattr(conf, "_to_keys", None)
-    if callable(to_keys):
-        return tuple(str(n) for n in cast(tuple[Any, ...], to_keys(key)))
     prefix = str(getattr(conf, "prefix", "") or "")
-    return (f"{prefix}{key.upper()}", key) if prefix else (key,)
+    names: list[str] = ([str(n) for n in cast(tuple[Any, ...], to_keys(key))] if callable(to_keys)
+                        else [f"{prefix}{key.upper()}", key] if prefix else [key])
+    for f in cast(tuple[Any, ...], getattr(conf, "_keys", None) or ()):  # 5.5 and 5.6 add these in __getitem__
+        try:
+            names.append(str(f(key)))
+        except Exception:
+            continue
+    return tuple(dict.fromkeys(names))
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except Exception:
+        return False
+
+
+def _values(m: Any) -> dict[str, Any]:
+    """A settings map's names and values: a ``config_from_object`` source's public attributes, or a dict."""
+    obj = getattr(m, "obj", None)
+    if obj is not None:
+        return {n: getattr(obj, n, None) for n in dir(obj) if not n.startswith("_")}
+    items: dict[Any, Any] = dict(m)
+    return {str(k): v for k, v in items.items()}
+
+
+def read_names(conf: Any, set_maps: list[Any], settings: dict[str, Any]) -> dict[str, str]:
+    """Each name the app set that Celery read, with the setting it gave: a name counts when it is one Celery looks
+    the setting up by and the setting's value as Celery resolved it is that name's. Celery 5.7 maps an old name
+    (CELERY_QUEUES) under a namespace; 5.5 and 5.6 find the plain default first, so there the name is unread."""
+    by_name: dict[str, list[str]] = {}
+    for key in DEFAULTS:
+        for n in _names(conf, key):
+            by_name.setdefault(n, []).append(key)
+    read: dict[str, str] = {}
+    for m in set_maps:
+        for name, value in _values(m).items():
+            if name in read:
+                continue
+            for key in by_name.get(name, []):
+                if _same(settings.get(key), value):
+                    read[name] = key
+                    break
+    return read
 
 
 def _set_maps(conf: Any) -> list[Any]:
@@ -430,24 +472,19 @@ SETTING_GROUPS = frozenset(k.split("_", 1)[0] for k in DEFAULTS) - {"include", "
 settings source that starts with one and is not a setting is one Celery ignores."""
 
 
-def _unknown(conf: Any, set_maps: list[Any]) -> dict[str, Any]:
+def _unknown(conf: Any, set_maps: list[Any], read: dict[str, str]) -> dict[str, Any]:
     """Names the app set that the installed Celery does not read: under a namespace, every name with its prefix
     that maps to no setting (DefectDojo's CELERY_TASK_DEFAULT_EXPIRES); else a lower-case name of a setting's
     group (task_..., worker_...) that is none, or an old upper-case CELERY... name that is none."""
-    known: set[str] = set()
-    for key in DEFAULTS:
-        known.update(_names(conf, key))
     prefix = str(getattr(conf, "prefix", "") or "")
     found: dict[str, Any] = {}
     for m in reversed(set_maps):  # the first map wins, as in Celery's lookups
-        obj = getattr(m, "obj", None)
-        keys: list[str] = [n for n in dir(obj) if not n.startswith("_")] if obj is not None else [str(k) for k in m]
-        for k in keys:
-            if k in known or k == "deprecated_settings":
+        for k, value in _values(m).items():
+            if k in read or k in DEFAULTS or k == "deprecated_settings":
                 continue
             if (k.startswith(prefix) if prefix else
                     (k.islower() and k.split("_", 1)[0] in SETTING_GROUPS) or (k.isupper() and k.startswith("CELERY"))):
-                found[k] = getattr(obj, k, None) if obj is not None else m[k]
+                found[k] = value
     return found
 
 
@@ -464,15 +501,15 @@ def _source_object(app: Celery[Any]) -> Any:
     return src
 
 
-def _origins(app: Celery[Any], conf: Any, changed: frozenset[str], app_file: str | None,
+def _origins(app: Celery[Any], conf: Any, read: dict[str, str], app_file: str | None,
              app_lines: dict[str, int], unknown: tuple[str, ...] = ()) -> dict[str, Origin]:
     """Where each setting the app set was set: the line assigning the name Celery read, in the settings module
     or class ``config_from_object`` was given (read from its source), else in the app's own module."""
     assigned = _assignments(_source_object(app))
     changes = cast(dict[str, Any], dict(getattr(conf, "changes", {}) or {}))
     found: dict[str, Origin] = {}
-    for key in sorted(changed):
-        names = _names(conf, key)
+    for key in sorted(set(read.values())):
+        names = [n for n in _names(conf, key) if read.get(n) == key]
         in_changes = next((n for n in names if n in changes), None)
         if in_changes is not None:
             found[key] = Origin(in_changes, app_file, app_lines.get(key) or app_lines.get(in_changes)

@@ -583,7 +583,20 @@ def check_eta_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding
     if facts.broker_kind == "rabbitmq" and any(q.quorum for q in facts.queues.values()):
         return  # per-consumer QoS: the prefetch stays static (countdown-retry-on-quorum-direct), or native delay
     hits = [t for t in facts.tasks if held_in_worker(facts, t)]
-    if hits:
+    if hits and (facts.celery_minor < (5, 6) or not facts.has_setting("worker_eta_task_limit")):
+        # the exposure is there before 5.6 too; only the cap is missing: said so, with the fix this Celery allows
+        yield Finding(rule, f"Celery {facts.celery_version} has no worker_eta_task_limit (new in 5.6.0): {len(hits)} "
+                      "task(s) with retries held in the worker", (
+                          "Each waiting retry of these tasks is an ETA message the worker holds unacked in memory "
+                          "until it is due, raising its prefetch by one for it (celery.worker.strategy.default: "
+                          "qos.increment_eventually), and this Celery has no setting to cap them: a burst of failing "
+                          "calls grows the worker's memory and prefetch without bound, and past 65,535 kombu turns "
+                          "the prefetch limit off (kombu.common.QoS.set), so the worker takes every message of its "
+                          "queues."), rule.severity, tuple(t.name for t in hits), None, "worker_eta_task_limit",
+                      hits[0].file, hits[0].line,
+                      fix="retries that wait in the broker (shared.retry.transient_retryable(..., wait_in=QUEUE)), or "
+                      "Celery 5.6+ with worker_eta_task_limit at the waiting retries one worker may hold")
+    elif hits:
         yield _setting_finding(facts, rule, "worker_eta_task_limit", hits, (
             "Each waiting retry of these tasks is an ETA message the worker holds unacked in memory until it is due, "
             "raising its prefetch by one for it (celery.worker.strategy.default: qos.increment_eventually) with no cap "
@@ -786,7 +799,7 @@ RULES: tuple[Rule, ...] = (
                "celery.worker.consumer.tasks.Tasks.start (worker_eta_task_limit caps it) and kombu.common.QoS.set "
                "(past 65,535 the limit is turned off); celery#2218, #3267, #9849; no lab run shows the unbounded hold"),
          "worker_eta_task_limit (5.6+) at the waiting retries one worker may hold, or retries that wait in the broker "
-         "(shared.retry.transient_retryable(..., wait_in=QUEUE))", check_eta_limit, since=(5, 6)),
+         "(shared.retry.transient_retryable(..., wait_in=QUEUE))", check_eta_limit),
     Rule("retries-exhausted-fail", "retries that run out fail the task", "case studies severity_batch, cte_ingestion",
          "medium", Proof("severity_batch SB5 write-up, cte_ingestion CT3 write-up",
                          f"{_study('severity_batch')}; {_study('cte_ingestion')}"),

@@ -247,6 +247,8 @@ def test_the_rules_list(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).parent / "reliable-celery-audit"
+    if not script.exists() and sys.prefix != str(ROOT / ".venv"):
+        pytest.skip("a venv the project is not installed in (make matrix's run the tests from the repository)")
     assert script.exists(), "pip install -e . installs reliable-celery-audit ([project.scripts])"
     done = subprocess.run([str(script), "--rules"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "acks-early" in done.stdout

@@ -69,10 +69,15 @@ def test_values_read_from_the_environment_are_marked() -> None:
 
 
 def test_old_names_under_a_namespace_are_read_and_not_reported() -> None:
-    """Taiga's CELERY_QUEUES and BookWyrm's CELERY_DEFAULT_QUEUE are old names Celery maps, namespace or not."""
+    """Taiga's CELERY_QUEUES is an old name: Celery 5.7 maps it under the namespace; 5.5 and 5.6 ignore it, and
+    the audit reports it there (read in each version's conf: celery.utils.collections.ConfigurationView._to_keys)."""
     taiga = facts_of("tests.audit_corpus.taiga.celery:app")
-    assert taiga.origins["task_queues"].name == "CELERY_QUEUES" and set(taiga.queues) == {"tasks", "transient"}
-    assert taiga.unknown_settings == ()
+    if taiga.celery_minor >= (5, 7):
+        assert taiga.origins["task_queues"].name == "CELERY_QUEUES" and set(taiga.queues) == {"tasks", "transient"}
+        assert taiga.unknown_settings == ()
+    else:  # 5.5 and 5.6 read no old name under a namespace: the transient queue is never declared
+        assert "task_queues" not in taiga.origins and set(taiga.queues) == {"tasks"}
+        assert taiga.unknown_settings == ("CELERY_QUEUES",)
     assert "one-queue-per-key-order" not in {f.rule.id for f in run_rules(taiga, Options())}  # task.# promises no order
 
 

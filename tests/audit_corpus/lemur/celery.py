@@ -1,6 +1,8 @@
 """lemur/common/celery.py at 3a3c2c20: make_celery (lines 48-65) builds the app with the broker and backend
 from Flask's config, then updates its conf with the whole of that config (line 54)."""
 
+from __future__ import annotations
+
 from typing import Any
 
 from celery import Celery

@@ -12,14 +12,14 @@ class BuildMaxConcurrencyError(Exception):
     pass
 
 
-class UpdateDocsTask(Task[Any, Any]):  # builds.py:271-284
+class UpdateDocsTask(Task):  # pyright: ignore[reportMissingTypeArgument]  # builds.py:271-284
     autoretry_for = (BuildMaxConcurrencyError,)
     max_retries = DockerBaseSettings.RTD_BUILDS_MAX_RETRIES
     default_retry_delay = DockerBaseSettings.RTD_BUILDS_RETRY_DELAY
     retry_backoff = False
 
 
-class SyncRepositoryTask(Task[Any, Any]):  # builds.py:132-146; its retries are raised in the body (self.retry)
+class SyncRepositoryTask(Task):  # pyright: ignore[reportMissingTypeArgument]  # builds.py:132-146; its retries are raised in the body (self.retry)
     max_retries = 5
     default_retry_delay = 7 * 60
 
