@@ -8,10 +8,16 @@ installed copy against that Celery.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from lab import matrix
+from lab.matrix import Cell, Version
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,3 +53,20 @@ def test_pip_install_of_the_audit_keeps_the_projects_celery(tmp_path: Path) -> N
                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert audited.returncode == 0, audited.stderr
     assert f'"celery": "{celery_before}"' in audited.stdout and '"proj.work"' in audited.stdout
+
+
+def test_make_matrix_runs_the_audit_tests_on_each_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row A1 of make matrix's table: pytest's exit status for the audit's tests, one cell per version."""
+    monkeypatch.setattr(matrix, "ENVS_DIR", tmp_path / "envs")
+    results = tmp_path / "envs" / "results"
+    results.mkdir(parents=True)
+    vs = [Version(n, tmp_path / f"celery-{n}.txt") for n in ("5.5", "5.6")]
+    for v, code in zip(vs, (0, 1)):
+        v.pins.write_text(f"celery=={v.name}.0\n")
+        (results / f"celery-{v.name}-lab.json").write_text(json.dumps({"versions": {}, "runs": []}))
+        (results / f"celery-{v.name}-claims.json").write_text(json.dumps({"claims": []}))
+        (results / f"celery-{v.name}-audit.json").write_text(json.dumps({"exit": code}))
+    table, _ = matrix.collect(vs)
+    a1 = next(r for r in table if r.label == "A1")
+    assert a1.cells["5.5"] == Cell("pass") and a1.cells["5.6"].state == "FAIL"
+    assert {"tests/test_audit_corpus.py", "tests/test_audit_rules.py"} <= set(matrix.AUDIT_TESTS)
