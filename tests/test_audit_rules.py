@@ -64,6 +64,35 @@ def test_the_baseline_app_is_clean() -> None:
     assert audit(make_app()) == []
 
 
+def test_one_finding_per_rule_listing_every_task() -> None:
+    app = redis_app(40, task_time_limit=None)  # acks late on Redis, nothing ends a run: each task is exposed
+
+    @app.task(shared=False)
+    def other() -> None: ...
+
+    found = [f for f in audit(app) if f.rule.id == "visibility-timeout-below-run"]
+    assert len(found) == 1 and set(found[0].tasks) == {f"{__name__}.work", other.name}
+    assert found[0].where.count("task ") == 2
+
+
+def test_an_explicit_default_value_is_set_by_the_app_not_celerys_default() -> None:
+    """Superset's CeleryConfig sets task_acks_late = False: a choice, labelled where it was made."""
+    class Config:
+        task_acks_late = False
+        broker_url = RABBIT
+
+    app: Celery[Any] = Celery(f"audit_t{next(_names)}", set_as_current=False)
+    app.config_from_object(Config)
+
+    @app.task(shared=False)
+    def chosen() -> None: ...
+
+    facts = facts_of(app)
+    assert "task_acks_late" in facts.changed and facts.origins["task_acks_late"].file == __file__
+    early = next(f for f in run_rules(facts, Options()) if f.rule.id == "acks-early")
+    assert "task_acks_late=False (set at" in early.where and "Celery's default" not in early.where
+
+
 def test_every_rule_has_a_proof_or_says_none_and_a_fix() -> None:
     for rule in RULES:
         assert rule.fix and rule.title
@@ -135,8 +164,11 @@ def test_unbounded_redelivery_on_a_quorum_queue_without_a_limit_names_rabbitmq_4
 
 def test_unbounded_redelivery_on_a_redis_broker() -> None:
     found = audit(make_app(broker=REDIS, task_queues=None))
-    assert "kombu's Redis transport has no delivery limit" in next(
-        f.consequence for f in found if f.rule.id == "unbounded-redelivery")
+    f = next(f for f in found if f.rule.id == "unbounded-redelivery")
+    assert "kombu's Redis transport has no delivery limit" in f.consequence
+    assert "(a Redis list)" in f.where and "classic" not in f.where  # no exchange type a Redis list does not have
+    assert "quorum" not in f.fix_here.split(";")[0] and "task_retry_on_worker_lost" in f.fix_here  # a fix Redis has
+    assert "quorum" in f.rule.fix  # the rule's own (RabbitMQ) fix stays for RabbitMQ
 
 
 def test_no_unbounded_redelivery_without_requeue_or_with_a_limit() -> None:
@@ -168,7 +200,9 @@ def test_a_warm_shutdown_only_worker_with_acks_late_tasks() -> None:
     assert len(found) == 1 and found[0].setting == "worker_soft_shutdown_timeout" and found[0].severity == "medium"
     assert found[0].rule.proof.cell == "fm7 S7" and "SIGKILLs it mid-body" in found[0].consequence
     assert len(found[0].tasks) == 1 and found[0].tasks[0].endswith(".work")
-    assert "warm-shutdown-only" not in ids(audit(make_app()))  # a soft shutdown of 1 s
+    assert "warm-shutdown-only" not in ids(audit(make_app()))  # a soft shutdown of 1 s: not a finding, but
+    notes = cannot_tell(facts_of(make_app()), Options())  # whether it applies is REMAP_SIGTERM's, out of sight
+    assert any(n.startswith("warm-shutdown-only:") and "REMAP_SIGTERM=SIGQUIT" in n for n in notes)
     assert "warm-shutdown-only" not in ids(audit(make_app(task_acks_late=False, worker_soft_shutdown_timeout=0)))
 
 
@@ -386,8 +420,21 @@ def test_retries_held_in_the_worker_without_worker_eta_task_limit() -> None:
 def test_retries_that_run_out_fail_the_task() -> None:
     app = make_app()
     name = add_autoretry(app)
-    f = next(f for f in audit(app) if f.rule.id == "retries-exhausted-fail")
-    assert f.tasks == (name,) and "ChordError" in f.consequence
+
+    @app.task(shared=False, autoretry_for=(KeyError,), retry_kwargs={"max_retries": 5}, Request=BackstopRequest)
+    def keyed() -> None: ...
+
+    found = [f for f in audit_as(app, uses_chords=True) if f.rule.id == "retries-exhausted-fail"]
+    assert len(found) == 1 and set(found[0].tasks) == {name, keyed.name} and "ChordError" in found[0].consequence
+    assert f"task {keyed.name} (autoretry_for=KeyError, max_retries=5)" in found[0].where  # retry_kwargs' 5, not 3
+    # no chord in the app's code: a task whose retries run out fails as Celery documents; nothing to restate
+    assert "retries-exhausted-fail" not in ids(audit_as(app, uses_chords=False))
+    quiet = make_app()
+
+    @quiet.task(shared=False, autoretry_for=(KeyError,), ignore_result=True, Request=BackstopRequest)
+    def forgotten() -> None: ...
+
+    assert "retries-exhausted-fail" not in ids(audit_as(quiet, uses_chords=True))  # fire-and-forget
     lab = make_app()
 
     @lab.task(bind=True, shared=False, Request=BackstopRequest)
