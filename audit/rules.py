@@ -400,24 +400,54 @@ def chord_expiry(facts: AppFacts) -> tuple[str, float | None]:
     return "result_expires", seconds(facts.settings.get("result_expires"))
 
 
+def member_bound(facts: AppFacts, t: TaskFacts) -> float | None:
+    """How long one run of ``t`` can take from its first start to its return, by its configuration: every attempt
+    at its time_limit plus every retry's countdown; None when nothing bounds an attempt."""
+    limit = limit_of(facts, t)
+    if limit is None:
+        return None
+    retries = (t.retry_max or 0) if t.autoretry_for else 0
+    return limit * (retries + 1) + retries * (t.retry_countdown or 0.0)
+
+
 def check_chord_expires(facts: AppFacts, options: Options, rule: Rule) -> Iterable[Finding]:
     """The Redis backend renews the chord's keys' expiry at every member's return (5.7's CHORD_PART_RETURN_LUA;
     5.5 and 5.6 expire them in on_chord_part_return's pipeline), so what must stay below the expiry is the
     longest stretch with no return: dispatch to first return (queue wait and countdowns included), or between
-    two returns. Configuration cannot say how long that is: it is --chord-gap's."""
-    if facts.backend_kind not in CHORD_COUNTER_BACKENDS or options.chord_gap is None:
+    two returns. Configuration cannot say how long that is, but it can bound one part of it: a straggler that
+    starts with the others and runs every attempt to its time_limit returns that long after them. Given
+    --chord-gap, the rule compares the expiry with it; else with that bound, where every member has one."""
+    if facts.backend_kind not in CHORD_COUNTER_BACKENDS:
         return
     name, value = chord_expiry(facts)
-    if not value or value >= options.chord_gap:  # 0 or None: never expires
+    if not value:  # 0 or None: never expires
         return
     note = "" if facts.has_setting("result_chord_expires") else " (Celery before 5.7 has no result_chord_expires)"
     file, line = facts.place(name)
-    yield Finding(rule, f"setting {name}={value:g}s ({facts.how(name)}), a chord goes {options.chord_gap:g}s with no "
-                  f"member returning{note}", (
-        f"The Redis backend sets the chord's keys (its size and join counter) to expire {value:g}s ({name}) after "
-        "the last member's return, or after the dispatch before the first: a stretch of "
-        f"{options.chord_gap:g}s with no return outlives them, the members after it find the counter gone, and "
-        "the body never runs."), rule.severity, (), None, name, file, line)
+    if options.chord_gap is not None:
+        if value >= options.chord_gap:
+            return
+        yield Finding(rule, f"setting {name}={value:g}s ({facts.how(name)}), a chord goes {options.chord_gap:g}s with "
+                      f"no member returning{note}", (
+            f"The Redis backend sets the chord's keys (its size and join counter) to expire {value:g}s ({name}) after "
+            "the last member's return, or after the dispatch before the first: a stretch of "
+            f"{options.chord_gap:g}s with no return outlives them, the members after it find the counter gone, and "
+            "the body never runs."), rule.severity, (), None, name, file, line)
+        return
+    if not facts.uses_chords:
+        return
+    bounds = [(t, b) for t in facts.tasks if not t.opt("ignore_result") and (b := member_bound(facts, t)) is not None
+              and b > value]
+    if not bounds:
+        return
+    slow = max(bounds, key=lambda tb: tb[1])
+    parts = "; ".join(f"task {t.name} (up to {b:g}s)" for t, b in bounds)
+    yield Finding(rule, f"setting {name}={value:g}s ({facts.how(name)}) below a member's longest run: {parts}{note}", (
+        f"A chord member of {slow[0].name} can return up to {slow[1]:g}s after it starts (every attempt at its "
+        f"time_limit, and its retries' countdowns), while the Redis backend lets the chord's keys expire {value:g}s "
+        f"({name}) after the last return: a straggler that starts with the others and runs that long finds the "
+        "counter gone when it returns, and the body never runs (queue wait would only add to it)."),
+        rule.severity, tuple(t.name for t, _ in bounds), None, name, file, line)
 
 
 def check_rpc_chords(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:

@@ -604,8 +604,8 @@ def test_no_visibility_rule_on_rabbitmq() -> None:
 def test_chord_outlives_result_expires() -> None:
     """The Redis backend renews the chord's keys at every return: what must stay below the expiry is the longest
     stretch with no return (--chord-gap), not the chord's whole run."""
-    app = make_app(result_expires=8)
-    assert "chord-outlives-result-expires" not in ids(audit(app))  # without --chord-gap, config cannot say
+    app = make_app(result_expires=8, task_time_limit=None)  # no time limit: configuration bounds no stretch
+    assert "chord-outlives-result-expires" not in ids(audit_as(app, uses_chords=True))  # without --chord-gap: says so
     notes = cannot_tell(dataclasses.replace(facts_of(app), uses_chords=True), Options())
     assert any(n.startswith("chord-outlives-result-expires:") and "--chord-gap" in n for n in notes)
     f = next(f for f in audit(app, Options(chord_gap=20)) if f.rule.id == "chord-outlives-result-expires")
@@ -615,6 +615,18 @@ def test_chord_outlives_result_expires() -> None:
     assert "chord-outlives-result-expires" not in ids(audit(make_app(result_expires=0), Options(chord_gap=20)))
     assert "chord-outlives-result-expires" not in ids(audit(make_app(backend="rpc://", result_expires=8),
                                                           Options(chord_gap=20)))  # Redis backend only
+
+
+def test_chord_expiry_against_a_members_longest_run() -> None:
+    """Without --chord-gap, configuration bounds one stretch: a straggler running every attempt to its time_limit."""
+    app = make_app(result_expires=60)
+    name = add_autoretry(app)  # time_limit 30 s, 5 retries with backoff 1..16 s: up to 30 x 6 + 5 x 16 = 260 s
+    found = [f for f in audit_as(app, uses_chords=True) if f.rule.id == "chord-outlives-result-expires"]
+    assert len(found) == 1 and found[0].tasks == (name,) and f"task {name} (up to 260s)" in found[0].where
+    assert "chord-outlives-result-expires" not in ids(audit_as(app, uses_chords=False))  # no chord in the code
+    assert "chord-outlives-result-expires" not in ids(audit_as(make_app(result_expires=600), uses_chords=True))
+    unbounded = make_app(result_expires=60, task_time_limit=None)  # no bound: the rule cannot tell, and says so
+    assert "chord-outlives-result-expires" not in ids(audit_as(unbounded, uses_chords=True))
 
 
 def test_result_chord_expires_decides_where_the_installed_celery_has_it() -> None:
