@@ -535,6 +535,8 @@ def _assignments(obj: Any) -> dict[str, tuple[str, int, bool]]:
     whether the value is read from the environment (``os.environ``, ``getenv``, an ``env(...)`` helper, or
     a name of the same module assigned so, followed a few steps)."""
     found: dict[str, tuple[str, int, bool]] = {}
+    if isinstance(obj, dict):
+        return _dict_assignments(cast(dict[str, Any], obj))
     targets: list[Any] = ([c for c in getattr(obj, "__mro__", ()) if c is not object] if inspect.isclass(obj)
                           else [obj] if inspect.ismodule(obj) else [])
     for target in targets:
@@ -562,6 +564,31 @@ def _assignments(obj: Any) -> dict[str, tuple[str, int, bool]]:
             if name not in found:
                 found[name] = (file, line, value is not None and _reads_env(value, module_tree, 0))
     return found
+
+
+def _dict_assignments(config: dict[str, Any]) -> dict[str, tuple[str, int, bool]]:
+    """A settings dict (Airflow's ``Celery(config_source=DEFAULT_CELERY_CONFIG)``): the module-level name of a module
+    of the project (under the current folder) that holds this very dict, and the line of each key of its literal."""
+    here = Path(os.getcwd()).resolve()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not file or not Path(file).resolve().is_relative_to(here):
+            continue
+        names = [n for n, v in list(vars(module).items()) if v is config]
+        if not names:
+            continue
+        try:
+            tree = ast.parse(Path(file).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        module_tree = _module_tree(module)
+        for stmt in _top_level(tree.body):
+            for name, value in _assigned_names(stmt):
+                if name in names and isinstance(value, ast.Dict):
+                    return {k.value: (file, k.lineno, _reads_env(v, module_tree, 0))
+                            for k, v in zip(value.keys, value.values)
+                            if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    return {}
 
 
 def _module_tree(target: Any) -> dict[str, ast.AST]:

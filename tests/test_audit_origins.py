@@ -127,3 +127,15 @@ def test_the_app_is_found_as_celery_a_finds_it() -> None:
                          ("tests.audit_corpus.lemur", "lemur"), ("tests.audit_corpus.onyx.light",
                                                                  "tests.audit_corpus.onyx.light")):
         assert load_app(target).main == main, target
+
+
+def test_a_settings_dict_given_as_config_source() -> None:
+    """Airflow: Celery(name, config_source=DEFAULT_CELERY_CONFIG); each key's line in the dict literal, marked when
+    its value comes from the environment (Airflow's AIRFLOW__CELERY__... variables)."""
+    facts = facts_of("tests.audit_corpus.airflow.celery_executor_utils:app")
+    module = CORPUS / "airflow" / "default_celery.py"
+    late = facts.origins["task_acks_late"]
+    assert (late.file, late.line, late.environment) == (str(module), line_of(module, '"task_acks_late"'), True)
+    assert facts.origins["event_serializer"].environment is False
+    concurrency = line_of(module, '"worker_concurrency"')
+    assert facts.how("worker_concurrency").endswith(f"default_celery.py:{concurrency}, read from the environment")
