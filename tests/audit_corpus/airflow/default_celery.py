@@ -1,6 +1,8 @@
 """providers/celery/src/airflow/providers/celery/executors/default_celery.py at 00564358, with Airflow's
 ``conf.get(section, key, fallback=...)`` read as the environment variables it falls back to."""
 
+from __future__ import annotations
+
 import os
 
 

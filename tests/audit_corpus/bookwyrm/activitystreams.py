@@ -1,6 +1,8 @@
 """Two of BookWyrm's tasks at db40a61c (bookwyrm/activitystreams.py:600, activitypub/base_activity.py:322),
 declared on bookwyrm.tasks.app as the project does (shared: the worker's app runs them too)."""
 
+from __future__ import annotations
+
 from tests.audit_corpus.bookwyrm.tasks import MISC, STREAMS, app
 
 

@@ -1,5 +1,7 @@
 """BookWyrm's Celery settings (celerywyrm/settings.py at db40a61c), the environment read with the same defaults."""
 
+from __future__ import annotations
+
 import os
 
 _BROKER = os.environ.get("REDIS_BROKER_URL", "redis://:@redis_broker:6379/0")  # settings.py:8-15

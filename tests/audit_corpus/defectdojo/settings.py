@@ -1,6 +1,8 @@
 """DefectDojo's Celery settings (dojo/settings/settings.dist.py at 7cfa159a), the environment read as
 django-environ does it, with the same defaults (settings.dist.py:89-124)."""
 
+from __future__ import annotations
+
 import os
 
 

@@ -1,5 +1,7 @@
 """Two of DefectDojo's tasks at 7cfa159a (dojo/tasks.py:33, dojo/notifications/tasks.py:209), options only."""
 
+from __future__ import annotations
+
 from typing import Any
 
 from tests.audit_corpus.defectdojo.celery import app

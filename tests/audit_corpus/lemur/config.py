@@ -1,5 +1,7 @@
 """docker/src/lemur.conf.py at 3a3c2c20, the keys Celery reads and two it does not (the Flask config holds both)."""
 
+from __future__ import annotations
+
 import os
 from typing import Any
 

@@ -1,5 +1,7 @@
 """Four of Lemur's tasks at 3a3c2c20 (lemur/common/celery.py lines 119, 233, 453, 1029), options only."""
 
+from __future__ import annotations
+
 from tests.audit_corpus.lemur.celery import celery_app
 
 

@@ -1,6 +1,8 @@
 """backend/onyx/background/celery/configs/light.py at a7d66a8b, with the values it takes from configs/base.py
 and onyx/configs/app_configs.py (the environment's defaults)."""
 
+from __future__ import annotations
+
 import os
 
 _REDIS_HOST = os.environ.get("REDIS_HOST") or "localhost"  # app_configs.py:876; base.py:111 builds the URL

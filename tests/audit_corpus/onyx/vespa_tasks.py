@@ -1,5 +1,7 @@
 """Two of the light worker's tasks at a7d66a8b (backend/onyx/background/celery/tasks/vespa/tasks.py), options only."""
 
+from __future__ import annotations
+
 import os
 from typing import Any
 

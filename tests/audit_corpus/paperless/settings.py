@@ -1,5 +1,7 @@
 """paperless-ngx's Celery settings (src/paperless/settings/__init__.py at b0e0e8a3), as Django would hold them."""
 
+from __future__ import annotations
+
 import os
 
 # src/paperless/settings/__init__.py:252 reads PAPERLESS_REDIS; src/paperless/settings/custom.py:38-39 defaults it

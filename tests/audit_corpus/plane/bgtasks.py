@@ -1,6 +1,8 @@
 """Two of Plane's tasks at 4ca6d6c7 (apps/api/plane/bgtasks/email_notification_task.py:46 and :152), plain
 shared tasks; the bodies are stubs."""
 
+from __future__ import annotations
+
 from celery import shared_task
 
 

@@ -1,5 +1,7 @@
 """Plane's Celery settings (apps/api/plane/settings/common.py at 4ca6d6c7)."""
 
+from __future__ import annotations
+
 import os
 
 RABBITMQ_HOST = os.environ.get("RABBITMQ_HOST", "localhost")  # common.py:299

@@ -1,5 +1,7 @@
 """Read the Docs' build tasks at 79371961 (readthedocs/projects/tasks/builds.py), options only."""
 
+from __future__ import annotations
+
 from typing import Any
 
 from celery import Task

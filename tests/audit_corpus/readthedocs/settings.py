@@ -1,5 +1,7 @@
 """Read the Docs' Celery settings as classes (readthedocs/settings/base.py and docker_compose.py at 79371961)."""
 
+from __future__ import annotations
+
 
 class CommunityBaseSettings:  # base.py:37
     RTD_BUILDS_MAX_RETRIES = 25  # base.py:177

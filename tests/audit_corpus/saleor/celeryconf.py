@@ -1,5 +1,7 @@
 """saleor/celeryconf.py at 723cd4eb: the app (line 24) and the namespace (line 26)."""
 
+from __future__ import annotations
+
 from celery import Celery
 
 app = Celery("saleor")

@@ -1,5 +1,7 @@
 """Saleor's Celery settings (saleor/settings.py at 723cd4eb)."""
 
+from __future__ import annotations
+
 import os
 
 CELERY_ACCEPT_CONTENT = ["json"]  # settings.py:624

@@ -1,5 +1,7 @@
 """taiga/celery.py at 3bea7114: the app (line 19) and the namespace (line 20)."""
 
+from __future__ import annotations
+
 from celery import Celery
 
 app = Celery("taiga")

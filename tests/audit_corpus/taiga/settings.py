@@ -1,5 +1,7 @@
 """Taiga's Celery settings (settings/common.py at 3bea7114)."""
 
+from __future__ import annotations
+
 from kombu import Queue
 
 CELERY_BROKER_URL = "amqp://guest:guest@localhost:5672//"  # common.py:51

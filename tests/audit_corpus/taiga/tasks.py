@@ -1,5 +1,7 @@
 """Taiga's export tasks at 3bea7114 (taiga/export_import/tasks.py:31 and :95), options only."""
 
+from __future__ import annotations
+
 from typing import Any
 
 from tests.audit_corpus.taiga.celery import app

@@ -1,5 +1,7 @@
 """Two of wger's tasks at aaba2018 (wger/exercises/tasks.py:44, wger/core/tasks.py:33), no options."""
 
+from __future__ import annotations
+
 from tests.audit_corpus.wger.celery_configuration import app
 
 

@@ -1,6 +1,8 @@
 """paperless-ngx's src/documents/bulk_edit.py at b0e0e8a3: the delete task (line 361) and the chord that
 splits a document (lines 676-681: consume_file members, delete as the body), as a function never called here."""
 
+from __future__ import annotations
+
 from celery import chord, shared_task, signature
 
 

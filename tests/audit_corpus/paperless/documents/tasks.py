@@ -4,6 +4,8 @@ bulk_edit.py:676-681 applies chord(header=[consume_file.s(...) ...], body=delete
 and delete are a chord's member and body.
 """
 
+from __future__ import annotations
+
 from typing import Any
 
 from celery import shared_task

@@ -1,6 +1,8 @@
 """Two of Saleor's tasks at 723cd4eb, options only (saleor/plugins/avatax/tasks.py:15-19 and
 saleor/checkout/tasks.py:207-211); the bodies are stubs."""
 
+from __future__ import annotations
+
 from typing import Any, cast
 
 from tests.audit_corpus.saleor import settings
