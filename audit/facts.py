@@ -36,6 +36,8 @@ import importlib.metadata
 import inspect
 import os
 import sys
+import textwrap
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -66,6 +68,17 @@ POOL_MODULES: dict[str, PoolKind] = {
 
 class AppLoadError(Exception):
     """The app could not be imported or found; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where the app set a setting: the file and line that assign the name Celery read, and whether the
+    value is read from the environment there (so the deployed value may differ from the one audited)."""
+
+    name: str  # the name assigned: CELERY_TASK_TIME_LIMIT under a namespace, task_time_limit, an old name
+    file: str | None
+    line: int | None
+    environment: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,7 @@ class TaskFacts:
     file: str | None
     line: int | None
     retries_held_in_worker: bool = False  # its configured retries are ETA messages (Task.retry(countdown=...))
+    retry_max: int | None = 3  # how many times autoretry_for retries (retry_kwargs' max_retries wins); None: no end
 
     def opt(self, name: str) -> Any:
         o = self.options.get(name)
@@ -142,6 +156,10 @@ class AppFacts:
     backend_guards_store: bool = False  # that class, or a base of the app's own, overrides mark_as_done (FM-8)
     backend_requeues_unstored: bool = False  # the guard rejects with requeue (shared.backend's requeue_unstored)
     pool: PoolKind = "prefork"  # the worker_pool setting, resolved to the Celery pool it is or derives from
+    origins: dict[str, Origin] = field(default_factory=lambda: {})  # setting -> where the app set it
+    uses_chords: bool = False  # a module beside the app's or its tasks' builds a chord (chord(...) or .chord)
+    routes_by_key: bool = False  # such a module sends with a routing key computed per call (routing_key=f"lot.{x}")
+    raw_set: dict[str, Any] = field(default_factory=lambda: {})  # each name of unknown_settings -> the value set
 
     @property
     def celery_minor(self) -> tuple[int, int]:
@@ -155,43 +173,84 @@ class AppFacts:
         """The line of the app's module that sets ``setting``, else the one that makes the app, else 1."""
         return self.setting_lines.get(setting, self.setting_lines.get("", 1))
 
+    def place(self, setting: str) -> tuple[str | None, int]:
+        """The file and line where the app set ``setting`` (its settings module or class, or the app's own
+        module), else the line of the app's module that makes the app."""
+        o = self.origins.get(setting)
+        if o is not None and o.file:
+            return o.file, o.line or 1
+        return self.file, self.line_of(setting)
+
+    def how(self, setting: str) -> str:
+        """``set at settings.py:27, read from the environment`` or ``Celery's default``, for a finding's text."""
+        o = self.origins.get(setting)
+        if o is None:
+            return "set by the app" if setting in self.changed else "Celery's default"
+        where = f" at {_short_path(o.file)}:{o.line}" if o.file and o.line else ""
+        named = f" as {o.name}" if o.name != setting else ""
+        env = ", read from the environment" if o.environment else ""
+        return f"set{named}{where}{env}" if where or env or named else "set by the app"
+
 
 # ---- loading --------------------------------------------------------------------------
 
 
+_FRESH: dict[int, frozenset[str]] = {}
+"""id(app) -> the modules importing it brought in (its tasks' modules among them): see ``_belongs``."""
+
+
 def load_app(target: str) -> Celery[Any]:
-    """Import ``module:attribute`` (or ``module``, whose ``app`` or ``celery`` is taken) with no connection."""
-    module_name, _, attr = target.partition(":")
-    if not module_name:
-        raise AppLoadError(f"{target!r} is no app: give module:attribute, e.g. myproject.celery:app")
+    """Find the app as ``celery -A target`` does (``celery.app.utils.find_app``: ``module:attribute``; or a
+    module, whose ``app``, then ``celery``, then for a package its ``celery`` submodule, then any Celery
+    instance it holds is taken), importing from the current folder, with no connection allowed."""
+    if not target or target.startswith(":"):
+        raise AppLoadError(f"{target!r} is no app: give a module (myproject) or module:attribute (myproject.celery:app)")
+    from celery.app.utils import find_app
+
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `celery -A` does: the project's folder is importable
+    before = set(sys.modules)
+    module_name = target.partition(":")[0]
     with no_connections() as tried:
         try:
-            module = importlib.import_module(module_name)
+            found = cast(object, find_app(target))  # a module or anything else when the name is not an app
         except KeyboardInterrupt:
             raise
-        except BaseException as exc:  # the user's import-time code: say what went wrong, no traceback
-            raise _import_error(module_name, exc, tried) from None
-    names = [attr] if attr else ["app", "celery"]
-    for name in names:
-        found: object = getattr(module, name, None)
-        if isinstance(found, Celery):
-            return cast("Celery[Any]", found)
-    if attr:
-        what = "no attribute" if not hasattr(module, attr) else f"{type(getattr(module, attr)).__name__}, not a Celery app,"
-        raise AppLoadError(f"{module_name} has {what} {attr!r}")
-    raise AppLoadError(f"{module_name} has no Celery app named app or celery: give module:attribute")
+        except BaseException as exc:  # the user's import-time code, or no app: say what went wrong, no traceback
+            raise _import_error(module_name, exc, tried, target) from None
+    if not isinstance(found, Celery):
+        what = type(found).__name__
+        raise AppLoadError(f"{target}: {what}, not a Celery app" if ":" in target or what != "module"
+                           else f"{target} holds no Celery app (celery -A would not find one either)")
+    app = cast("Celery[Any]", found)
+    _FRESH[id(app)] = frozenset(set(sys.modules) - before)
+    return app
 
 
-def _import_error(module_name: str, exc: BaseException, tried: list[object]) -> AppLoadError:
+def _import_error(module_name: str, exc: BaseException, tried: list[object], target: str = "") -> AppLoadError:
     if isinstance(exc, ConnectionRefusedByAudit):
         return AppLoadError(f"importing {module_name} {exc}")
     if tried:  # the refusal, wrapped in an error of the user's client (redis.ConnectionError, ...)
         return AppLoadError(f"importing {module_name} {ConnectionRefusedByAudit(tried[0])} ({type(exc).__name__})")
     if isinstance(exc, ModuleNotFoundError) and exc.name and module_name.startswith(exc.name):
         return AppLoadError(f"cannot import {module_name}: no module named {exc.name!r}")
-    return AppLoadError(f"importing {module_name} raised {type(exc).__name__}: {exc}")
+    if isinstance(exc, AttributeError) and module_name in sys.modules:  # imported, but no app where it looked
+        return AppLoadError(f"{target or module_name}: no Celery app found as celery -A looks for one "
+                            f"({_one_line(exc)}): give module:attribute")
+    return AppLoadError(f"importing {module_name} raised {type(exc).__name__}: {_one_line(exc)}")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _short_path(file: str) -> str:
+    """``file`` relative to the current folder when it is under it (for a finding's text)."""
+    try:
+        return Path(file).resolve().relative_to(Path(os.getcwd()).resolve()).as_posix()
+    except ValueError:
+        return file
 
 
 # ---- reading --------------------------------------------------------------------------
@@ -252,20 +311,32 @@ def collect(app: Celery[Any], target: str) -> AppFacts:
             return _collect(app, target)
         except ConnectionRefusedByAudit as exc:
             raise AppLoadError(f"reading the app {exc}") from None
+        except AppLoadError:
+            raise
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # Celery finalizing the app's tasks, a router, a task class of the user's
+            raise AppLoadError(f"reading the app (finalizing its tasks, queues, routes) raised "
+                               f"{type(exc).__name__}: {_one_line(exc)}") from None
 
 
 def _collect(app: Celery[Any], target: str) -> AppFacts:
+    before = set(sys.modules)
     try:  # what `celery worker` imports before it runs: `imports`, `include`, autodiscovered task modules
         cast(Any, app.loader).import_default_modules()
     except ConnectionRefusedByAudit:
         raise
     except Exception as exc:
         raise AppLoadError(f"importing the app's task modules (imports, include, autodiscover) raised "
-                           f"{type(exc).__name__}: {exc}") from None
+                           f"{type(exc).__name__}: {_one_line(exc)}") from None
+    fresh_tasks = frozenset(set(sys.modules) - before)
     conf: Any = app.conf
     settings = {key: conf.get(key) for key in DEFAULTS}
-    changed = frozenset(str(k) for k in cast(dict[str, Any], dict(conf.changes)))
-    unknown = tuple(sorted(k for k in changed if k not in DEFAULTS and _looks_like_setting(k)))
+    set_maps = _set_maps(conf)
+    read = read_names(conf, set_maps, settings)
+    changed = frozenset(read.values())
+    raw_set = _unknown(conf, set_maps, read)
+    unknown = tuple(sorted(raw_set))
     broker = str(conf.broker_url or conf.broker_read_url or "amqp://guest@localhost//")
     backend = str(conf.result_backend or "")
     amqp = cast(Any, app.amqp)
@@ -276,18 +347,23 @@ def _collect(app: Celery[Any], target: str) -> AppFacts:
                                        str(getattr(ex, "name", "") or ""), str(getattr(ex, "type", "direct") or "direct"),
                                        str(q.routing_key or ""))
     default_queue = str(conf.task_default_queue)
+    fresh = _FRESH.get(id(app), frozenset()) | fresh_tasks
     tasks = [_task(app, amqp, t, settings, changed, default_queue)
              for n, t in sorted(cast(dict[str, Any], dict(app.tasks)).items())
-             if not str(n).startswith("celery.") and _belongs(app, t)]
+             if not str(n).startswith("celery.") and _belongs(app, t, fresh)]
     file = _app_file(target)
+    setting_lines = _setting_lines(file, target.partition(":")[2] or "app")
+    origins = _origins(app, conf, read, file, setting_lines, unknown)
+    scan = scan_code([file, *(t.file for t in tasks)])
     backend_class, guards, requeues = _backend_class(app)
     return AppFacts(
         target=target, main=app.main, celery_version=_version("celery"), kombu_version=_version("kombu"),
         broker_url=broker, broker_kind=broker_kind(broker), backend_url=backend, backend_kind=backend_kind(backend),
         settings=settings, changed=changed, unknown_settings=unknown, queues=queues, default_queue=default_queue,
-        tasks=tasks, file=file, setting_lines=_setting_lines(file, target.partition(":")[2] or "app"),
+        tasks=tasks, file=file, setting_lines=setting_lines,
         backend_class=backend_class, backend_guards_store=guards,
-        backend_requeues_unstored=requeues, pool=pool_kind(settings.get("worker_pool")),
+        backend_requeues_unstored=requeues, pool=pool_kind(settings.get("worker_pool")), origins=origins,
+        uses_chords=scan.chords, routes_by_key=scan.keyed_routing, raw_set=raw_set,
     )
 
 
@@ -333,25 +409,286 @@ def pool_kind(value: Any) -> PoolKind:
     return "other"
 
 
-VERSIONED_SETTINGS = ("result_chord_expires", "task_retry_on_worker_lost", "task_acks_on_failure",
-                      "task_acks_on_timeout", "worker_eta_task_limit", "task_default_queue_type",
-                      "worker_soft_shutdown_timeout", "worker_enable_soft_shutdown_on_idle",
-                      "worker_cancel_long_running_tasks_on_connection_loss", "broker_channel_error_retry",
-                      "worker_detect_quorum_queues")
-"""Settings some Celery 5.x has and another has not: one the app sets that the installed Celery
-lacks is reported (``setting-not-in-this-celery``)."""
+def _names(conf: Any, key: str) -> tuple[str, ...]:
+    """The names Celery looks ``key`` up by (``ConfigurationView.__getitem__``): under a namespace
+    ``CELERY_TASK_TIME_LIMIT``, then ``task_time_limit``, then the old name (``CELERYD_TASK_TIME_LIMIT``)."""
+    to_keys = getattr(conf, "_to_keys", None)
+    prefix = str(getattr(conf, "prefix", "") or "")
+    names: list[str] = ([str(n) for n in cast(tuple[Any, ...], to_keys(key))] if callable(to_keys)
+                        else [f"{prefix}{key.upper()}", key] if prefix else [key])
+    for f in cast(tuple[Any, ...], getattr(conf, "_keys", None) or ()):  # 5.5 and 5.6 add these in __getitem__
+        try:
+            names.append(str(f(key)))
+        except Exception:
+            continue
+    return tuple(dict.fromkeys(names))
 
 
-def _looks_like_setting(key: str) -> bool:
-    return key in VERSIONED_SETTINGS
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except Exception:
+        return False
 
 
-def _belongs(app: Celery[Any], task: Any) -> bool:
+def _values(m: Any) -> dict[str, Any]:
+    """A settings map's names and values: a ``config_from_object`` source's public attributes, or a dict."""
+    obj = getattr(m, "obj", None)
+    if obj is not None:
+        return {n: getattr(obj, n, None) for n in dir(obj) if not n.startswith("_")}
+    items: dict[Any, Any] = dict(m)
+    return {str(k): v for k, v in items.items()}
+
+
+def read_names(conf: Any, set_maps: list[Any], settings: dict[str, Any]) -> dict[str, str]:
+    """Each name the app set that Celery read, with the setting it gave: a name counts when it is one Celery looks
+    the setting up by and the setting's value as Celery resolved it is that name's. Celery 5.7 maps an old name
+    (CELERY_QUEUES) under a namespace; 5.5 and 5.6 find the plain default first, so there the name is unread."""
+    by_name: dict[str, list[str]] = {}
+    for key in DEFAULTS:
+        for n in _names(conf, key):
+            by_name.setdefault(n, []).append(key)
+    read: dict[str, str] = {}
+    for m in set_maps:
+        for name, value in _values(m).items():
+            if name in read:
+                continue
+            for key in by_name.get(name, []):
+                if _same(settings.get(key), value):
+                    read[name] = key
+                    break
+    return read
+
+
+def _set_maps(conf: Any) -> list[Any]:
+    """What the app set, in the order Celery reads it: ``conf.update`` and keyword arguments (``changes``),
+    then the ``config_from_object`` source (a module, a class, Django's settings): every map but the defaults."""
+    maps: list[Any] = list(getattr(conf, "maps", []) or [])
+    return maps[:-1] if len(maps) > 1 else [getattr(conf, "changes", {})]
+
+
+SETTING_GROUPS = frozenset(k.split("_", 1)[0] for k in DEFAULTS) - {"include", "imports", "enable", "timezone"}
+"""The first word of Celery's setting names (task, worker, broker, result, beat, ...): a lower-case name of a
+settings source that starts with one and is not a setting is one Celery ignores."""
+
+
+def _unknown(conf: Any, set_maps: list[Any], read: dict[str, str]) -> dict[str, Any]:
+    """Names the app set that the installed Celery does not read: under a namespace, every name with its prefix
+    that maps to no setting (DefectDojo's CELERY_TASK_DEFAULT_EXPIRES); else a lower-case name of a setting's
+    group (task_..., worker_...) that is none, or an old upper-case CELERY... name that is none."""
+    prefix = str(getattr(conf, "prefix", "") or "")
+    found: dict[str, Any] = {}
+    for m in reversed(set_maps):  # the first map wins, as in Celery's lookups
+        for k, value in _values(m).items():
+            if k in read or k in DEFAULTS or k == "deprecated_settings":
+                continue
+            if (k.startswith(prefix) if prefix else
+                    (k.islower() and k.split("_", 1)[0] in SETTING_GROUPS) or (k.isupper() and k.startswith("CELERY"))):
+                found[k] = value
+    return found
+
+
+def _source_object(app: Celery[Any]) -> Any:
+    """The ``config_from_object`` source: the module or class itself (a name is imported as Celery does)."""
+    src = getattr(app, "_config_source", None)
+    if isinstance(src, str):
+        try:
+            from celery.utils.imports import symbol_by_name
+
+            return symbol_by_name(src)
+        except Exception:
+            return None
+    return src
+
+
+def _origins(app: Celery[Any], conf: Any, read: dict[str, str], app_file: str | None,
+             app_lines: dict[str, int], unknown: tuple[str, ...] = ()) -> dict[str, Origin]:
+    """Where each setting the app set was set: the line assigning the name Celery read, in the settings module
+    or class ``config_from_object`` was given (read from its source), else in the app's own module."""
+    assigned = _assignments(_source_object(app))
+    changes = cast(dict[str, Any], dict(getattr(conf, "changes", {}) or {}))
+    found: dict[str, Origin] = {}
+    for key in sorted(set(read.values())):
+        names = [n for n in _names(conf, key) if read.get(n) == key]
+        in_changes = next((n for n in names if n in changes), None)
+        if in_changes is not None:
+            found[key] = Origin(in_changes, app_file, app_lines.get(key) or app_lines.get(in_changes)
+                                or app_lines.get(""))
+            continue
+        for n in names:
+            if n in assigned:
+                file, line, env = assigned[n]
+                found[key] = Origin(n, file, line, env)
+                break
+    for name in unknown:  # an unread name: where it is assigned, for its finding's location
+        if name in assigned:
+            file, line, env = assigned[name]
+            found[name] = Origin(name, file, line, env)
+        elif name in changes:
+            found[name] = Origin(name, app_file, app_lines.get(name) or app_lines.get(""))
+    return found
+
+
+def _assignments(obj: Any) -> dict[str, tuple[str, int, bool]]:
+    """Each name a settings module or class assigns (for a class, the first class of its MRO that does):
+    its file, the line of its last assignment at the top level (an ``if`` at the top level counts) and
+    whether the value is read from the environment (``os.environ``, ``getenv``, an ``env(...)`` helper, or
+    a name of the same module assigned so, followed a few steps)."""
+    found: dict[str, tuple[str, int, bool]] = {}
+    if isinstance(obj, dict):
+        return _dict_assignments(cast(dict[str, Any], obj))
+    targets: list[Any] = ([c for c in getattr(obj, "__mro__", ()) if c is not object] if inspect.isclass(obj)
+                          else [obj] if inspect.ismodule(obj) else [])
+    for target in targets:
+        try:
+            file = inspect.getsourcefile(target)
+            lines, start = inspect.getsourcelines(target)
+        except (TypeError, OSError):
+            continue
+        if not file:
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+        except SyntaxError:
+            continue
+        offset = max(start, 1) - 1
+        body: list[ast.stmt] = tree.body
+        if inspect.isclass(target) and body and isinstance(body[0], ast.ClassDef):
+            body = body[0].body
+        module_tree = _module_tree(target)
+        own: dict[str, tuple[int, ast.expr | None]] = {}
+        for stmt in _top_level(body):
+            for name, value in _assigned_names(stmt):
+                own[name] = (stmt.lineno + offset, value)
+        for name, (line, value) in own.items():
+            if name not in found:
+                found[name] = (file, line, value is not None and _reads_env(value, module_tree, 0))
+    return found
+
+
+def _dict_assignments(config: dict[str, Any]) -> dict[str, tuple[str, int, bool]]:
+    """A settings dict (Airflow's ``Celery(config_source=DEFAULT_CELERY_CONFIG)``): the module-level name of a module
+    of the project (under the current folder) that holds this very dict, and the line of each key of its literal."""
+    here = Path(os.getcwd()).resolve()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not file or not Path(file).resolve().is_relative_to(here):
+            continue
+        names = [n for n, v in list(vars(module).items()) if v is config]
+        if not names:
+            continue
+        try:
+            tree = ast.parse(Path(file).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        module_tree = _module_tree(module)
+        for stmt in _top_level(tree.body):
+            for name, value in _assigned_names(stmt):
+                if name in names and isinstance(value, ast.Dict):
+                    return {k.value: (file, k.lineno, _reads_env(v, module_tree, 0))
+                            for k, v in zip(value.keys, value.values)
+                            if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    return {}
+
+
+def _module_tree(target: Any) -> dict[str, ast.AST]:
+    """The top-level assignments and functions of ``target``'s module, by name (to follow a name one step)."""
+    module = inspect.getmodule(target)
+    try:
+        tree = ast.parse(inspect.getsource(module)) if module is not None else None
+    except (TypeError, OSError, SyntaxError):
+        tree = None
+    found: dict[str, ast.AST] = {}
+    for stmt in _top_level(tree.body if tree is not None else []):
+        if isinstance(stmt, ast.FunctionDef):
+            found[stmt.name] = stmt
+        for name, value in _assigned_names(stmt):
+            if value is not None:
+                found[name] = value
+    return found
+
+
+def _top_level(body: list[ast.stmt]) -> Iterable[ast.stmt]:
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ast.If | ast.Try | ast.With):
+            for part in (getattr(stmt, "body", []), getattr(stmt, "orelse", []), getattr(stmt, "finalbody", [])):
+                yield from _top_level(cast(list[ast.stmt], part))
+            for handler in getattr(stmt, "handlers", []):
+                yield from _top_level(cast(ast.ExceptHandler, handler).body)
+
+
+def _assigned_names(stmt: ast.stmt) -> list[tuple[str, ast.expr | None]]:
+    if isinstance(stmt, ast.Assign):
+        return [(t.id, stmt.value) for t in stmt.targets if isinstance(t, ast.Name)]
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+        return [(stmt.target.id, stmt.value)]
+    return []
+
+
+ENV_NAMES = frozenset({"environ", "getenv", "env", "environ_get"})
+
+
+def _reads_env(node: ast.AST, module_tree: dict[str, ast.AST], depth: int) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and sub.attr in ENV_NAMES:
+            return True
+        if isinstance(sub, ast.Name):
+            if sub.id in ENV_NAMES:
+                return True
+            follow = module_tree.get(sub.id)
+            if follow is not None and follow is not node and depth < 4 and _reads_env(follow, module_tree, depth + 1):
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class CodeScan:
+    chords: bool
+    keyed_routing: bool
+
+
+def scan_code(files: Iterable[str | None]) -> CodeScan:
+    """What the modules beside the app's and its tasks' (same folders) do with Celery, read from their syntax
+    trees: whether one builds a chord (a call of ``chord``, or of an attribute named so), and whether one sends
+    with a routing key computed per call (``routing_key=`` given an f-string, a format or a concatenation),
+    the case where one queue bound by a wildcard key is asked to keep an order per key."""
+    folders = {Path(f).resolve().parent for f in files if f}
+    chords = keyed = False
+    for folder in sorted(folders):
+        for path in sorted(folder.glob("*.py")):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if "chord" not in text and "routing_key" not in text:
+                continue
+            try:
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call):
+                    continue
+                fn = node.func
+                name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+                chords = chords or name == "chord"
+                keyed = keyed or any(k.arg == "routing_key" and isinstance(k.value, ast.JoinedStr | ast.BinOp | ast.Call)
+                                     for k in node.keywords)
+            if chords and keyed:
+                return CodeScan(True, True)
+    return CodeScan(chords, keyed)
+
+
+def _belongs(app: Celery[Any], task: Any, fresh: frozenset[str] = frozenset()) -> bool:
     """False for a task another app defined: ``@app.task`` is shared by default, and Celery adds a shared
     task to every app finalised in the process (``celery._state.connect_on_app_finalize``). A task whose
-    module holds Celery apps, none of them this one, is that other app's."""
-    module = sys.modules.get(str(getattr(task, "__module__", "")))
-    if module is None:
+    module holds Celery apps, none of them this one, is that other app's, unless loading this app imported
+    that module (``fresh``): then a worker of this app imports it too and runs the task (BookWyrm declares
+    its tasks on a second app, and its worker's app runs them as shared tasks)."""
+    name = str(getattr(task, "__module__", ""))
+    module = sys.modules.get(name)
+    if module is None or name in fresh:
         return True
     apps: list[object] = [v for v in list(vars(module).values()) if isinstance(v, Celery)]
     return not apps or any(a is app for a in apps)
@@ -429,7 +766,7 @@ def _task(app: Celery[Any], amqp: Any, task: Any, settings: dict[str, Any], chan
                      retry_backoff_max=backoff_max, retry_jitter=jitter, retry_countdown=countdown,
                      body_deadline=float(deadline) if isinstance(deadline, int | float) else None,
                      request_class=request_name, request_handles_timeout=handles, file=file, line=line,
-                     retries_held_in_worker=held)
+                     retries_held_in_worker=held, retry_max=autoretry_max(task))
 
 
 def _queue_of(amqp: Any, task: Any, default_queue: str) -> str | None:
@@ -455,14 +792,23 @@ def _countdown(task: Any, autoretry: tuple[str, ...], backoff: float, backoff_ma
     if not autoretry:
         return None
     kwargs = cast(dict[str, Any], getattr(task, "retry_kwargs", {}) or {})
+    limit = autoretry_max(task)
     if backoff:  # celery.app.autoretry: factor * 2**retries (jitter only shortens it), capped at retry_backoff_max
         factor = int(max(1.0, backoff))
-        if task.max_retries is None:
+        if limit is None:
             return backoff_max
-        return float(min(backoff_max, factor * 2 ** max(int(task.max_retries) - 1, 0)))
+        return float(min(backoff_max, factor * 2 ** max(limit - 1, 0)))
     if "countdown" in kwargs:
         return seconds(kwargs["countdown"])
     return seconds(getattr(task, "default_retry_delay", 180))
+
+
+def autoretry_max(task: Any) -> int | None:
+    """How many times autoretry_for retries: ``retry_kwargs['max_retries']`` when given (celery.app.autoretry
+    passes retry_kwargs to Task.retry, whose max_retries argument wins over the task's), else the task's."""
+    kwargs = cast(dict[str, Any], getattr(task, "retry_kwargs", {}) or {})
+    raw = kwargs["max_retries"] if "max_retries" in kwargs else getattr(task, "max_retries", 3)
+    return int(raw) if isinstance(raw, int | float) else None
 
 
 def _request(request: Any) -> tuple[str, bool]:

@@ -13,6 +13,7 @@ named in docs/audit.md); a rule that needs a setting the installed Celery lacks 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -35,10 +36,11 @@ class Proof:
 
 @dataclass(frozen=True)
 class Options:
-    """What the user tells the audit that configuration cannot: how long a chord of theirs runs, and the
+    """What the user tells the audit that configuration cannot: the longest stretch a chord of theirs goes
+    with no member returning (from its dispatch to the first return, or between two returns), and the
     ``consumer_timeout`` of their RabbitMQ (AMQP does not carry it; RabbitMQ's default unless told)."""
 
-    chord_seconds: float | None = None
+    chord_gap: float | None = None  # the longest stretch a chord goes with no member returning
     consumer_timeout: float = RABBITMQ_CONSUMER_TIMEOUT_DEFAULT
 
 
@@ -53,6 +55,11 @@ class Finding:
     setting: str | None = None
     file: str | None = None
     line: int | None = None
+    fix: str | None = None  # the fix on this app's broker, when it is not the rule's
+
+    @property
+    def fix_here(self) -> str:
+        return self.fix or self.rule.fix
 
 
 Check = Callable[[AppFacts, Options, "Rule"], Iterable[Finding]]
@@ -101,33 +108,43 @@ def _claim(test: str) -> str:
 
 def grouped(facts: AppFacts, rule: Rule, hits: list[TaskFacts], option: str, consequence: Callable[[TaskFacts], str],
             severity: Severity | None = None) -> Iterable[Finding]:
-    """One finding per task that set ``option`` itself; one for all that took it from the app's setting or Celery's default."""
-    shared: list[TaskFacts] = []
-    for t in hits:
-        o = t.options.get(option)
-        if o is not None and o.source == "task":
-            yield Finding(rule, f"task {t.name} ({option}={o.value!r})", consequence(t), severity or rule.severity,
-                          (t.name,), t.queue, None, t.file, t.line)
-        else:
-            shared.append(t)
+    """One finding for every task in ``hits``: those that took ``option`` from the app's setting or Celery's
+    default named once, with where the setting was set; each task that set it itself named with its value."""
+    if not hits:
+        return
+    own = [t for t in hits if (o := t.options.get(option)) is not None and o.source == "task"]
+    shared = [t for t in hits if t not in own]
+    parts: list[str] = []
+    setting: str | None = None
+    file: str | None = None
+    line: int | None = None
     if shared:
         o = shared[0].options.get(option) or Option(None, "default")
         setting = o.setting or option
-        how = "set by the app" if o.source == "setting" else "Celery's default"
-        yield Finding(rule, f"setting {setting}={o.value!r} ({how}): {len(shared)} task(s)", consequence(shared[0]),
-                      severity or rule.severity, tuple(t.name for t in shared), None, setting, facts.file,
-                      facts.line_of(setting))
+        parts.append(f"setting {setting}={o.value!r} ({facts.how(setting)}): {len(shared)} task(s)")
+        file, line = facts.place(setting)
+    parts += [f"task {t.name} ({option}={t.opt(option)!r})" for t in own]
+    if file is None and own:
+        file, line = own[0].file, own[0].line
+    yield Finding(rule, "; ".join(parts), consequence((shared or own)[0]), severity or rule.severity,
+                  tuple(t.name for t in [*shared, *own]), None, setting, file, line)
 
 
 def queue_finding(facts: AppFacts, rule: Rule, q: QueueFacts, tasks: list[TaskFacts], consequence: str,
                   severity: Severity | None = None, hints: tuple[str, ...] = ("x-delivery-limit", "task_queues")) -> Finding:
     """A finding on queue ``q``; its line is the first of ``hints`` the app's module names."""
-    line = next((facts.setting_lines[h] for h in hints if h in facts.setting_lines), facts.line_of(""))
-    return Finding(rule, f"queue {q.name} ({_kind(q)}): {len(tasks)} task(s)", consequence, severity or rule.severity,
-                   tuple(t.name for t in tasks), q.name, None, facts.file, line)
+    line = next((facts.setting_lines[h] for h in hints if h in facts.setting_lines), None)
+    file = facts.file
+    if line is None:  # not named in the app's module: where a settings module or class sets it, else the app's line
+        outside = next((h for h in hints if h in facts.origins and facts.origins[h].file not in (None, facts.file)), None)
+        file, line = facts.place(outside) if outside else (facts.file, facts.line_of(""))
+    return Finding(rule, f"queue {q.name} ({_kind(facts, q)}): {len(tasks)} task(s)", consequence,
+                   severity or rule.severity, tuple(t.name for t in tasks), q.name, None, file, line)
 
 
-def _kind(q: QueueFacts) -> str:
+def _kind(facts: AppFacts, q: QueueFacts) -> str:
+    if facts.broker_kind == "redis":
+        return "a Redis list"
     kind = "quorum" if q.quorum else "classic"
     limit = f", x-delivery-limit {q.delivery_limit}" if q.delivery_limit is not None else ""
     return f"{kind}{limit}, {q.exchange_type} exchange"
@@ -138,6 +155,16 @@ def by_queue(facts: AppFacts, tasks: Iterable[TaskFacts]) -> dict[str, list[Task
     for t in tasks:
         found.setdefault(t.queue or facts.default_queue, []).append(t)
     return found
+
+
+def limit_of(facts: AppFacts, t: TaskFacts) -> float | None:
+    """The task's time_limit as its pool applies it: None where the pool drops it (threads, solo, eventlet)."""
+    return None if facts.pool in LIMITLESS_POOLS else seconds(t.opt("time_limit"))
+
+
+def soft_limit_fires(facts: AppFacts) -> bool:
+    """Only the prefork pool sends Celery's soft limit (billiard's SIGUSR1 on its timer)."""
+    return facts.pool == "prefork"
 
 
 def worker_lost_retried(facts: AppFacts, t: TaskFacts) -> bool:
@@ -155,6 +182,11 @@ def check_acks_early(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Findin
 
 
 def check_acks_late_without_reject(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    """Prefork only: on the threads, gevent, eventlet and solo pools a task runs in the worker's own process,
+    so no child dies alone (WorkerLostError): a worker killed whole leaves the message unacked and the
+    broker redelivers it."""
+    if facts.pool != "prefork":  # no child process to lose: a worker killed whole leaves its messages unacked
+        return []
     hits = [t for t in facts.tasks if t.opt("acks_late") and not t.opt("reject_on_worker_lost")
             and not worker_lost_retried(facts, t)]
 
@@ -187,16 +219,24 @@ def _requeued(facts: AppFacts) -> list[TaskFacts]:
 
 
 REQUEUE_HINTS = ("x-delivery-limit", "task_queues", "task_reject_on_worker_lost")
+REDIS_REDELIVERY_FIX = (
+    "a Redis broker counts no deliveries, so the bound is the app's: on Celery 5.7, task_retry_on_worker_lost with "
+    "max_retries in place of reject_on_worker_lost (each death a counted retry, then FAILURE: "
+    "retry-on-worker-lost-fails-chord); or a delivery counter of the task's own, kept where its idempotency claim is "
+    "(FM-4), that records the message as a failed result once it passes a bound; or a RabbitMQ broker with a quorum "
+    "queue's x-delivery-limit and dead-letter exchange (FM-3)")
 
 
 def check_unbounded_redelivery(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
     for name, tasks in sorted(by_queue(facts, _requeued(facts)).items()):
         q = facts.queues.get(name) or QueueFacts(name, {}, name, "direct", name)
         if facts.broker_kind == "redis":
-            yield queue_finding(facts, rule, q, tasks, (
+            f = queue_finding(facts, rule, q, tasks, (
                 "Reject on worker lost requeues a message whose process died, and kombu's Redis transport has no "
                 "delivery limit: a message that kills its process on every delivery is delivered again without end, "
-                "taking a pool slot each time, and its chord never completes."), hints=REQUEUE_HINTS)
+                "taking a pool slot each time" + (", and its chord never completes." if facts.uses_chords else ".")),
+                hints=REQUEUE_HINTS)
+            yield dataclasses.replace(f, fix=REDIS_REDELIVERY_FIX)
         elif facts.broker_kind == "rabbitmq" and q.delivery_limit is None:
             extra = (" (RabbitMQ 4.0 and later give a quorum queue a limit of 20 unless one is set)" if q.quorum
                      else " (a classic queue has no delivery limit)")
@@ -251,31 +291,43 @@ def check_countdown_on_quorum_direct(facts: AppFacts, _: Options, rule: Rule) ->
 
 
 def check_retries_exhausted(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
-    for t in facts.tasks:
-        if t.autoretry_for:
-            yield Finding(rule, f"task {t.name} (autoretry_for={', '.join(t.autoretry_for)}, "
-                          f"max_retries={t.opt('max_retries')})", (
-                              "When its retries run out Celery raises the last error and the task ends FAILURE: "
-                              "as a chord member it fails the chord with ChordError and the body never runs; "
-                              "alone, nothing runs it again and the work is not done."),
-                          rule.severity, (t.name,), t.queue, None, t.file, t.line)
+    """Only where the last failure ends a chord: an app that builds chords, a task whose result is stored. A
+    fire-and-forget task that exhausts its retries fails as Celery documents, which the audit does not restate."""
+    if not facts.uses_chords:
+        return
+    hits = [t for t in facts.tasks if t.autoretry_for and not t.opt("ignore_result")]
+    if not hits:
+        return
+    first = hits[0]
+    yield Finding(rule, "; ".join(f"task {t.name} (autoretry_for={', '.join(t.autoretry_for)}, max_retries={t.retry_max})"
+                                  for t in hits), (
+        "When its retries run out Celery raises the last error and the task is stored FAILURE: as a member of one "
+        "of the app's chords it fails the chord with ChordError and the body never runs."),
+        rule.severity, tuple(t.name for t in hits), first.queue, None, first.file, first.line)
 
 
 # ---- FM-6 -----------------------------------------------------------------------------
 
 
 def check_no_deadline(facts: AppFacts, options: Options, rule: Rule) -> Iterable[Finding]:
-    hits = [t for t in facts.tasks if t.opt("time_limit") is None and t.body_deadline is None]
+    hits = [t for t in facts.tasks if limit_of(facts, t) is None and t.body_deadline is None]
 
     def say(t: TaskFacts) -> str:
-        if t.opt("soft_time_limit") is not None:
+        if t.opt("time_limit") is not None:
+            text = (f"The {facts.pool} pool drops this task's time_limit ({t.opt('time_limit')}s) and nothing else ends "
+                    "a run: a body that hangs pins its slot for as long as it hangs.")
+        elif t.opt("soft_time_limit") is not None and not soft_limit_fires(facts):
+            text = (f"Only a soft_time_limit ({t.opt('soft_time_limit')}s), which the {facts.pool} pool never sends, "
+                    "bounds this task: a body that hangs pins its slot for as long as it hangs.")
+        elif t.opt("soft_time_limit") is not None:
             text = (f"Only Celery's soft_time_limit ({t.opt('soft_time_limit')}s) asks a run of this task to stop, "
                     "and nothing makes it: a body that catches the exception, or spins in C code, pins its pool slot "
-                    "for as long as it runs, and as a chord member it keeps the chord's body from running.")
+                    "for as long as it runs.")
         else:
             text = ("No time_limit or in-body deadline ends a run of this task: a body that hangs (a call with no "
-                    "timeout, a lock never released) pins its pool slot for as long as it hangs, and as a chord member "
-                    "it keeps the chord's body from running.")
+                    "timeout, a lock never released) pins its pool slot for as long as it hangs.")
+        if facts.uses_chords:
+            text += " As a chord member it keeps the chord's body from running."
         if facts.broker_kind == "rabbitmq" and t.opt("acks_late"):  # one root cause: time-limit-above-consumer-timeout
             text += (f" Acks late on RabbitMQ, a run past the broker's consumer_timeout ({options.consumer_timeout:g}s) "
                      "also has its channel closed (406) and its message delivered again (FM-9).")
@@ -285,13 +337,17 @@ def check_no_deadline(facts: AppFacts, options: Options, rule: Rule) -> Iterable
 
 
 def check_time_limit_fails_chord(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
-    hits = [t for t in facts.tasks if t.opt("time_limit") is not None and not t.request_handles_timeout]
+    if not facts.uses_chords:  # FAILURE is what a time limit is for; it costs more only as a chord member
+        return []
+    hits = [t for t in facts.tasks if limit_of(facts, t) is not None and not t.request_handles_timeout]
     return grouped(facts, rule, hits, "time_limit", lambda t: (
         f"When Celery's time_limit ({t.opt('time_limit')}s) kills the process, the task is stored FAILURE "
         "(TimeLimitExceeded): as a chord member it fails the chord with ChordError and the body never runs."))
 
 
 def check_celery_soft_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
+    if not soft_limit_fires(facts):  # pool-cannot-apply-deadlines says the soft limit never fires there
+        return []
     hits = [t for t in facts.tasks if t.opt("soft_time_limit") is not None]
     return grouped(facts, rule, hits, "soft_time_limit", lambda t: (
         f"Celery's soft_time_limit ({t.opt('soft_time_limit')}s) is a signal sent on a timer of the main process: "
@@ -314,10 +370,11 @@ def check_visibility_timeout(facts: AppFacts, _: Options, rule: Rule) -> Iterabl
     visibility = _visibility(facts)
     for t in facts.tasks:
         late = bool(t.opt("acks_late"))
-        limit = seconds(t.opt("time_limit"))
+        limit = limit_of(facts, t)
         countdown = t.retry_countdown or 0.0
         if late and limit is None:
-            yield Finding(rule, f"task {t.name} (acks late, no time_limit; visibility_timeout {visibility:g}s)", (
+            none = "no time_limit" if t.opt("time_limit") is None else f"its time_limit dropped by the {facts.pool} pool"
+            yield Finding(rule, f"task {t.name} (acks late, {none}; visibility_timeout {visibility:g}s)", (
                 f"On a Redis broker a message not acked visibility_timeout ({visibility:g}s) after delivery is "
                 "delivered again: nothing bounds this acks-late task's run, so a run longer than that runs twice, "
                 "at once, in two processes."), "medium", (t.name,), t.queue, "visibility_timeout", t.file, t.line)
@@ -335,19 +392,62 @@ def check_visibility_timeout(facts: AppFacts, _: Options, rule: Rule) -> Iterabl
 CHORD_COUNTER_BACKENDS = ("redis", "rediss", "sentinel")
 
 
-def check_chord_expires(facts: AppFacts, options: Options, rule: Rule) -> Iterable[Finding]:
-    if facts.backend_kind not in CHORD_COUNTER_BACKENDS or options.chord_seconds is None:
-        return
+def chord_expiry(facts: AppFacts) -> tuple[str, float | None]:
+    """The setting that bounds a chord's keys in the Redis backend, and its seconds (None or 0: never expire)."""
     chord = seconds(facts.settings.get("result_chord_expires")) if facts.has_setting("result_chord_expires") else None
-    name, value = ("result_chord_expires", chord) if chord is not None else ("result_expires", seconds(facts.settings.get("result_expires")))
-    if not value or value >= options.chord_seconds:  # 0 or None: never expires
+    if chord is not None:
+        return "result_chord_expires", chord
+    return "result_expires", seconds(facts.settings.get("result_expires"))
+
+
+def member_bound(facts: AppFacts, t: TaskFacts) -> float | None:
+    """How long one run of ``t`` can take from its first start to its return, by its configuration: every attempt
+    at its time_limit plus every retry's countdown; None when nothing bounds an attempt."""
+    limit = limit_of(facts, t)
+    if limit is None:
+        return None
+    retries = (t.retry_max or 0) if t.autoretry_for else 0
+    return limit * (retries + 1) + retries * (t.retry_countdown or 0.0)
+
+
+def check_chord_expires(facts: AppFacts, options: Options, rule: Rule) -> Iterable[Finding]:
+    """The Redis backend renews the chord's keys' expiry at every member's return (5.7's CHORD_PART_RETURN_LUA;
+    5.5 and 5.6 expire them in on_chord_part_return's pipeline), so what must stay below the expiry is the
+    longest stretch with no return: dispatch to first return (queue wait and countdowns included), or between
+    two returns. Configuration cannot say how long that is, but it can bound one part of it: a straggler that
+    starts with the others and runs every attempt to its time_limit returns that long after them. Given
+    --chord-gap, the rule compares the expiry with it; else with that bound, where every member has one."""
+    if facts.backend_kind not in CHORD_COUNTER_BACKENDS:
+        return
+    name, value = chord_expiry(facts)
+    if not value:  # 0 or None: never expires
         return
     note = "" if facts.has_setting("result_chord_expires") else " (Celery before 5.7 has no result_chord_expires)"
-    yield Finding(rule, f"setting {name}={value:g}s, a chord runs {options.chord_seconds:g}s{note}", (
-        f"The chord's state in the result backend (its size and join keys) expires {value:g}s after it is written "
-        f"({name}), and a chord of {options.chord_seconds:g}s can outlive it: a straggling member then finds it "
-        "gone and the body never runs."),
-        rule.severity, (), None, name, facts.file, facts.line_of(name))
+    file, line = facts.place(name)
+    if options.chord_gap is not None:
+        if value >= options.chord_gap:
+            return
+        yield Finding(rule, f"setting {name}={value:g}s ({facts.how(name)}), a chord goes {options.chord_gap:g}s with "
+                      f"no member returning{note}", (
+            f"The Redis backend sets the chord's keys (its size and join counter) to expire {value:g}s ({name}) after "
+            "the last member's return, or after the dispatch before the first: a stretch of "
+            f"{options.chord_gap:g}s with no return outlives them, the members after it find the counter gone, and "
+            "the body never runs."), rule.severity, (), None, name, file, line)
+        return
+    if not facts.uses_chords:
+        return
+    bounds = [(t, b) for t in facts.tasks if not t.opt("ignore_result") and (b := member_bound(facts, t)) is not None
+              and b > value]
+    if not bounds:
+        return
+    slow = max(bounds, key=lambda tb: tb[1])
+    parts = "; ".join(f"task {t.name} (up to {b:g}s)" for t, b in bounds)
+    yield Finding(rule, f"setting {name}={value:g}s ({facts.how(name)}) below a member's longest run: {parts}{note}", (
+        f"A chord member of {slow[0].name} can return up to {slow[1]:g}s after it starts (every attempt at its "
+        f"time_limit, and its retries' countdowns), while the Redis backend lets the chord's keys expire {value:g}s "
+        f"({name}) after the last return: a straggler that starts with the others and runs that long finds the "
+        "counter gone when it returns, and the body never runs (queue wait would only add to it)."),
+        rule.severity, tuple(t.name for t, _ in bounds), None, name, file, line)
 
 
 def check_rpc_chords(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
@@ -355,7 +455,7 @@ def check_rpc_chords(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Findin
         yield Finding(rule, "setting result_backend=rpc://", (
             "Celery refuses chords on the rpc result backend (RPCBackend.ensure_chords_allowed raises "
             "NotImplementedError), so applying a chord, or a group chained to a task, fails."),
-            rule.severity, (), None, "result_backend", facts.file, facts.line_of("result_backend"))
+            rule.severity, (), None, "result_backend", *facts.place("result_backend"))
 
 
 # ---- FM-7 -----------------------------------------------------------------------------
@@ -364,15 +464,16 @@ def check_rpc_chords(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Findin
 def check_warm_shutdown_only(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
     raw = facts.settings.get("worker_soft_shutdown_timeout")
     if isinstance(raw, int | float) and raw > 0:
-        return
+        return  # the soft wait runs on a cold shutdown only: REMAP_SIGTERM decides, which cannot_tell says
     hits = [t for t in facts.tasks if t.opt("acks_late")]
     if hits:
-        yield Finding(rule, f"setting worker_soft_shutdown_timeout={raw!r}: {len(hits)} acks-late task(s)", (
+        file, line = facts.place("worker_soft_shutdown_timeout")
+        yield Finding(rule, f"setting worker_soft_shutdown_timeout={raw!r} "
+                      f"({facts.how('worker_soft_shutdown_timeout')}): {len(hits)} acks-late task(s)", (
             "SIGTERM is Celery's warm shutdown, which waits for every running task however long it runs: a deploy "
             "whose grace period is shorter than a task SIGKILLs it mid-body, so its work is lost and done again, "
             "and every message the worker held goes back, each return counted against a delivery limit."),
-            rule.severity, tuple(t.name for t in hits), None, "worker_soft_shutdown_timeout", facts.file,
-            facts.line_of("worker_soft_shutdown_timeout"))
+            rule.severity, tuple(t.name for t in hits), None, "worker_soft_shutdown_timeout", file, line)
 
 
 # ---- FM-8 -----------------------------------------------------------------------------
@@ -382,8 +483,8 @@ STORE_BACKENDS_EXCLUDED = ("disabled", "rpc")
 
 
 def check_unstored_result(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
-    if facts.backend_kind in STORE_BACKENDS_EXCLUDED:
-        return
+    if facts.backend_kind in STORE_BACKENDS_EXCLUDED or not facts.uses_chords:
+        return  # an unstored result costs a chord its completion; with no chord nothing waits on it that config shows
     stored = [t for t in facts.tasks if t.opt("acks_late") and not t.opt("ignore_result")]
     acked: list[TaskFacts] = []
     rejected: list[TaskFacts] = []
@@ -415,8 +516,8 @@ def check_unstored_result(facts: AppFacts, _: Options, rule: Rule) -> Iterable[F
                           "this task's queue has no dead-letter exchange (or the broker is not RabbitMQ), so the "
                           "message is dropped: its outcome is stored nowhere and nothing runs it again (on such a "
                           "broker, a guard that rejects with requeue keeps it)."),
-                      rule.severity, tuple(t.name for t in dropped), None, "result_backend", facts.file,
-                      facts.line_of("result_backend"))
+                      rule.severity, tuple(t.name for t in dropped), None, "result_backend",
+                      *facts.place("result_backend"))
 
 
 # ---- FM-9 -----------------------------------------------------------------------------
@@ -429,9 +530,8 @@ def _late(facts: AppFacts) -> list[TaskFacts]:
 def _setting_finding(facts: AppFacts, rule: Rule, setting: str, tasks: list[TaskFacts], consequence: str,
                      what: str = "acks-late task(s)") -> Finding:
     value = facts.settings.get(setting)
-    how = "set by the app" if setting in facts.changed else "Celery's default"
-    return Finding(rule, f"setting {setting}={value!r} ({how}): {len(tasks)} {what}", consequence, rule.severity,
-                   tuple(t.name for t in tasks), None, setting, facts.file, facts.line_of(setting))
+    return Finding(rule, f"setting {setting}={value!r} ({facts.how(setting)}): {len(tasks)} {what}", consequence,
+                   rule.severity, tuple(t.name for t in tasks), None, setting, *facts.place(setting))
 
 
 def check_connection_loss(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
@@ -470,9 +570,10 @@ def check_consumer_timeout(facts: AppFacts, options: Options, rule: Rule) -> Ite
     if facts.broker_kind != "rabbitmq":
         return
     timeout = options.consumer_timeout
+    half = timeout / 2
     for t in facts.tasks:
         late = bool(t.opt("acks_late"))
-        limit = seconds(t.opt("time_limit"))
+        limit = limit_of(facts, t)
         countdown = (t.retry_countdown or 0.0) if held_in_worker(facts, t) else 0.0
         if late and limit is None:
             if t.body_deadline is None:
@@ -486,16 +587,21 @@ def check_consumer_timeout(facts: AppFacts, options: Options, rule: Rule) -> Ite
                           "medium", (t.name,), t.queue, "task_time_limit", t.file, t.line)
             continue
         need = (limit if late and limit is not None else 0.0) + countdown
-        if need and need >= timeout:
+        if need and need > half:
             parts = " + ".join(p for p in (f"time_limit {limit:g}s" if late and limit else "",
-                                          f"retry countdown {countdown:g}s" if countdown else "") if p)
+                                          f"retry countdown {countdown:g}s held as an ETA message" if countdown else "")
+                               if p)
+            past = need >= timeout
+            reach = (f"at or past the broker's consumer_timeout ({timeout:g}s)" if past else
+                     f"above half the broker's consumer_timeout ({timeout:g}s), the margin its fix keeps for a retry's "
+                     "wait and the run after it")
             yield Finding(rule, f"task {t.name} ({parts}; consumer_timeout {timeout:g}s)", (
-                f"A message of this task can stay unacked {need:g}s ({parts}: a retry waits for its countdown in the "
-                f"worker, then runs before its ack), at or past the broker's consumer_timeout ({timeout:g}s): RabbitMQ "
-                "closes the worker's channel (406 PRECONDITION_FAILED) and requeues what it held; the worker exits "
-                "unless broker_channel_error_retry, and with it the message runs again while the first run goes on "
-                "(a cancel cannot end a process stuck in C code)."),
-                rule.severity, (t.name,), t.queue, "task_time_limit", t.file, t.line)
+                f"A message of this task can stay unacked {need:g}s ({parts}: an ETA message is held unacked by the "
+                f"worker whether the task acks early or late, and an acks-late run holds its own until it ends), {reach}: "
+                "past the timeout RabbitMQ closes the worker's channel (406 PRECONDITION_FAILED) and requeues what it "
+                "held; the worker exits unless broker_channel_error_retry, and with it the message runs again while "
+                "the first run goes on (a cancel cannot end a process stuck in C code)."),
+                rule.severity if past else "medium", (t.name,), t.queue, "task_time_limit", t.file, t.line)
 
 
 # ---- research: ETA messages held in the worker ------------------------------------------------
@@ -507,7 +613,20 @@ def check_eta_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding
     if facts.broker_kind == "rabbitmq" and any(q.quorum for q in facts.queues.values()):
         return  # per-consumer QoS: the prefetch stays static (countdown-retry-on-quorum-direct), or native delay
     hits = [t for t in facts.tasks if held_in_worker(facts, t)]
-    if hits:
+    if hits and (facts.celery_minor < (5, 6) or not facts.has_setting("worker_eta_task_limit")):
+        # the exposure is there before 5.6 too; only the cap is missing: said so, with the fix this Celery allows
+        yield Finding(rule, f"Celery {facts.celery_version} has no worker_eta_task_limit (new in 5.6.0): {len(hits)} "
+                      "task(s) with retries held in the worker", (
+                          "Each waiting retry of these tasks is an ETA message the worker holds unacked in memory "
+                          "until it is due, raising its prefetch by one for it (celery.worker.strategy.default: "
+                          "qos.increment_eventually), and this Celery has no setting to cap them: a burst of failing "
+                          "calls grows the worker's memory and prefetch without bound, and past 65,535 kombu turns "
+                          "the prefetch limit off (kombu.common.QoS.set), so the worker takes every message of its "
+                          "queues."), rule.severity, tuple(t.name for t in hits), None, "worker_eta_task_limit",
+                      hits[0].file, hits[0].line,
+                      fix="retries that wait in the broker (shared.retry.transient_retryable(..., wait_in=QUEUE)), or "
+                      "Celery 5.6+ with worker_eta_task_limit at the waiting retries one worker may hold")
+    elif hits:
         yield _setting_finding(facts, rule, "worker_eta_task_limit", hits, (
             "Each waiting retry of these tasks is an ETA message the worker holds unacked in memory until it is due, "
             "raising its prefetch by one for it (celery.worker.strategy.default: qos.increment_eventually) with no cap "
@@ -519,6 +638,9 @@ def check_eta_limit(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding
 # ---- FM-6: the pool -----------------------------------------------------------------------
 
 SIGNAL_POOLS = ("threads", "gevent", "eventlet")
+REFUSING_POOLS = ("threads", "gevent")
+"""Pools where @hard_timeout raises RuntimeError on every run (tried with gevent 26.9.0: its greenlets are not
+the main thread as the signal module sees it, exactly as a pool thread is not)."""
 """Pools whose tasks do not each run on a process's main thread: @hard_timeout's SIGALRM is not theirs."""
 LIMITLESS_POOLS = ("threads", "solo", "eventlet")
 """Pools whose on_apply drops Celery's time_limit (celery.concurrency.thread, .solo via base.apply_target, .eventlet)."""
@@ -526,31 +648,33 @@ LIMITLESS_POOLS = ("threads", "solo", "eventlet")
 
 def check_pool_deadlines(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
     pool = facts.pool
-    groups: dict[tuple[bool, bool], list[TaskFacts]] = {}
-    for t in facts.tasks:
-        body = pool in SIGNAL_POOLS and t.body_deadline is not None
-        limit = pool in LIMITLESS_POOLS and t.opt("time_limit") is not None
-        if body or limit:
-            groups.setdefault((body, limit), []).append(t)
+    body_hits = [t for t in facts.tasks if pool in SIGNAL_POOLS and t.body_deadline is not None]
+    limit_hits = [t for t in facts.tasks if pool in LIMITLESS_POOLS and t.opt("time_limit") is not None]
+    soft_hits = [t for t in facts.tasks if pool != "prefork" and pool != "other" and t.opt("soft_time_limit") is not None]
+    if not (body_hits or limit_hits or soft_hits):
+        return
+    said: list[str] = []
+    if body_hits and pool in REFUSING_POOLS:
+        said.append(f"The {pool} pool runs each task off the process's main thread (a thread, or a greenlet), and "
+                    "@hard_timeout refuses to run there (RuntimeError): every run of "
+                    f"{', '.join(t.name for t in body_hits)} fails before its body.")
+    elif body_hits:
+        said.append(f"The {pool} pool runs its tasks as green threads of one process, and @hard_timeout's deadline is "
+                    "that process's one SIGALRM timer and handler: a task that starts replaces the deadline of one still "
+                    "running, and the alarm raises in whatever runs when it fires, not in its task.")
+    if limit_hits:
+        said.append(f"The {pool} pool drops Celery's time_limit (its on_apply ignores the timeout) of "
+                    f"{', '.join(t.name for t in limit_hits)}: nothing kills a run stuck in C code, and a time_limit kept "
+                    "below a broker's consumer_timeout (FM-9) or a Redis visibility timeout does not hold.")
+    if soft_hits:
+        said.append(f"Celery's soft_time_limit is a signal only the prefork pool sends: on the {pool} pool the soft "
+                    f"limit of {', '.join(t.name for t in soft_hits)} never fires.")
+    severity: Severity = "high" if body_hits and pool in REFUSING_POOLS else rule.severity
+    tasks = list(dict.fromkeys(t.name for t in [*body_hits, *limit_hits, *soft_hits]))
     value = facts.settings.get("worker_pool")
-    how = "set by the app" if "worker_pool" in facts.changed else "Celery's default"
-    for (body, limit), tasks in sorted(groups.items(), reverse=True):
-        said: list[str] = []
-        if body and pool == "threads":
-            said.append("The threads pool runs each task on a thread of its executor, and @hard_timeout refuses to "
-                        "run off the main thread (RuntimeError): every run of these tasks fails before its body.")
-        elif body:
-            said.append(f"The {pool} pool runs its tasks as green threads of one process, and @hard_timeout's deadline "
-                        "is that process's one SIGALRM timer and handler: a task that starts replaces the deadline of "
-                        "one still running, and the alarm raises in whatever runs when it fires, not in its task.")
-        if limit:
-            said.append(f"The {pool} pool drops Celery's time_limit (its on_apply ignores the timeout): nothing kills a "
-                        "run stuck in C code, and a time_limit kept below a broker's consumer_timeout (FM-9) does not "
-                        "hold.")
-        severity: Severity = "high" if body and pool == "threads" else rule.severity
-        yield Finding(rule, f"setting worker_pool={value!r} ({how}; a worker's -P overrides it): {len(tasks)} task(s)",
-                      " ".join(said), severity, tuple(t.name for t in tasks), None, "worker_pool", facts.file,
-                      facts.line_of("worker_pool"))
+    file, line = facts.place("worker_pool")
+    yield Finding(rule, f"setting worker_pool={value!r} ({facts.how('worker_pool')}; a worker's -P overrides it): "
+                  f"{len(tasks)} task(s)", " ".join(said), severity, tuple(tasks), None, "worker_pool", file, line)
 
 
 # ---- case study: per-key order ----------------------------------------------------------
@@ -559,6 +683,8 @@ def check_pool_deadlines(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Fi
 def check_per_key_order(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
     concurrency = facts.settings.get("worker_concurrency")
     if facts.broker_kind not in ("rabbitmq", "redis") or (isinstance(concurrency, int) and concurrency == 1):
+        return
+    if not facts.routes_by_key:  # a catch-all binding alone (Taiga's task.#) promises no order per key
         return
     for name, tasks in sorted(by_queue(facts, facts.tasks).items()):
         q = facts.queues.get(name)
@@ -585,11 +711,37 @@ NEW_IN: dict[str, str] = {
 
 
 def check_unknown_settings(facts: AppFacts, _: Options, rule: Rule) -> Iterable[Finding]:
-    for name in facts.unknown_settings:
-        since = NEW_IN.get(name, "a later release")
-        yield Finding(rule, f"setting {name}", (
-            f"Celery {facts.celery_version} has no {name} (new in {since}): it is ignored, and what it was set "
-            "for does not happen."), rule.severity, (), None, name, facts.file, facts.line_of(name))
+    names = [n for n in facts.unknown_settings if not _meant_and_done(facts, n)]
+    if not names:
+        return
+    said: list[str] = []
+    for name in names:
+        meant = _meant(facts, name)
+        since = NEW_IN.get(meant or "")
+        said.append(f"{name} (new in Celery {since})" if since else name)
+    o = facts.origins.get(names[0])
+    file, line = (o.file, o.line) if o is not None and o.file else facts.place(_meant(facts, names[0]) or names[0])
+    yield Finding(rule, f"{len(names)} name(s) Celery {facts.celery_version} does not read: {', '.join(said)}", (
+        f"Celery {facts.celery_version} reads no setting by these names: each is ignored, and what it was set for "
+        "does not happen."), rule.severity, (), None, names[0], file, line)
+
+
+def _meant(facts: AppFacts, name: str) -> str | None:
+    """The setting an unread name looks meant for: its namespace or CELERY prefix dropped, lower-cased."""
+    key = name.lower()
+    for prefix in ("celery_", "celeryd_", "celerybeat_"):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
+    return key if key in NEW_IN or key in facts.settings else None
+
+
+def _meant_and_done(facts: AppFacts, name: str) -> bool:
+    """An unread name whose setting has the same value anyway (Lemur's CELERY_BROKER_URL, also given to Celery()):
+    nothing it was set for is lost."""
+    meant = _meant(facts, name)
+    return (meant is not None and meant != name and meant in facts.settings
+            and facts.settings[meant] == facts.raw_set.get(name))
 
 
 # ---- the catalogue -----------------------------------------------------------------------
@@ -677,7 +829,7 @@ RULES: tuple[Rule, ...] = (
                "celery.worker.consumer.tasks.Tasks.start (worker_eta_task_limit caps it) and kombu.common.QoS.set "
                "(past 65,535 the limit is turned off); celery#2218, #3267, #9849; no lab run shows the unbounded hold"),
          "worker_eta_task_limit (5.6+) at the waiting retries one worker may hold, or retries that wait in the broker "
-         "(shared.retry.transient_retryable(..., wait_in=QUEUE))", check_eta_limit, since=(5, 6)),
+         "(shared.retry.transient_retryable(..., wait_in=QUEUE))", check_eta_limit),
     Rule("retries-exhausted-fail", "retries that run out fail the task", "case studies severity_batch, cte_ingestion",
          "medium", Proof("severity_batch SB5 write-up, cte_ingestion CT3 write-up",
                          f"{_study('severity_batch')}; {_study('cte_ingestion')}"),
@@ -725,10 +877,49 @@ RULES_BY_ID = {r.id: r for r in RULES}
 
 
 def run_rules(facts: AppFacts, options: Options, rules: Iterable[Rule] = RULES) -> list[Finding]:
+    """Every rule's finding on the app: one per rule, listing every task (and queue) it concerns."""
     found: list[Finding] = []
     for rule in rules:
         if rule.since is not None and facts.celery_minor < rule.since:
             continue
-        found.extend(rule.check(facts, options, rule))
+        found.extend(merge(list(rule.check(facts, options, rule))))
     order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
     return sorted(found, key=lambda f: (order[f.severity], f.rule.id, f.where))
+
+
+def merge(findings: list[Finding]) -> list[Finding]:
+    """One rule's findings as one: its most severe first, the others' places and consequences after it."""
+    if len(findings) < 2:
+        return findings
+    order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+    ranked = sorted(findings, key=lambda f: order[f.severity])
+    first = ranked[0]
+    said = list(dict.fromkeys(f.consequence for f in ranked))
+    tasks = tuple(dict.fromkeys(t for f in ranked for t in f.tasks))
+    return [dataclasses.replace(first, where="; ".join(f.where for f in ranked), consequence=" ".join(said),
+                                tasks=tasks)]
+
+
+def cannot_tell(facts: AppFacts, options: Options) -> list[str]:
+    """What the audit cannot tell from configuration, for this app: said beside the findings, never as one."""
+    said: list[str] = []
+    late = [t for t in facts.tasks if t.opt("acks_late")]
+    soft = facts.settings.get("worker_soft_shutdown_timeout")
+    if late and isinstance(soft, int | float) and soft > 0 and facts.celery_minor >= (5, 5):
+        said.append(f"warm-shutdown-only: worker_soft_shutdown_timeout is {soft:g}s, but Celery waits it out only on a "
+                    "cold shutdown, and SIGTERM is one only with REMAP_SIGTERM=SIGQUIT in the worker's environment, which "
+                    "the audit cannot read: without it a deploy's SIGTERM still waits for every running task.")
+    if facts.uses_chords and facts.backend_kind in CHORD_COUNTER_BACKENDS and options.chord_gap is None:
+        name, value = chord_expiry(facts)
+        expiry = f"{value:g}s" if value else "never"
+        said.append(f"chord-outlives-result-expires: the app builds chords on a Redis result backend, whose chord keys "
+                    f"expire {expiry} ({name}) after the last return; how long a chord goes with no member returning "
+                    "(queue wait, countdowns, a straggler) is not configuration: give it with --chord-gap.")
+    if facts.broker_kind == "rabbitmq" and options.consumer_timeout == RABBITMQ_CONSUMER_TIMEOUT_DEFAULT:
+        said.append(f"time-limit-above-consumer-timeout: your RabbitMQ's consumer_timeout is not configuration Celery "
+                    f"reads; RabbitMQ's default ({RABBITMQ_CONSUMER_TIMEOUT_DEFAULT:g}s) was assumed: give yours with "
+                    "--consumer-timeout.")
+    if facts.pool != "prefork" or "worker_pool" not in facts.changed:
+        said.append(f"the pool: the rules read worker_pool ({facts.pool}); a worker started with -P runs another, "
+                    "which the audit cannot see.")
+    return said

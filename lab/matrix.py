@@ -9,7 +9,8 @@ holds their hash), then runs, with that venv's Python, in the caller's namespace
 1. ``run_all_fms.py --prove --include-fm0 --case-studies --json ...``: every FM fixed,
    broken and weak, fm0, and case study 1 fixed and as its write-up has it;
 2. ``pytest`` on ``CLAIMS_TESTS`` with ``RCL_CLAIMS_JSON``: the runs behind the
-   docstrings' claims about Celery (``tests/conftest.py`` says how a claim reports).
+   docstrings' claims about Celery (``tests/conftest.py`` says how a claim reports);
+3. the audit's tests (``AUDIT_TESTS``; no broker needed): row A1, since the audit reads the Celery it runs on.
 
 Then it prints one table: a row per guarantee, symptom and claim (G1..G6, S1..S6, the
 hard variants, SB1..SB6, C1..), a column per version, each cell ``pass``, ``fail`` (the
@@ -56,6 +57,9 @@ STAMP = "rcl-pins.sha256"
 LAB_ARGS = ("--prove", "--include-fm0", "--case-studies", "--jobs", "2")
 """Two runs at once (never two on the same program's code): make matrix within CI's 40 minutes with FM-8 in."""
 CLAIMS_TESTS = ("tests/test_celery_claims.py", "tests/test_stored_members.py")
+AUDIT_TESTS = ("tests/test_audit_rules.py", "tests/test_audit_lab.py", "tests/test_audit_corpus.py",
+               "tests/test_audit_origins.py", "tests/test_audit_accept.py")
+"""The audit's tests (issue 39): the audit reads the installed Celery, so they run on each version too (row A1)."""
 
 State = Literal["pass", "fail", "n/a", "FAIL"]
 
@@ -74,6 +78,7 @@ class Row:
 
 
 TITLES: dict[str, str] = {
+    "A1": "the audit's tests (tests/test_audit_*.py) pass on this Celery",
     "G1": "notify once, chord SUCCESS, all accounted; expired head",
     "G2": "a killed process: doc3 redelivered, ok",
     "G3": "poison dead-lettered at the bound; body; letters parked",
@@ -213,25 +218,28 @@ class Outputs:
     claims: Path  # RCL_CLAIMS_JSON
     lab_log: Path
     claims_log: Path
+    audit: Path  # the audit tests' exit status (JSON)
+    audit_log: Path
 
 
 def outputs(v: Version) -> Outputs:
     base = ENVS_DIR / "results" / f"celery-{v.name}"
     return Outputs(Path(f"{base}-lab.json"), Path(f"{base}-claims.json"), Path(f"{base}-lab.log"),
-                   Path(f"{base}-claims.log"))
+                   Path(f"{base}-claims.log"), Path(f"{base}-audit.json"), Path(f"{base}-audit.log"))
 
 
 def run_version(v: Version, say: Callable[[str], None] = print) -> None:
     """The lab and the claims on ``v``'s Python; their JSON and logs go to ``outputs(v)``."""
     out = outputs(v)
     out.lab.parent.mkdir(parents=True, exist_ok=True)
-    for stale in (out.lab, out.claims):
+    for stale in (out.lab, out.claims, out.audit):
         stale.unlink(missing_ok=True)
     namespace = os.environ.get("RCL_NAMESPACE", "rcl")  # the claims' tests derive theirs from it (tests/namespaces.py)
     env = {**os.environ, "RCL_NAMESPACE": namespace, "RCL_CLAIMS_JSON": str(out.claims), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTHONPATH", None)  # the venv's own packages, not the caller's
     steps = [("lab", [str(v.python), "run_all_fms.py", *LAB_ARGS, "--json", str(out.lab)], out.lab_log),
-             ("claims", [str(v.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *CLAIMS_TESTS], out.claims_log)]
+             ("claims", [str(v.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *CLAIMS_TESTS], out.claims_log),
+             ("audit", [str(v.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *AUDIT_TESTS], out.audit_log)]
     for what, cmd, log in steps:
         started = time.monotonic()
         with log.open("w") as sink:
@@ -239,6 +247,8 @@ def run_version(v: Version, say: Callable[[str], None] = print) -> None:
                                   stdin=subprocess.DEVNULL).returncode
         say(f"celery {v.name}: {what} exited {code} after {time.monotonic() - started:.0f}s "
             f"(output: {log.relative_to(ROOT)})")
+        if what == "audit":
+            out.audit.write_text(json.dumps({"exit": code, "tests": list(AUDIT_TESTS)}) + "\n")
 
 
 # ---- from results to cells (pure) -------------------------------------------------------
@@ -376,6 +386,7 @@ def collect(vs: Sequence[Version]) -> tuple[list[Row], dict[str, str]]:
     titles: dict[str, str] = {}
     headers: dict[str, str] = {}
     labs = {v.name: json.loads(outputs(v).lab.read_text()) for v in vs if outputs(v).lab.exists()}
+    audited = any(outputs(v).audit.exists() for v in vs)  # runs from before the audit's row have none
     known = reported_labels(labs.values())
     for v in vs:
         out = outputs(v)
@@ -393,9 +404,19 @@ def collect(vs: Sequence[Version]) -> tuple[list[Row], dict[str, str]]:
             titles.update(named)
         else:
             cells["claims"] = Cell("FAIL", f"no results: see {shown(out.claims_log)}")
+        if audited:
+            cells["A1"] = audit_cell(out)
         columns[v.name] = cells
         headers[v.name] = f"celery {release}"
     return rows(columns, titles), headers
+
+
+def audit_cell(out: Outputs) -> Cell:
+    """Row A1: the audit's tests on this version (pytest's exit status)."""
+    if not out.audit.exists():
+        return Cell("FAIL", f"no results: see {shown(out.audit_log)}")
+    code = json.loads(out.audit.read_text()).get("exit")
+    return Cell("pass") if code == 0 else Cell("FAIL", f"the audit's tests exited {code}: see {shown(out.audit_log)}")
 
 
 # ---- the command ----------------------------------------------------------------------

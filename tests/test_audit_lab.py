@@ -27,7 +27,8 @@ FMS = ["fm0_naive", "fm1_mid_pipeline_error", "fm2_worker_crash", "fm3_dlq_recon
        "fm9_connection_loss"]
 PIPELINE = ("fetch_document", "parse_document", "notify")
 STUDIES = ["case_studies.severity_batch", "case_studies.bl_ingestion", "case_studies.cte_ingestion"]
-SB_DEADLINE = 20.0  # case_studies/severity_batch/fixed.py: DEADLINE_SECONDS, the run the chord must outlive
+SB_DEADLINE = 20.0  # case_studies/severity_batch/fixed.py: DEADLINE_SECONDS; given as --chord-gap: a straggler member
+# can keep the chord without a return that long (case study 1 stages one), so the chord keys must outlive it
 
 
 def facts_of(module: str) -> AppFacts:
@@ -128,7 +129,7 @@ STATED_LIMITS = {
 
 @pytest.mark.parametrize("study", STUDIES)
 def test_a_write_up_is_flagged_for_its_mistakes_and_its_fixed_program_is_not(study: str) -> None:
-    options = Options(chord_seconds=SB_DEADLINE)
+    options = Options(chord_gap=SB_DEADLINE)
     writeup = findings(f"{study}.writeup", options)
     fixed = findings(f"{study}.fixed", options)
     assert WRITEUP_MISTAKES[study] <= {f.rule.id for f in writeup}
@@ -161,7 +162,7 @@ def test_the_case_studies_fixed_programs_set_fm8s_guard_and_fm9s_settings() -> N
 
 
 def test_the_write_up_cells_are_the_proofs() -> None:
-    found = {f.rule.id: f for f in findings("case_studies.severity_batch.writeup", Options(chord_seconds=SB_DEADLINE))}
+    found = {f.rule.id: f for f in findings("case_studies.severity_batch.writeup", Options(chord_gap=SB_DEADLINE))}
     assert found["chord-outlives-result-expires"].rule.proof.cell == "severity_batch SB6 write-up"
     assert "result_expires=8s" in found["chord-outlives-result-expires"].where
     assert "--case-studies --only severity_batch --prove" in (found["chord-outlives-result-expires"].rule.proof.command or "")
@@ -246,6 +247,8 @@ def test_the_rules_list(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).parent / "reliable-celery-audit"
+    if not script.exists() and sys.prefix != str(ROOT / ".venv"):
+        pytest.skip("a venv the project is not installed in (make matrix's run the tests from the repository)")
     assert script.exists(), "pip install -e . installs reliable-celery-audit ([project.scripts])"
     done = subprocess.run([str(script), "--rules"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "acks-early" in done.stdout
@@ -254,9 +257,13 @@ def test_the_console_script_is_installed() -> None:
 @pytest.mark.parametrize(("source", "says"), [
     (None, "no module named 'nosuchapp_xyz'"),
     ("raise RuntimeError('settings missing')\n", "raised RuntimeError: settings missing"),
-    ("app = 42\n", "int, not a Celery app,"),
+    ("app = 42\n", "int, not a Celery app"),
     ("import socket\nsocket.create_connection(('127.0.0.1', 6379))\n", "tried to connect to ('127.0.0.1', 6379)"),
     ("import redis\nredis.Redis(host='127.0.0.1', port=6379).ping()\n", "tried to connect"),
+    # Celery finalizing the app's tasks calls each task class's bind: an error there is a load failure, exit 2
+    ("from celery import Celery\napp = Celery('x', set_as_current=False)\nclass Bad(app.Task):\n"
+     "    @classmethod\n    def bind(cls, app):\n        raise RuntimeError('bad bind')\n"
+     "@app.task(base=Bad, shared=False)\ndef t(): ...\n", "raised RuntimeError: bad bind"),
 ])
 def test_an_app_that_cannot_be_imported_exits_2_in_one_line(tmp_path: Path, source: str | None, says: str) -> None:
     if source is not None:
@@ -279,7 +286,7 @@ socket.socket.connect = lambda self, address: record(address)
 socket.socket.connect_ex = lambda self, address: record(address)
 socket.create_connection = lambda address, *a, **k: record(address)
 from audit.cli import main
-codes = {t: main([t, "--json", "-o", os.devnull, "--chord-seconds", "20"]) for t in sys.argv[1:]}
+codes = {t: main([t, "--json", "-o", os.devnull, "--chord-gap", "20"]) for t in sys.argv[1:]}
 print(json.dumps({"codes": codes, "tried": tried}))
 """
 

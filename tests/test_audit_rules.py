@@ -13,7 +13,7 @@ from celery.concurrency.thread import TaskPool as ThreadTaskPool
 from kombu import Exchange, Queue
 
 from audit.facts import AppFacts, collect
-from audit.rules import RULES, RULES_BY_ID, Finding, Options, run_rules
+from audit.rules import RULES, RULES_BY_ID, Finding, Options, cannot_tell, run_rules
 from shared.backend import reject_unstored
 from shared.retry import RetryPolicy, transient_retryable
 from shared.timeouts import BackstopRequest, hard_timeout
@@ -51,12 +51,46 @@ def audit(app: Celery[Any], options: Options = Options()) -> list[Finding]:
     return run_rules(facts_of(app), options)
 
 
+def audit_as(app: Celery[Any], options: Options = Options(), **facts: Any) -> list[Finding]:
+    """The audit with some facts read from code set by hand (``uses_chords``, ``routes_by_key``)."""
+    return run_rules(dataclasses.replace(facts_of(app), **facts), options)
+
+
 def ids(findings: list[Finding]) -> set[str]:
     return {f.rule.id for f in findings}
 
 
 def test_the_baseline_app_is_clean() -> None:
     assert audit(make_app()) == []
+
+
+def test_one_finding_per_rule_listing_every_task() -> None:
+    app = redis_app(40, task_time_limit=None)  # acks late on Redis, nothing ends a run: each task is exposed
+
+    @app.task(shared=False)
+    def other() -> None: ...
+
+    found = [f for f in audit(app) if f.rule.id == "visibility-timeout-below-run"]
+    assert len(found) == 1 and set(found[0].tasks) == {f"{__name__}.work", other.name}
+    assert found[0].where.count("task ") == 2
+
+
+def test_an_explicit_default_value_is_set_by_the_app_not_celerys_default() -> None:
+    """Superset's CeleryConfig sets task_acks_late = False: a choice, labelled where it was made."""
+    class Config:
+        task_acks_late = False
+        broker_url = RABBIT
+
+    app: Celery[Any] = Celery(f"audit_t{next(_names)}", set_as_current=False)
+    app.config_from_object(Config)
+
+    @app.task(shared=False)
+    def chosen() -> None: ...
+
+    facts = facts_of(app)
+    assert "task_acks_late" in facts.changed and facts.origins["task_acks_late"].file == __file__
+    early = next(f for f in run_rules(facts, Options()) if f.rule.id == "acks-early")
+    assert "task_acks_late=False (set at" in early.where and "Celery's default" not in early.where
 
 
 def test_every_rule_has_a_proof_or_says_none_and_a_fix() -> None:
@@ -102,11 +136,13 @@ def test_retry_on_worker_lost_is_reported_on_57_only() -> None:
     if facts.celery_minor >= (5, 7):
         assert "retry-on-worker-lost-fails-chord" in ids(run_rules(facts, Options()))
         assert "acks-late-without-reject-on-worker-lost" not in ids(run_rules(facts, Options()))
-    older = dataclasses.replace(facts, celery_version="5.5.3", unknown_settings=("task_retry_on_worker_lost",))
+    older = dataclasses.replace(facts, celery_version="5.5.3", unknown_settings=("task_retry_on_worker_lost",),
+                                raw_set={"task_retry_on_worker_lost": True})
     found = run_rules(older, Options())
     assert "retry-on-worker-lost-fails-chord" not in ids(found)  # nothing reported that 5.5 does not have
     unknown = next(f for f in found if f.rule.id == "setting-not-in-this-celery")
-    assert "Celery 5.5.3 has no task_retry_on_worker_lost (new in 5.7.0)" in unknown.consequence
+    assert unknown.where == "1 name(s) Celery 5.5.3 does not read: task_retry_on_worker_lost (new in Celery 5.7.0)"
+    assert "each is ignored" in unknown.consequence
     assert "retry-on-worker-lost-fails-chord" not in ids(audit(make_app()))
 
 
@@ -128,8 +164,11 @@ def test_unbounded_redelivery_on_a_quorum_queue_without_a_limit_names_rabbitmq_4
 
 def test_unbounded_redelivery_on_a_redis_broker() -> None:
     found = audit(make_app(broker=REDIS, task_queues=None))
-    assert "kombu's Redis transport has no delivery limit" in next(
-        f.consequence for f in found if f.rule.id == "unbounded-redelivery")
+    f = next(f for f in found if f.rule.id == "unbounded-redelivery")
+    assert "kombu's Redis transport has no delivery limit" in f.consequence
+    assert "(a Redis list)" in f.where and "classic" not in f.where  # no exchange type a Redis list does not have
+    assert "quorum" not in f.fix_here.split(";")[0] and "task_retry_on_worker_lost" in f.fix_here  # a fix Redis has
+    assert "quorum" in f.rule.fix  # the rule's own (RabbitMQ) fix stays for RabbitMQ
 
 
 def test_no_unbounded_redelivery_without_requeue_or_with_a_limit() -> None:
@@ -161,7 +200,9 @@ def test_a_warm_shutdown_only_worker_with_acks_late_tasks() -> None:
     assert len(found) == 1 and found[0].setting == "worker_soft_shutdown_timeout" and found[0].severity == "medium"
     assert found[0].rule.proof.cell == "fm7 S7" and "SIGKILLs it mid-body" in found[0].consequence
     assert len(found[0].tasks) == 1 and found[0].tasks[0].endswith(".work")
-    assert "warm-shutdown-only" not in ids(audit(make_app()))  # a soft shutdown of 1 s
+    assert "warm-shutdown-only" not in ids(audit(make_app()))  # a soft shutdown of 1 s: not a finding, but
+    notes = cannot_tell(facts_of(make_app()), Options())  # whether it applies is REMAP_SIGTERM's, out of sight
+    assert any(n.startswith("warm-shutdown-only:") and "REMAP_SIGTERM=SIGQUIT" in n for n in notes)
     assert "warm-shutdown-only" not in ids(audit(make_app(task_acks_late=False, worker_soft_shutdown_timeout=0)))
 
 
@@ -269,9 +310,11 @@ def test_a_time_limit_at_or_above_the_consumer_timeout() -> None:
     found = consumer_timeout(make_app(task_time_limit=3600))
     assert [(f.severity, f.setting) for f in found] == [("high", "task_time_limit")]
     assert "time_limit 3600s; consumer_timeout 1800s" in found[0].where and found[0].rule.proof.cell == "fm9 S9 hard"
-    assert consumer_timeout(make_app(task_time_limit=1800))  # at it: the timer and the kill race
-    assert not consumer_timeout(make_app(task_time_limit=1000))  # RabbitMQ's default, 1800 s
-    assert consumer_timeout(make_app(task_time_limit=1000), seconds=600)  # --consumer-timeout 600
+    assert [f.severity for f in consumer_timeout(make_app(task_time_limit=1800))] == ["high"]  # at it: a race
+    # above half the timeout, the margin the rule's own fix keeps (within_consumer_timeout): medium
+    assert [f.severity for f in consumer_timeout(make_app(task_time_limit=1000))] == ["medium"]
+    assert not consumer_timeout(make_app(task_time_limit=900))  # half RabbitMQ's default, 1800 s: the fix's value
+    assert [f.severity for f in consumer_timeout(make_app(task_time_limit=1000), seconds=600)] == ["high"]
     assert not consumer_timeout(make_app(broker=REDIS, task_queues=None, task_time_limit=3600))  # RabbitMQ's
 
 
@@ -299,14 +342,17 @@ def test_an_in_body_deadline_without_a_time_limit_cannot_end_c_code() -> None:
 def test_a_retry_countdown_held_in_the_worker_counts_against_the_consumer_timeout() -> None:
     app = make_app()  # a quorum queue through a direct exchange: Celery holds the retry in the worker
     name = add_autoretry(app)  # backoff 1, 2, 4, 8, 16 s
-    found = consumer_timeout(app, seconds=40)
-    assert [f.tasks for f in found] == [(name,)] and "time_limit 30s + retry countdown 16s" in found[0].where
+    found = consumer_timeout(app, seconds=40)  # `work` too: its 30 s time_limit is above half of 40
+    assert [f.severity for f in found] == ["high"] and name in found[0].tasks
+    assert f"task {name} (time_limit 30s + retry countdown 16s held as an ETA message" in found[0].where
+    assert [(f.tasks, f.severity) for f in consumer_timeout(app, 80)] == [((name,), "medium")]
     topic = make_app(task_queues=[Queue("q", Exchange("q", type="topic"), routing_key="q", queue_arguments=QUORUM)])
     add_autoretry(topic)  # native delayed delivery: the broker holds the retry
-    assert not consumer_timeout(topic, seconds=40)
+    assert not consumer_timeout(topic, seconds=80)  # 30 s of time_limit alone, below half of 80
     early = make_app(task_acks_late=False, task_queues=[Queue("q", Exchange("q"), routing_key="q")])
-    name = add_autoretry(early)  # acked when it runs, but held unacked until its countdown is due
-    assert [f.tasks for f in consumer_timeout(early, seconds=16)] == [(name,)]
+    name = add_autoretry(early)  # acks early, but an ETA message is held unacked until its countdown is due
+    found = consumer_timeout(early, seconds=16)
+    assert [(f.tasks, f.severity) for f in found] == [((name,), "high")] and "time_limit" not in found[0].where
 
 
 # ---- FM-5 ------------------------------------------------------------------------------------
@@ -338,17 +384,20 @@ def test_retries_held_in_the_worker_without_worker_eta_task_limit() -> None:
     app = make_app(task_queues=CLASSIC)
     name = add_autoretry(app)
     facts = facts_of(app)
-    if facts.celery_minor < (5, 6):  # 5.5 has no worker_eta_task_limit: nothing to report
-        assert "eta-without-task-limit" not in ids(run_rules(facts, Options()))
-        return
     f = next(f for f in run_rules(facts, Options()) if f.rule.id == "eta-without-task-limit")
     assert f.tasks == (name,) and f.setting == "worker_eta_task_limit" and f.rule.proof.cell is None
     assert "65,535" in f.consequence
-    older = dataclasses.replace(facts, celery_version="5.5.3")
-    assert "eta-without-task-limit" not in ids(run_rules(older, Options()))  # the rule is 5.6's
+    # 5.5 holds the retries the same way but has no cap to set: reported, with the fix 5.5 allows
+    older = next(f for f in run_rules(dataclasses.replace(facts, celery_version="5.5.3"), Options())
+                 if f.rule.id == "eta-without-task-limit")
+    assert older.where.startswith("Celery 5.5.3 has no worker_eta_task_limit (new in 5.6.0)") and older.tasks == (name,)
+    assert older.fix_here.startswith("retries that wait in the broker")
     capped = make_app(task_queues=CLASSIC, worker_eta_task_limit=100)
     add_autoretry(capped)
-    assert "eta-without-task-limit" not in ids(audit(capped))
+    if facts.celery_minor >= (5, 6):
+        assert "eta-without-task-limit" not in ids(audit(capped))
+    else:  # 5.5 reads no worker_eta_task_limit: the cap is an unread name, and the retries are still held
+        assert {"eta-without-task-limit", "setting-not-in-this-celery"} <= ids(audit(capped))
     quorum = make_app()  # per-consumer QoS: the prefetch stays static (countdown-retry-on-quorum-direct's case)
     add_autoretry(quorum)
     assert "eta-without-task-limit" not in ids(audit(quorum))
@@ -371,8 +420,21 @@ def test_retries_held_in_the_worker_without_worker_eta_task_limit() -> None:
 def test_retries_that_run_out_fail_the_task() -> None:
     app = make_app()
     name = add_autoretry(app)
-    f = next(f for f in audit(app) if f.rule.id == "retries-exhausted-fail")
-    assert f.tasks == (name,) and "ChordError" in f.consequence
+
+    @app.task(shared=False, autoretry_for=(KeyError,), retry_kwargs={"max_retries": 5}, Request=BackstopRequest)
+    def keyed() -> None: ...
+
+    found = [f for f in audit_as(app, uses_chords=True) if f.rule.id == "retries-exhausted-fail"]
+    assert len(found) == 1 and set(found[0].tasks) == {name, keyed.name} and "ChordError" in found[0].consequence
+    assert f"task {keyed.name} (autoretry_for=KeyError, max_retries=5)" in found[0].where  # retry_kwargs' 5, not 3
+    # no chord in the app's code: a task whose retries run out fails as Celery documents; nothing to restate
+    assert "retries-exhausted-fail" not in ids(audit_as(app, uses_chords=False))
+    quiet = make_app()
+
+    @quiet.task(shared=False, autoretry_for=(KeyError,), ignore_result=True, Request=BackstopRequest)
+    def forgotten() -> None: ...
+
+    assert "retries-exhausted-fail" not in ids(audit_as(quiet, uses_chords=True))  # fire-and-forget
     lab = make_app()
 
     @lab.task(bind=True, shared=False, Request=BackstopRequest)
@@ -426,12 +488,13 @@ def pool_findings(pool: object) -> tuple[list[Finding], str]:
 
 def test_a_pool_where_hard_timeout_cannot_run() -> None:
     found, bounded = pool_findings("threads")
-    assert [(f.severity, f.setting) for f in found] == [("high", "worker_pool"), ("medium", "worker_pool")]
+    assert [(f.severity, f.setting) for f in found] == [("high", "worker_pool")]  # one finding, every task in it
     assert bounded in found[0].tasks and "RuntimeError" in found[0].consequence  # and its time_limit (30 s) dropped
-    assert "drops Celery's time_limit" in found[0].consequence and found[1].tasks[0].endswith(".work")
+    assert "drops Celery's time_limit" in found[0].consequence and any(t.endswith(".work") for t in found[0].tasks)
     assert found[0].rule.proof.cell is None and "-P overrides it" in found[0].where
-    assert [f.severity for f in pool_findings(f"{__name__}:OwnThreads")[0]] == ["high", "medium"]
-    assert [f.severity for f in pool_findings(OwnThreads)[0]] == ["high", "medium"]  # a class, not a name
+    assert "worker_pool='threads' (set by the app;" in found[0].where  # not "Celery's default"
+    assert [f.severity for f in pool_findings(f"{__name__}:OwnThreads")[0]] == ["high"]
+    assert [f.severity for f in pool_findings(OwnThreads)[0]] == ["high"]  # a class, not a name
 
 
 def test_hard_timeout_refuses_a_thread_of_its_own() -> None:
@@ -458,9 +521,11 @@ def test_hard_timeout_refuses_a_thread_of_its_own() -> None:
 
 def test_green_pools_and_solo() -> None:
     found, bounded = pool_findings("gevent")  # not imported: gevent is not installed here
-    assert [(f.tasks, f.severity) for f in found] == [((bounded,), "medium")] and "SIGALRM" in found[0].consequence
-    eventlet, _ = pool_findings("eventlet")  # and eventlet's on_apply drops time_limit too
-    assert len(eventlet) == 2 and "drops Celery's time_limit" in eventlet[0].consequence
+    # under gevent @hard_timeout raises RuntimeError on every run, as on threads (gevent 26.9.0): the same severity
+    assert [(f.tasks, f.severity) for f in found] == [((bounded,), "high")] and "RuntimeError" in found[0].consequence
+    eventlet, _ = pool_findings("eventlet")  # green threads sharing SIGALRM; and eventlet's on_apply drops time_limit
+    assert len(eventlet) == 1 and "drops Celery's time_limit" in eventlet[0].consequence
+    assert "SIGALRM" in eventlet[0].consequence
     solo, _ = pool_findings("solo")  # the body runs on the main thread: @hard_timeout works; time_limit does not
     assert len(solo) == 1 and len(solo[0].tasks) == 2 and "SIGALRM" not in solo[0].consequence
     for prefork in ("prefork", "processes", "lab.pool:LabPool"):
@@ -473,6 +538,41 @@ def test_celery_soft_time_limit() -> None:
     f = next(f for f in found if f.rule.id == "celery-soft-time-limit")
     assert f.setting == "task_soft_time_limit" and f.rule.proof.cell == "fm6 S6 hard"
     assert "celery-soft-time-limit" not in ids(audit(make_app()))
+
+
+def test_a_soft_time_limit_on_a_pool_that_never_sends_it() -> None:
+    """Only prefork signals the soft limit: on threads it never fires, which the pool rule says, not this one."""
+    found = audit(make_app(task_soft_time_limit=20, task_time_limit=None, worker_pool="threads"))
+    assert "celery-soft-time-limit" not in ids(found)
+    pool = next(f for f in found if f.rule.id == "pool-cannot-apply-deadlines")
+    assert "soft limit" in pool.consequence and "never fires" in pool.consequence
+    assert "never sends" in next(f for f in found if f.rule.id == "no-deadline").consequence
+
+
+def test_acks_late_without_reject_is_a_prefork_finding() -> None:
+    """On threads (or gevent, eventlet, solo) no child process dies alone: there is no WorkerLostError to ack."""
+    found = audit(make_app(task_reject_on_worker_lost=False))
+    assert "acks-late-without-reject-on-worker-lost" in ids(found)
+    for pool in ("threads", "gevent", "solo"):
+        assert "acks-late-without-reject-on-worker-lost" not in ids(
+            audit(make_app(task_reject_on_worker_lost=False, worker_pool=pool))), pool
+
+
+def test_a_time_limit_fails_a_chord_only_where_there_are_chords() -> None:
+    app = make_app(guard=False)  # Celery's Request: a kill stores FAILURE
+    app.conf.task_default_request = None
+
+    @app.task(shared=False, time_limit=5)
+    def plain() -> None: ...
+
+    assert "time-limit-fails-chord" in ids(audit_as(app, uses_chords=True))
+    assert "time-limit-fails-chord" not in ids(audit_as(app, uses_chords=False))
+    threads = make_app(worker_pool="threads")
+
+    @threads.task(shared=False, time_limit=5)
+    def dropped() -> None: ...
+
+    assert "time-limit-fails-chord" not in ids(audit_as(threads, uses_chords=True))  # threads drop the limit
 
 
 # ---- Redis broker, result expiry, backend ---------------------------------------------------
@@ -502,17 +602,36 @@ def test_no_visibility_rule_on_rabbitmq() -> None:
 
 
 def test_chord_outlives_result_expires() -> None:
-    app = make_app(result_expires=8)
-    assert "chord-outlives-result-expires" not in ids(audit(app))  # without --chord-seconds, config cannot say
-    f = next(f for f in audit(app, Options(chord_seconds=20)) if f.rule.id == "chord-outlives-result-expires")
+    """The Redis backend renews the chord's keys at every return: what must stay below the expiry is the longest
+    stretch with no return (--chord-gap), not the chord's whole run."""
+    app = make_app(result_expires=8, task_time_limit=None)  # no time limit: configuration bounds no stretch
+    assert "chord-outlives-result-expires" not in ids(audit_as(app, uses_chords=True))  # without --chord-gap: says so
+    notes = cannot_tell(dataclasses.replace(facts_of(app), uses_chords=True), Options())
+    assert any(n.startswith("chord-outlives-result-expires:") and "--chord-gap" in n for n in notes)
+    f = next(f for f in audit(app, Options(chord_gap=20)) if f.rule.id == "chord-outlives-result-expires")
     assert f.setting == "result_expires" and f.rule.proof.cell == "severity_batch SB6 write-up"
-    assert "chord-outlives-result-expires" not in ids(audit(make_app(result_expires=60), Options(chord_seconds=20)))
-    assert "chord-outlives-result-expires" not in ids(audit(make_app(result_expires=0), Options(chord_seconds=20)))
+    assert "a chord goes 20s with no member returning" in f.where
+    assert "chord-outlives-result-expires" not in ids(audit(make_app(result_expires=60), Options(chord_gap=20)))
+    assert "chord-outlives-result-expires" not in ids(audit(make_app(result_expires=0), Options(chord_gap=20)))
+    assert "chord-outlives-result-expires" not in ids(audit(make_app(backend="rpc://", result_expires=8),
+                                                          Options(chord_gap=20)))  # Redis backend only
+
+
+def test_chord_expiry_against_a_members_longest_run() -> None:
+    """Without --chord-gap, configuration bounds one stretch: a straggler running every attempt to its time_limit."""
+    app = make_app(result_expires=60)
+    name = add_autoretry(app)  # time_limit 30 s, 5 retries with backoff 1..16 s: up to 30 x 6 + 5 x 16 = 260 s
+    found = [f for f in audit_as(app, uses_chords=True) if f.rule.id == "chord-outlives-result-expires"]
+    assert len(found) == 1 and found[0].tasks == (name,) and f"task {name} (up to 260s)" in found[0].where
+    assert "chord-outlives-result-expires" not in ids(audit_as(app, uses_chords=False))  # no chord in the code
+    assert "chord-outlives-result-expires" not in ids(audit_as(make_app(result_expires=600), uses_chords=True))
+    unbounded = make_app(result_expires=60, task_time_limit=None)  # no bound: the rule cannot tell, and says so
+    assert "chord-outlives-result-expires" not in ids(audit_as(unbounded, uses_chords=True))
 
 
 def test_result_chord_expires_decides_where_the_installed_celery_has_it() -> None:
     facts = facts_of(make_app(result_expires=8, result_chord_expires=60))
-    found = ids(run_rules(facts, Options(chord_seconds=20)))
+    found = ids(run_rules(facts, Options(chord_gap=20)))
     if facts.has_setting("result_chord_expires"):
         assert "chord-outlives-result-expires" not in found
     else:
@@ -526,20 +645,25 @@ def test_chords_on_the_rpc_backend() -> None:
 
 def test_one_topic_queue_for_every_key_with_competing_processes() -> None:
     topic = [Queue("q", Exchange("q.lots", type="topic"), routing_key="lot.#", queue_arguments=QUORUM)]
-    assert "one-queue-per-key-order" in ids(audit(make_app(task_queues=topic, worker_concurrency=2)))
-    assert "one-queue-per-key-order" not in ids(audit(make_app(task_queues=topic, worker_concurrency=1)))
-    assert "one-queue-per-key-order" not in ids(audit(make_app(worker_concurrency=2)))
+    assert "one-queue-per-key-order" in ids(audit_as(make_app(task_queues=topic, worker_concurrency=2), routes_by_key=True))
+    assert "one-queue-per-key-order" not in ids(audit_as(make_app(task_queues=topic, worker_concurrency=1),
+                                                         routes_by_key=True))
+    assert "one-queue-per-key-order" not in ids(audit_as(make_app(worker_concurrency=2), routes_by_key=True))
+    # a catch-all binding with no code sending a key per call (Taiga's task.#) promises no order per key
+    assert "one-queue-per-key-order" not in ids(audit_as(make_app(task_queues=topic, worker_concurrency=2),
+                                                         routes_by_key=False))
 
 
 def test_one_topic_queue_for_every_key_on_a_redis_broker() -> None:
     """The write-up of case study 3 on its own broker: kombu's Redis transport routes a topic exchange to one list."""
     topic = [Queue("q", Exchange("q.lots", type="topic"), routing_key="lot.#")]
-    found = [f for f in audit(make_app(broker=REDIS, task_queues=topic, worker_concurrency=2))
+    found = [f for f in audit_as(make_app(broker=REDIS, task_queues=topic, worker_concurrency=2), routes_by_key=True)
              if f.rule.id == "one-queue-per-key-order"]
     assert len(found) == 1 and found[0].consequence.startswith("One Redis list")
-    assert "one-queue-per-key-order" not in ids(audit(make_app(broker=REDIS, task_queues=topic, worker_concurrency=1)))
-    assert "one-queue-per-key-order" not in ids(audit(make_app(broker="memory://", task_queues=topic,
-                                                               worker_concurrency=2)))
+    assert "one-queue-per-key-order" not in ids(audit_as(make_app(broker=REDIS, task_queues=topic, worker_concurrency=1),
+                                                         routes_by_key=True))
+    assert "one-queue-per-key-order" not in ids(audit_as(make_app(broker="memory://", task_queues=topic,
+                                                                  worker_concurrency=2), routes_by_key=True))
 
 
 # ---- where a task's option comes from ------------------------------------------------------
