@@ -703,7 +703,7 @@ def s9(obs: Observations, fixed: Fm) -> Check:
 SYMPTOMS: tuple[Callable[[Observations, Fm], Check], ...] = (s1, s2, s3, s4, s5, s6, s7, s8, s9)
 
 
-# ---- hard variants: scenario n on FM n without its hard fix (lab.weak) ----
+# ---- hard variants: scenario n on FM n without its hard fix (lessons/<fm>/before_hard_fix.py) ----
 
 
 def s1_hard(obs: Observations, fixed: Fm) -> Check:

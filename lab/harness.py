@@ -34,7 +34,8 @@ import redis
 from kombu import Connection
 from kombu.exceptions import OperationalError
 
-from lab import checks, services, weak
+import lessons
+from lab import checks, services
 from lab.checks import Check
 from lab.deploys import RollingDeploy
 from lab.fm import Fm, fm_modules, load_module
@@ -112,14 +113,14 @@ def resolve(names: list[str]) -> list[str]:
 
 
 def load(short: str) -> Fm:
-    """The FM ``short`` (``fm3``), read off its module; ``fm3w`` is fm3's weak variant (``lab.weak``);
-    ``sb`` and ``sbw`` are case study 1's programs."""
+    """The FM ``short`` (``fm3``), read off its module; ``fm3w`` is fm3's program as it stood before its hard fix
+    (``lessons/fm3/before_hard_fix.py``); ``sb`` and ``sbw`` are case study 1's programs."""
     if is_case(short):
         found = study(short)
         return cast(Fm, found.program(found.CODES[short]))
-    base = short[:-1] if short.endswith("w") else short
-    if base != short and weak.has_weak(base):
-        return checked(weak.weak(base, fm_modules()[base]))
+    before = lessons.before_hard_fix(short[:-1]) if short.endswith("w") else None
+    if before is not None:
+        return checked(load_module(before))
     return checked(load_module(fm_modules()[short]))
 
 
@@ -294,7 +295,7 @@ class RunReport:
 
 def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     """fixed: scenario N on FM N; broken: scenario N on FM N-1; weak: scenario N on FM N
-    without the fix of its hard variant (``lab.weak``); bug: scenario 1 on fm0.
+    without the fix of its hard variant (``lessons/<fm>/before_hard_fix.py``); bug: scenario 1 on fm0.
 
     ``on_stage`` hears each stage as it begins: resetting, starting the worker,
     waiting for the worker, running the scenario, stopping the worker, checking
@@ -606,7 +607,7 @@ def code_of(fm: str, kind: Kind) -> str:
     if is_case(fm):
         return cast(str, study(fm).code_of(kind))
     if kind == "weak":
-        return weak.weak_name(fm)
+        return f"{fm}w"
     return fm if kind == "fixed" else f"fm{number(fm) - 1}" if kind == "broken" else "fm0"
 
 
@@ -648,6 +649,7 @@ def namespace_names() -> tuple[list[str], list[str]]:
     """Every queue and exchange name the lab may have made in the namespace (FMs, variants, case studies)."""
     shorts = list(fm_modules())
     fms = [load(s) for s in shorts] + [load(code) for codes in _case_codes() for code in codes]
+    fms += [load(f"{s}w") for s in shorts if lessons.before_hard_fix(s) is not None]
     for path in sorted(VARIANTS_DIR.glob("fm*_*.py")) if VARIANTS_DIR.exists() else []:
         try:
             fms.append(checked(load_module(path.stem, VARIANTS_DIR)))
@@ -673,7 +675,7 @@ def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str,
         runs.append((fm, "fixed"))
         if prove:
             runs.append((fm, "broken"))
-            if weak.has_weak(fm):
+            if lessons.before_hard_fix(fm) is not None:
                 runs.append((fm, "weak"))
     if include_fm0 or "fm0" in selected:
         runs.insert(0, ("fm0", "bug"))

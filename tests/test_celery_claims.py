@@ -17,7 +17,7 @@ from celery import chord, group
 from celery.app.task import Context
 from kombu import Connection, Exchange, Producer, Queue
 
-from lab import checks, harness, variants, weak, workers
+from lab import checks, harness, variants, workers
 from lab.faults import HARD_HANG, SLOW, SOFT_HANG, document_text
 from lab.fm import Fm
 from lab.harness import running_worker
@@ -210,6 +210,21 @@ def test_task_retry_on_worker_lost_bounds_the_poison_loop_and_still_breaks_the_c
 # ---- FM-4's hard variant: the claim's owner dies ----------------------------------------
 
 
+# fm4's claim as it first stood (``lessons/fm4/before_hard_fix.py``), as edits of fm4's file for the variants below
+_FM4_RESUME_AND_BUDGET = (
+    "    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX; the owner's redelivery resumes it\n"
+    "    if (state := claim.acquire()) == \"busy\":  # FM-4: another notify is sending; it may still fail\n"
+    "        raise BUSY.retry(self, ClaimBusy(pipeline_id), claim.policy.poll)  # FM-4: ask again later; outlast the claim's TTL\n",
+    "    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id, policy=ClaimPolicy(resume=False))\n"
+    "    if (state := claim.acquire()) == \"busy\":\n"
+    "        raise self.retry(countdown=0.05, max_retries=400)\n",
+)
+_FM4_IMPORT = ("from shared.claim import ClaimBusy, NotifyClaim, busy_waits, release_when_dead_lettered\n",
+           "from shared.claim import ClaimBusy, ClaimPolicy, NotifyClaim, busy_waits, release_when_dead_lettered\n")
+_FM4_NO_KEY = ("send_email(pipeline_id, summary, idempotency_key=claim.key)  # FM-4: the mail API delivers a key once",
+           "send_email(pipeline_id, summary)")
+
+
 def _fm4_variant(name: str, edits: list[tuple[str, str]]) -> Fm:
     return variants.derive("fm4_duplicated_runs", name, edits)
 
@@ -232,8 +247,8 @@ def test_a_busy_retry_budget_shorter_than_the_claim_ttl_sends_no_email() -> None
     """shared/claim.py: the owner killed before sending, its redelivery busy on its own claim,
     and a budget (20 x 50 ms) that ends long before the claim's 60 s TTL: no email at all, and
     the chord still reports SUCCESS, with notify's MaxRetriesExceededError in the envelope."""
-    resume, budget = weak.EDITS["fm4"][1]
-    fm = _fm4_variant("fm4b_short_budget", [weak.EDITS["fm4"][0], (resume, budget.replace("max_retries=400", "max_retries=20"))])
+    resume, budget = _FM4_RESUME_AND_BUDGET
+    fm = _fm4_variant("fm4b_short_budget", [_FM4_IMPORT, (resume, budget.replace("max_retries=400", "max_retries=20"))])
     obs = run_variant(fm, 4, "variant-fm4-short-budget")
     assert obs.emails == () and obs.mail_calls == 0
     env = obs.chord.envelope
@@ -248,7 +263,7 @@ def test_a_waiting_notify_takes_over_once_a_dead_owners_claim_expires() -> None:
     claim has expired. A 2 s TTL stands for the 60 s one; the chord's own notify, lost,
     is stored FAILURE by Celery, and the duplicate's email is the pipeline's one."""
     fm = _fm4_variant("fm4t_owner_gone", [
-        weak.EDITS["fm4"][0],
+        _FM4_IMPORT,
         ("@app.task(bind=True)\n@enveloped  # FM-1\ndef notify",  # notify alone: a lost notify is not requeued
          "@app.task(bind=True, reject_on_worker_lost=False)\n@enveloped  # FM-1\ndef notify"),
         ("NotifyClaim.of(app, pipeline_id, owner=self.request.id)",
@@ -267,7 +282,7 @@ def test_a_waiting_notify_takes_over_once_a_dead_owners_claim_expires() -> None:
 def test_without_the_idempotency_key_the_owner_killed_after_sending_sends_twice() -> None:
     """fm4's docstring: the claim cannot stop the resend of an owner that died after sending;
     the mail API's idempotency key does (G4: 2 calls, 1 email)."""
-    fm = _fm4_variant("fm4k_no_key", [weak.EDITS["fm4"][2]])
+    fm = _fm4_variant("fm4k_no_key", [_FM4_NO_KEY])
     obs = run_variant(fm, 4, "variant-fm4-no-key")
     assert obs.mail_calls == 2 and len(obs.emails) == 2
     assert [e.get("when") for e in obs.events if e.kind == "crash"] == ["before_send", "after_send"]

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from lab import harness, weak
+from lab import harness
 from lab.fm import ROOT, fm_modules, layers
 from lab.scenarios import scenario
 from lab.settings import NAMESPACE
-from lab.variants import VARIANTS_DIR
 from lab.show.diff import code_of, step
 from shared.timeouts import BackstopRequest
 
@@ -195,12 +194,3 @@ def test_scenarios_are_cumulative() -> None:
     assert scenario(9).docs == scenario(6).docs and [s.linked for s in scenario(9).sides] == [False] * 5 + [True] * 2
     with pytest.raises(ValueError):
         scenario(10)
-
-
-def test_every_weak_variant_is_its_fm_without_the_hard_fix() -> None:
-    """lab/weak.py: each edit matches its FM exactly once, and the variant still loads."""
-    for fm, edits in weak.EDITS.items():
-        variant = weak.weak(fm, fm_modules()[fm])
-        assert variant.short == weak.weak_name(fm)
-        source = (VARIANTS_DIR / f"{variant.module}.py").read_text()
-        assert all(new in source for _, new in edits)
