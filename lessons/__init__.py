@@ -8,9 +8,17 @@ complete programs. Adding a lesson is its folder, its FM file, its test file and
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import cast
 
 from lab.app import BEFORE_HARD_FIX
+from lab.checks import Check
+from lab.fm import Fm, fm_modules
+from lab.lesson import FolderLesson, LessonChecks, Programs, RunKind, Stop
+
+from lab.runner import Observations
+from lab.scenarios import Part, Scenario, cumulative
 
 HERE = Path(__file__).resolve().parent
 
@@ -31,3 +39,52 @@ FMS: tuple[str, ...] = (
 def before_hard_fix(lesson: str) -> str | None:
     """The module of ``lesson``'s program as it stood before its hard fix, when it has one."""
     return f"lessons.{lesson}.{BEFORE_HARD_FIX}" if (HERE / lesson / f"{BEFORE_HARD_FIX}.py").exists() else None
+
+
+def _part(lesson: str) -> Part:
+    return cast(Part, importlib.import_module(f"lessons.{lesson}.scenario").PART)
+
+
+def scenario(number: int) -> Scenario:
+    """Scenario ``number``: what lessons 1..number add (fm0 runs scenario 1)."""
+    if not 1 <= number <= len(FMS):
+        raise ValueError(f"no scenario {number}; there are 1..{len(FMS)}")
+    return cumulative(number, [_part(lesson) for lesson in FMS[:number]])
+
+
+def scenarios() -> range:
+    """The scenarios' numbers."""
+    return range(1, len(FMS) + 1)
+
+
+def lesson(name: str) -> FolderLesson:
+    """The lesson ``name`` (``fm7``), read off its folder."""
+    n = FMS.index(name)
+    checks = cast(LessonChecks, importlib.import_module(f"lessons.{name}.checks").CHECKS)
+    modules = fm_modules()
+    programs = Programs(modules[name], modules.get(FMS[n - 1] if n else "fm0"), before_hard_fix(name))
+    return FolderLesson(name, programs, _part(name), checks)
+
+
+def guarantees(number: int, obs: Observations, fm: Fm) -> list[Check]:
+    """G1..Gn on FM n's run of scenario n."""
+    return [lesson(name).checks.guarantee(obs, fm) for name in FMS[:number]]
+
+
+def checks_of(kind: RunKind, number: int, obs: Observations, fixed: Fm) -> list[Check]:
+    """fixed: G1..Gn of FM n; broken: Sn (on FM n-1's code); weak: Sn hard (on FM n before its hard fix); bug: S1."""
+    if kind == "fixed":
+        return guarantees(number, obs, fixed)
+    checks = lesson(FMS[number - 1] if kind != "bug" else FMS[0]).checks
+    if kind == "weak":
+        if checks.hard_symptom is None:
+            raise ValueError(f"lesson {FMS[number - 1]} has no hard variant")
+        return [checks.hard_symptom(obs, fixed)]
+    return [checks.symptom(obs, fixed)]
+
+
+def stop_of(kind: RunKind, number: int, fixed: Fm, program: Fm) -> Stop | None:
+    """Where a run of ``kind`` stops when its chord never completes (broken: the symptom's; weak: the hard variant's)."""
+    checks = lesson(FMS[number - 1]).checks
+    found = checks.symptom_stop if kind == "broken" else checks.hard_stop if kind == "weak" else None
+    return found(fixed, program) if found is not None else None

@@ -17,7 +17,9 @@ from celery import chord, group
 from celery.app.task import Context
 from kombu import Connection, Exchange, Producer, Queue
 
-from lab import checks, harness, variants, workers
+from lab import harness, variants, workers
+from lab.checks import overlaps
+from lessons.fm8.checks import BACKEND_RETURN_SECONDS
 from lab.faults import HARD_HANG, SLOW, SOFT_HANG, document_text
 from lab.fm import Fm
 from lab.harness import running_worker
@@ -26,7 +28,7 @@ from lab.outage import owned_backend
 from lab.pipeline import store_document
 from lab.queues import queue_depth
 from lab.runner import Observations, StopCondition, _member_results, dlq_depth, new_run_id, run_scenario  # pyright: ignore[reportPrivateUsage]
-from lab.scenarios import scenario
+from lessons import scenario
 from lab.settings import broker_url
 from lab.waiting import wait_until
 from lab.versions import CELERY
@@ -46,7 +48,9 @@ def run_variant(fm: Fm, n: int, label: str, stop: tuple[str, StopCondition] | No
     harness.reset(fm)
     run_id = new_run_id()
     with running_worker(fm, run_id, label, grace=0.5):
-        obs = run_scenario(fm, scenario(n), run_id, timeout=60, stop=stop, probe_after=False, sides=sides)
+        sc = scenario(n)
+        obs = run_scenario(fm, sc, run_id, timeout=60, stop=stop, probe_after=False, sides=sides,
+                           injectors=sc.injectors_by_hand())
     harness.reset(fm)
     return obs
 
@@ -806,7 +810,7 @@ def test_a_backend_that_comes_back_empty_loses_the_chord_and_the_run_says_what_w
         assert wait_until(lambda: set(ends()) >= set(docs) and rerun()[0] == rerun()[1], 30), f"after the return: {rerun()}"
         failed = rerun()[0]
         assert failed and not failed & stored
-        assert not wait_until(first.ready, checks.BACKEND_RETURN_SECONDS - (time.monotonic() - back))
+        assert not wait_until(first.ready, BACKEND_RETURN_SECONDS - (time.monotonic() - back))
         states = {doc: str(m.state) for doc, m in _member_results(first, docs).items()}  # pyright: ignore[reportPrivateUsage]
         assert {d for d, s in states.items() if s == "PENDING"} == stored  # stored before the stop: lost
         assert {d for d, s in states.items() if s == "SUCCESS"} == set(docs) - stored  # stored after the return
@@ -857,7 +861,7 @@ def test_chain_heads_that_cannot_store_their_results_are_not_run_again() -> None
         heads = failed("fetch_document")
         assert not {e.get("doc") for e in events if e.kind == "sent_back"} & heads - failed("parse_document")
         assert all(sum(1 for e in events if e.kind == "fetch_start" and e.get("doc") == d) == 1 for d in heads)
-        assert checks._overlaps(events) == []  # pyright: ignore[reportPrivateUsage]
+        assert overlaps(events) == []
         assert len(reader.emails()) == 1
         del chord_result
         gc.collect()

@@ -12,7 +12,7 @@ import pytest
 
 from lab import harness
 from lab.fm import ROOT, fm_modules, layers
-from lab.scenarios import scenario
+from lessons import scenario
 from lab.settings import NAMESPACE
 from lab.show.diff import code_of, step
 from shared.timeouts import BackstopRequest
@@ -184,13 +184,12 @@ def test_scenarios_are_cumulative() -> None:
     assert [side.tag for side in scenario(1).sides] == ["expired"] == [side.tag for side in scenario(2).sides]
     assert [side.tag for side in scenario(3).sides] == ["expired", "body", "behind"] == [side.tag for side in scenario(6).sides]
     assert scenario(5).burst == tuple(f"doc{i}" for i in range(12, 28)) and not scenario(4).burst
-    assert not scenario(3).duplicate_notify and scenario(4).duplicate_notify
-    assert not scenario(3).crash_plan and scenario(4).crash_plan == ("before_send", "after_send")
+    assert "duplicate notify" not in scenario(3).injectors and "duplicate notify" in scenario(4).injectors
     assert [side.tag for side in scenario(7).sides] == ["expired", "body", "behind", "deploy"]
     assert scenario(7).docs == scenario(6).docs  # the slow documents are the side chord's, not the main chord's
     assert [side.tag for side in scenario(8).sides] == ["expired", "body", "behind", "deploy", "outage"]
-    assert scenario(8).docs == scenario(6).docs and [s.outage for s in scenario(8).sides] == [False] * 4 + [True]
+    assert scenario(8).docs == scenario(6).docs and [s.injector for s in scenario(8).sides][-1] == "backend outage"
     assert [side.tag for side in scenario(9).sides] == ["expired", "body", "behind", "deploy", "outage", "connloss", "overlong"]
-    assert scenario(9).docs == scenario(6).docs and [s.linked for s in scenario(9).sides] == [False] * 5 + [True] * 2
+    assert scenario(9).docs == scenario(6).docs and [s.injector for s in scenario(9).sides][-2:] == ["connection cut"] * 2
     with pytest.raises(ValueError):
         scenario(10)

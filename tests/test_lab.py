@@ -15,12 +15,14 @@ import pytest
 
 import run_all_fms
 from lab import harness
-from lab import checks, runner, workers
+from lab import workers
+from lessons.fm7.checks import MIN_DEPLOYS
 from lab.fm import ROOT
 from lab.harness import RunReport
 from lab.workers import Worker
 from lab.runner import Observations
 from lab.waiting import wait_until
+from lessons.fm3.scenario import foreign_letters
 
 pytestmark = pytest.mark.usefixtures("real_services")
 
@@ -91,9 +93,9 @@ def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int, lab_runs: dict[tup
     assert obs.notify_runs["chord"] == (3 if n >= 4 else 1) and len(obs.emails) == 1  # 4+: the owner killed twice
     assert sorted(obs.sides) == sorted((["behind", "body", "expired"] if n >= 3 else ["expired"]) + (["deploy"] if n >= 7 else [])
                                        + (["outage"] if n >= 8 else []) + (["connloss", "overlong"] if n >= 9 else []))
-    if n >= 7:  # two or three deploys (lab.checks.MIN_DEPLOYS); every slow document ok, none dead-lettered
+    if n >= 7:  # two or three deploys (lab.MIN_DEPLOYS); every slow document ok, none dead-lettered
         deploy = obs.sides["deploy"]
-        assert checks.MIN_DEPLOYS <= sum(1 for e in deploy.events if e.kind == "deploy_term") <= 3
+        assert MIN_DEPLOYS <= sum(1 for e in deploy.events if e.kind == "deploy_term") <= 3
         assert not any(e.kind == "dead_lettered" for e in deploy.events) and len(deploy.emails) == 1
     if n >= 8:  # two outages of the backend; every store that failed was run again, the side chord whole, one email
         outage = obs.sides["outage"]
@@ -109,7 +111,7 @@ def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int, lab_runs: dict[tup
         assert not any(e.kind == "worker_exit" for e in (*connloss.events, *overlong.events))
     if n >= 3:
         assert obs.fetch_attempts["doc9"] == 3
-        assert obs.parked == runner.foreign_letters(harness.load(f"fm{n}")) and obs.dlq_depth == 0
+        assert obs.parked == foreign_letters(harness.load(f"fm{n}")) and obs.dlq_depth == 0
     if n >= 4:
         assert obs.duplicate is not None and obs.duplicate.envelope is not None
         assert obs.duplicate.envelope.payload is not None and obs.duplicate.envelope.payload["sent"] is False

@@ -56,10 +56,11 @@ from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
 from shared.envelope import REASONS
+import lessons
 from lab import harness
 from lab.observe import Event
 from lab.runner import Observations, SideRun
-from lab.scenarios import SCENARIOS, Side, scenario
+from lab.scenarios import SideChord
 
 End = Literal["ok", "raised", "retried", "killed", "running"]
 UNSTORED = "its body ended ok; its result could not be stored"
@@ -456,26 +457,25 @@ def _side(obs: Observations, run: SideRun, span: float, body: str) -> SideTimeli
         last = [n for n in tl.notifies if n.role == "chord"][-1:]
         fate = "sent" if last and last[0].how == "sent" else "ended" if last and last[0].how in ("ended", "skipped") else "running"
         seen = None
-    purpose = _purpose(_SIDES.get(run.tag), obs)
+    purpose = _purpose(_spec(run.tag), obs)
     head, facts = _side_words(obs, run, tl, fate, deliveries, kept)
     return SideTimeline(run.tag, purpose, run.run_id, run.chord.state, head, facts, fate, tl, deliveries, seen)
 
 
-_SIDES: Mapping[str, Side] = {s.tag: s for s in scenario(SCENARIOS.stop - 1).sides}
-"""Every side chord of the scenarios (the last scenario has them all), by tag."""
+FOREIGN = "{foreign}"
+"""In a side chord's purpose: the number of letters no drain can place put in the DLQ before it."""
 
 
-def _purpose(side: Side | None, obs: Observations) -> str:
-    if side is None:
+def _spec(tag: str) -> SideChord | None:
+    """The side chord ``tag`` of the scenarios (the last scenario has them all)."""
+    return lessons.scenario(len(lessons.FMS)).side(tag)
+
+
+def _purpose(side: SideChord | None, obs: Observations) -> str:
+    if side is None or not side.purpose:
         return ""
-    if side.expired_head:
-        return "a chain head sent already expired"
-    if side.poison_mail:
-        return "a poison notify"
-    if side.behind_letters:
-        count = _foreign(obs)
-        return f"a poison member behind {f'{count} ' if count is not None else ''}letters no drain can place"
-    return ""
+    count = _foreign(obs)
+    return side.purpose.replace(f"{FOREIGN} ", f"{count} " if count is not None else "")
 
 
 def _foreign(obs: Observations) -> int | None:
@@ -507,7 +507,7 @@ def _side_words(obs: Observations, run: SideRun, tl: Timeline, fate: BodyFate, d
         passes = f", {len(kept)} passes" if len(kept) > 1 else ""
         facts.append(Fact(f"body dead-lettered {after}, kept in the DLQ in silence ({kept[0].get('why') or 'kept'}{passes})",
                           "kept"))
-    if run.tag in _SIDES and _SIDES[run.tag].behind_letters:
+    if (spec := _spec(run.tag)) is not None and FOREIGN in spec.purpose:  # sent behind letters no drain can place
         facts.append(_letters_words(obs))
     for up in (e for e in run.events if e.kind == "backend_up"):  # FM-8: the runner's outages of the result backend
         while_ = "members stored" if up.get("phase") == "members" else "notify held its claim"
