@@ -53,10 +53,10 @@ from typing import TextIO
 from rich.console import Console
 from rich.syntax import Syntax
 
-from lab import down, harness, owned, services, waiting, workers
+from lab import down, harness, owned, records, services, waiting, workers
 from lab import metrics as lab_metrics
 from lab.fm import ROOT, fm_modules
-from lab.harness import HarnessError, RunReport
+from lab.records import HarnessError, RunReport
 from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
 from lab.show import diff, report, results
 from lab.show.progress import Board
@@ -108,7 +108,7 @@ def selected(args: argparse.Namespace) -> list[str]:
 def summary_table(reports: list[RunReport], prove: bool) -> str:
     """One row per FM (and per case-study scenario): fixed, broken (for a case study: its
     write-up), and the hard variant before its fix."""
-    rows = harness.matrix(reports)
+    rows = records.matrix(reports)
     width = max([5, *(len(r.fm) for r in rows)])
     head = f"{'broken / write-up (symptom)':<28} hard variant, before its fix" if prove else ""
     lines = [f"{'FM':<{width}} {'fixed (guarantees)':<34} {head}".rstrip()]
@@ -270,7 +270,7 @@ def print_diffs(fms: list[str], out: TextIO | None = None) -> int:
     return 0
 
 
-def run_plan(runs: list[tuple[str, harness.Kind]], jobs: int = 1) -> list[RunReport]:
+def run_plan(runs: list[tuple[str, records.Kind]], jobs: int = 1) -> list[RunReport]:
     """Every run of the plan, with live progress, and each FM's timelines once its runs are done
     (in the plan's order, whatever order the runs end in). ``jobs`` > 1: that many runs at once."""
     reports: list[RunReport | None] = [None] * len(runs)
@@ -308,7 +308,7 @@ JOIN_SECONDS = 15.0
 """How long an interrupted --jobs run waits for its runs to see the interruption (each does at its next look)."""
 
 
-def run_at_once(runs: list[tuple[str, harness.Kind]], jobs: int, run: Callable[[int], None],
+def run_at_once(runs: list[tuple[str, records.Kind]], jobs: int, run: Callable[[int], None],
                  after_each: Callable[[], None]) -> None:
     """``run(i)`` for every run, up to ``jobs`` at once on threads, never two runs of the same code
     at once (they share its queues and keys); the longest scenarios first. fm1's broken cell is fm0's
@@ -353,14 +353,14 @@ def run_at_once(runs: list[tuple[str, harness.Kind]], jobs: int, run: Callable[[
         raise
 
 
-def _resource(run: tuple[str, harness.Kind]) -> str:
+def _resource(run: tuple[str, records.Kind]) -> str:
     """What two runs must not use at once: an FM's code (its queues and keys); every case study's cells
     go one after another."""
     fm, kind = run
     return "case studies" if harness.is_case(fm) else harness.code_of(fm, kind)
 
 
-def _weight(run: tuple[str, harness.Kind]) -> int:
+def _weight(run: tuple[str, records.Kind]) -> int:
     """Which runs to start first: scenario N's grow with N; a case study's go after the FMs'."""
     fm, _ = run
     return -1 if harness.is_case(fm) else max(harness.number(fm), 1)  # fm0 before fm1's broken cell, its copy

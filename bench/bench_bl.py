@@ -65,7 +65,7 @@ from case_studies.bl_ingestion.dead_letters import DeadLetters  # noqa: E402
 from case_studies.bl_ingestion.manifest import Deviations, Manifest, encode_interchange, generate  # noqa: E402
 from case_studies.bl_ingestion.stand_ins import Terminal  # noqa: E402
 from case_studies.bl_ingestion.study import DEVIATE_EVERY, SEED, naive_pieces, program  # noqa: E402
-from lab import harness, services, workers  # noqa: E402
+from lab import harness, records, services, workers  # noqa: E402
 from lab.fm import Fm  # noqa: E402
 from lab.runner import new_run_id  # noqa: E402
 from lab.settings import NAMESPACE  # noqa: E402
@@ -73,12 +73,12 @@ from lab.waiting import wait_until  # noqa: E402
 from shared.backend import backend_redis  # noqa: E402
 
 DRAIN_TIMEOUT = 600.0
-NAMES: dict[harness.Kind, str] = {"fixed": "fixed", "broken": "write-up"}
+NAMES: dict[records.Kind, str] = {"fixed": "fixed", "broken": "write-up"}
 
 
 @dataclass(frozen=True)
 class Measured:
-    kind: harness.Kind
+    kind: records.Kind
     units: int  # consignments in the manifest
     pieces: int  # units the program sent to its parse task (the write-up's split makes more)
     dispatch_seconds: float
@@ -151,7 +151,7 @@ def writeup_problem(manifest: Manifest, bookings: list[tuple[str, str]], r: Any,
     return ""
 
 
-def measure(kind: harness.Kind, units: int) -> Measured:
+def measure(kind: records.Kind, units: int) -> Measured:
     fm: Fm = program(kind)
     harness.reset(fm)
     run_id = new_run_id()
@@ -212,14 +212,14 @@ def main() -> int:
     services.ensure()
     print(f"bl bench: namespace {NAMESPACE}, {os.cpu_count()} CPUs, {args.units:,} consignments, {args.pairs} pair(s)",
           flush=True)
-    pairs: list[dict[harness.Kind, Measured]] = []
+    pairs: list[dict[records.Kind, Measured]] = []
     started = time.monotonic()
     try:
         with workers.NamespaceLock():
             workers.stop_leftovers()
             for i in range(args.pairs):
-                pair: dict[harness.Kind, Measured] = {}
-                order: tuple[harness.Kind, harness.Kind] = ("fixed", "broken") if i % 2 == 0 else ("broken", "fixed")
+                pair: dict[records.Kind, Measured] = {}
+                order: tuple[records.Kind, records.Kind] = ("fixed", "broken") if i % 2 == 0 else ("broken", "fixed")
                 for kind in order:
                     harness.refuse_busy_queues([program(kind).short])
                     pair[kind] = m = measure(kind, args.units)

@@ -28,7 +28,7 @@ from sqlalchemy import Engine, Table, create_engine, event, make_url
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
-from lab.harness import RunBroken
+from lab.records import RunBroken
 from lab.settings import NAMESPACE, mask_url, namespace_problem
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """``python fmN_*.py``: the FM's scenario against a worker you started, shown as the harness shows a run.
 
 Each FM file ends with ``raise SystemExit(run_by_hand(__file__))`` under ``__main__``
-(``lab.harness.run_by_hand`` calls ``run`` here). With the FM's worker running in
+(``run_by_hand`` here). With the FM's worker running in
 another shell (the command its docstring gives), ``run``:
 
 - takes the namespace's lock (``lab.workers.NamespaceLock``), the one a lab run holds
@@ -47,8 +47,8 @@ from pathlib import Path
 from lab import services, waiting, workers
 from lab.app import IDLE_KEY_SECONDS
 from lab.fm import Fm, NotAnFm, load_module
-from lab.harness import (RUN_TIMEOUT, SERVICE_CHECK_SECONDS, HarnessError, Kind, RunBroken, RunReport, blame_services,
-                         checked, checks_of, connect, describe, purge, queue_consumers, run_error, service_problems)
+from lab.harness import RUN_TIMEOUT, SERVICE_CHECK_SECONDS, blame_services, checked, checks_of, connect, describe, purge, queue_consumers, run_error, service_problems
+from lab.records import HarnessError, Kind, RunBroken, RunReport
 from lab.observe import TTL_SECONDS, RunRecorder, client, run_prefix
 from lab.runner import new_run_id, run_scenario
 from lab.scenarios import Scenario
@@ -72,7 +72,7 @@ def interrupted_key(fm: Fm) -> str:
     return f"{redis_prefix(fm.short)}by-hand:interrupted"
 
 
-def run(path: str) -> int:
+def run_by_hand(path: str) -> int:
     """The by-hand run of the FM file at ``path``; its exit status (module docstring)."""
     handlers = {sig: signal.signal(sig, waiting.interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:

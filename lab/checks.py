@@ -1,5 +1,5 @@
-"""What every lesson's checks are made of (DESIGN.md §2): a ``Check``, the ``Collector`` that builds one, and the
-readings of ``Observations`` several lessons share.
+"""What every lesson's checks are made of (DESIGN.md §2): the readings of ``Observations`` several lessons share
+(a ``Check`` and the ``Collector`` that builds one are run records: ``lab.records``).
 
 Each lesson's guarantee, symptom and hard-variant symptom are named predicates in its folder
 (``lessons/<lesson>/checks.py``); the registry (``lessons``) says which run checks which. Every check is exact
@@ -10,36 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import cast
 
 from lab.fm import Fm
 from lab.observe import Event, Reader
-from lab.runner import Observations, SideRun
-
-
-@dataclass(frozen=True)
-class Check:
-    label: str  # "G3", "S2", ...
-    ok: bool
-    detail: str  # what was observed (and, on failure, what was expected)
-
-
-class Collector:
-    """What a check saw, and what it wanted where the two differ: one ``Check`` in the end."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.problems: list[str] = []
-        self.seen: list[str] = []
-
-    def expect(self, cond: bool, seen: str, wanted: str = "") -> None:
-        self.seen.append(seen)
-        if not cond:
-            self.problems.append(f"{seen} (expected {wanted})" if wanted else seen)
-
-    def result(self) -> Check:
-        return Check(self.label, not self.problems, "; ".join(self.problems or self.seen))
+from lab.records import Collector, Observations, SideRun
 
 
 def side_of(c: Collector, obs: Observations, tag: str) -> SideRun | None:

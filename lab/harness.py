@@ -26,9 +26,8 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import redis
 from kombu import Connection
@@ -36,13 +35,13 @@ from kombu.exceptions import OperationalError
 
 import lessons
 from lab import services
-from lab.checks import Check
 from lab.fm import Fm, fm_modules, load_module
 from lab.observe import client, drain_last_run
 from lab.injector import Harnessed, Injector
 from lab.owned import OwnedServiceMissing
 from lab.queues import on_queue, queue_consumers
-from lab.runner import Observations, StopCondition, new_run_id, run_scenario
+from lab.records import Check, HarnessError, Kind, Observations, OnStage, RunBroken, RunReport, Stage
+from lab.runner import StopCondition, new_run_id, run_scenario
 from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, mask_url, observations_url, redis_prefix
 from lab.variants import VARIANTS_DIR
 from lab.waiting import raise_if_interrupted, wait_until
@@ -52,19 +51,6 @@ RUN_TIMEOUT = 90.0
 SERVICE_CHECK_SECONDS = 1.0
 """How often the watch during a run asks the broker and Redis whether they answer."""
 
-Kind = Literal["fixed", "broken", "weak", "bug"]
-Stage = Literal["resetting", "starting the worker", "waiting for the worker", "running the scenario",
-                "stopping the worker", "checking", "cleaning up"]
-OnStage = Callable[[Stage], None]
-"""Told each stage of a run as it begins (``print`` will do; ``lab.show.progress`` draws it)."""
-
-
-class HarnessError(Exception):
-    """Something the user must fix (exit 2), said without a traceback."""
-
-
-class RunBroken(Exception):
-    """The run cannot go on: its worker died or a service stopped answering."""
 
 
 # ---- finding FMs -------------------------------------------------------------
@@ -256,40 +242,6 @@ class Watch:
 # ---- runs ----------------------------------------------------------------------
 
 
-@dataclass
-class RunReport:
-    fm: str  # the FM this cell belongs to (for a broken run: the later FM)
-    kind: Kind
-    code: str  # the FM whose code ran
-    scenario: int
-    checks: list[Check] = field(default_factory=lambda: [])
-    observations: Observations | None = None
-    error: str | None = None
-    log: Path | None = None
-    seconds: float = 0.0
-    drain_last_run: float | None = None  # when the program's DLQ drain last ran (wall time), if it has one
-    exposition: str | None = None  # a case study's own Prometheus metrics of the run, as scraped
-    skipped: str | None = None  # why this machine cannot run it (scenario 8 without redis-server): not a failure
-
-    @property
-    def ok(self) -> bool:
-        if self.skipped is not None:
-            return self.error is None
-        return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
-
-    @property
-    def verdict(self) -> str:
-        if self.error is not None:
-            return "ERROR"
-        if self.skipped is not None:
-            return "SKIPPED"
-        if self.kind == "fixed":
-            return "PASS" if self.ok else "FAIL"
-        if self.kind == "bug":
-            return "BUG REPRODUCED" if self.ok else "BUG NOT REPRODUCED"
-        return "REPRODUCED" if self.ok else "NOT REPRODUCED"
-
-
 def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     """fixed: scenario N on FM N; broken: scenario N on FM N-1; weak: scenario N on FM N
     without the fix of its hard variant (``lessons/<fm>/before_hard_fix.py``); bug: scenario 1 on fm0.
@@ -453,6 +405,7 @@ def run_case(report: RunReport, program: Callable[[], Fm], label: str, on_stage:
 
     def run(report: RunReport) -> None:
         fm = program()
+        report.body = str(fm.notify.name).rsplit(".", 1)[-1]
         run_id = new_run_id()
         on_stage("resetting")
         reset(fm)
@@ -580,22 +533,6 @@ def describe(r: RunReport) -> str:
     return "\n".join([head, *body])
 
 
-@dataclass(frozen=True)
-class MatrixRow:
-    fm: str
-    fixed: RunReport | None  # the fixed run (fm0: its bug run)
-    broken: RunReport | None
-    weak: RunReport | None = None  # the hard variant on the FM without its hard fix
-
-
-def matrix(reports: list[RunReport]) -> list[MatrixRow]:
-    """One row per FM, in the order the runs came, with its fixed and broken cells."""
-    cells: dict[str, dict[str, RunReport]] = {}
-    for r in reports:
-        cells.setdefault(r.fm, {})[r.kind] = r
-    return [MatrixRow(fm, c.get("fixed") or c.get("bug"), c.get("broken"), c.get("weak")) for fm, c in cells.items()]
-
-
 def code_of(fm: str, kind: Kind) -> str:
     """The FM whose code a run runs: its own (fixed), the one before (broken), its weak variant, fm0 (bug)."""
     if is_case(fm):
@@ -674,13 +611,6 @@ def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str,
     if include_fm0 or "fm0" in selected:
         runs.insert(0, ("fm0", "bug"))
     return runs
-
-
-def run_by_hand(path: str) -> int:
-    """``python fmN_*.py``: run scenario N against a worker the user started (``lab.by_hand``)."""
-    from lab import by_hand  # it shows the run with lab.show.progress, which imports this module
-
-    return by_hand.run(path)
 
 
 def checks_of(kind: Kind, n: int, obs: Observations, fixed: Fm) -> list[Check]:

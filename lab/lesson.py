@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from lab.checks import Check
 from lab.fm import Fm
-from lab.runner import Observations, StopCondition
+from lab.records import Check, Observations
+from lab.runner import StopCondition
 from lab.scenarios import Part
 
 RunKind = Literal["fixed", "broken", "weak", "bug"]

@@ -41,7 +41,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric, generate_latest
 
-from lab.harness import RunReport
+from lab.records import RunReport
 
 ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10)
 

@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from functools import cached_property
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 from celery.result import AsyncResult
-from celery.states import READY_STATES
 
 from lab.faults import Fault, document_text
 from lab.fm import Fm
 from lab.injector import Injector
-from lab.observe import Event, Reader, short_doc
+from lab.observe import Reader
+from lab.records import Observations, Outcome, SideRun
 from lab.pipeline import store_documents
 from lab.settings import observations_url
 from shared.backend import GONE
@@ -41,7 +39,6 @@ from lab.scenarios import MAIN, Scenario, SideChord
 from lab.waiting import wait_until
 from shared.claim import NotifyClaim
 from shared.dlq import parked_queue
-from shared.envelope import Result
 
 NOT_RUN_WINDOW = 0.5
 """To show that ``notify`` did not run, the runner watches this long after the chord ended."""
@@ -54,148 +51,6 @@ DLQ_SETTLE_SECONDS = 5.0
 """Once a chord finished, how long the runner waits for the FM's DLQ to be empty before it reads it: letters
 the drain kept while the result backend was gone (FM-8: a ``notify`` rejected with its RETRY state unstored)
 go back on its first pass after the return, which may come just after the chord's end."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one ``notify`` (chord body or duplicate) ended."""
-
-    state: str  # Celery state: SUCCESS, FAILURE, PENDING (never finished) ...
-    envelope: Result[Any] | None  # the value, when it is a Result envelope
-    error_type: str | None  # the exception class, when the state is FAILURE
-    error: str | None
-
-    @staticmethod
-    def of(res: AsyncResult[Any]) -> Outcome:
-        state = str(res.state)
-        if not res.ready():
-            return Outcome(state, None, None, None)
-        return Outcome._ended(state, cast(object, res.result))
-
-    @staticmethod
-    def of_meta(meta: Mapping[str, Any]) -> Outcome:
-        """The outcome a stored meta (``status``, ``result`` decoded by the backend) says, as ``of`` reads it."""
-        state = str(meta["status"])
-        if state not in READY_STATES:
-            return Outcome(state, None, None, None)
-        return Outcome._ended(state, cast(object, meta.get("result")))
-
-    @staticmethod
-    def _ended(state: str, value: object) -> Outcome:
-        if state == "SUCCESS":
-            try:
-                return Outcome(state, Result.from_wire(value), None, None)
-            except ValueError:
-                return Outcome(state, None, None, repr(value))
-        if isinstance(value, BaseException):
-            return Outcome(state, None, type(value).__name__, str(value))
-        return Outcome(state, None, None, repr(value))
-
-
-def summary_of(chord_outcome: Outcome) -> Mapping[str, Any] | None:
-    """The body's summary (``lab.pipeline.Summary``) when the chord ended in a SUCCESS envelope."""
-    env = chord_outcome.envelope
-    return cast(Mapping[str, Any], env.payload) if env is not None and env.ok and env.payload else None
-
-
-def failed_in(chord_outcome: Outcome, doc: str) -> Mapping[str, Any] | None:
-    """What the body's summary says of ``doc``'s failure, if it failed."""
-    summary = summary_of(chord_outcome)
-    for f in cast(list[Mapping[str, Any]], summary.get("failed", []) if summary else []):
-        if short_doc(str(f.get("doc"))) == doc:
-            return f
-    return None
-
-
-@dataclass(frozen=True)
-class SideRun:
-    """What one side chord (``lab.scenarios.Side``) did: its own pipeline ``<run_id>-<tag>``."""
-
-    tag: str
-    run_id: str
-    docs: tuple[str, ...]
-    submitted: bool
-    chord: Outcome
-    members: Mapping[str, Outcome]  # each document's chord member (its parse)
-    heads: Mapping[str, str]  # the Celery state of each document's fetch (the chain's head)
-    attempts: Mapping[str, int]
-    fetch_attempts: Mapping[str, int]
-    events: tuple[Event, ...]
-    emails: tuple[str, ...]
-    claim: str | None  # the notify claim's value at the end (FM-4 on), None when there is none or it was released
-
-    def failed(self, doc: str) -> Mapping[str, Any] | None:
-        return failed_in(self.chord, doc)
-
-
-@dataclass(frozen=True)
-class Observations:
-    fm: str
-    run_id: str
-    scenario: int
-    docs: tuple[str, ...]
-    attempts: Mapping[str, int]  # parse_document attempts per document
-    fetch_attempts: Mapping[str, int]  # fetch_document attempts per document
-    events: tuple[Event, ...]
-    notify_runs: Mapping[str, int]  # role ("chord", "duplicate") -> executions
-    emails: tuple[str, ...]  # delivered by the mail stand-in
-    mail_calls: int  # calls of the mail stand-in (a deduplicated call delivers nothing)
-    chord: Outcome
-    duplicate: Outcome | None
-    dlq_depth: int | None  # messages left in the DLQ, when the FM has one
-    probe_seconds: float | None  # round trip of a probe task after the run
-    burst_probe: tuple[float, float | None] | None  # a probe sent while the burst waited: (sent, back) wall times
-    stopped_by: str  # "chord finished", a symptom's name, or "deadline"
-    submitted_at: float
-    elapsed: float
-    members: Mapping[str, Outcome] = field(default_factory=lambda: {})  # each document's chord member, at the end
-    sides: Mapping[str, SideRun] = field(default_factory=lambda: {})
-    parked: int | None = None  # messages in the DLQ's parking queue, when the FM has one
-
-    def summary(self) -> Mapping[str, Any] | None:
-        return summary_of(self.chord)
-
-    def failed(self, doc: str) -> Mapping[str, Any] | None:
-        return self._failed_by_doc.get(doc)
-
-    def ok_docs(self) -> list[str]:
-        return list(self._ok_docs)
-
-    def is_ok(self, doc: str) -> bool:
-        """``doc in ok_docs()``, at the cost of one look (a timeline asks it of every document)."""
-        return doc in self._ok_set
-
-    # Indexes of the summary, built once per Observations (it is frozen, so they never go stale): a
-    # 3,000-document timeline asked ok_docs() of every document, 9 million short_doc calls (issue 26).
-    @cached_property
-    def _ok_docs(self) -> tuple[str, ...]:
-        summary = self.summary()
-        return tuple(short_doc(str(d)) for d in cast(list[object], summary.get("ok", []))) if summary else ()
-
-    @cached_property
-    def _ok_set(self) -> frozenset[str]:
-        return frozenset(self._ok_docs)
-
-    @cached_property
-    def _failed_by_doc(self) -> Mapping[str, Mapping[str, Any]]:
-        summary = self.summary()
-        failed = cast(list[Mapping[str, Any]], summary.get("failed", []) if summary else [])
-        found: dict[str, Mapping[str, Any]] = {}
-        for f in failed:
-            found.setdefault(short_doc(str(f.get("doc"))), f)  # the first, as failed_in finds it
-        return found
-
-    def attempt_times(self, doc: str) -> list[float]:
-        return list(self._starts_by_doc.get(doc, ()))
-
-    @cached_property
-    def _starts_by_doc(self) -> Mapping[str, list[float]]:
-        """``attempt_starts`` of every document, in one pass (the checks ask it of every document)."""
-        found: dict[str, list[float]] = {}
-        for e in self.events:
-            if e.kind == "attempt_start":
-                found.setdefault(e.get("doc"), []).append(e.t)
-        return found
 
 
 StopCondition = Callable[[Reader], bool]

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import cast
 
 from lab.app import BEFORE_HARD_FIX
-from lab.checks import Check
 from lab.fm import Fm, fm_modules
 from lab.lesson import FolderLesson, LessonChecks, Programs, RunKind, Stop
 
-from lab.runner import Observations
+from lab.records import Check, Observations
 from lab.scenarios import Part, Scenario, cumulative
 
 HERE = Path(__file__).resolve().parent

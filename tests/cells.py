@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from lab import harness
-from lab.harness import RunReport
+from lab import harness, records
+from lab.records import RunReport
 
 
 def quiet(_: str) -> None:
     pass
 
 
-def passing(cell: str, kind: harness.Kind) -> RunReport:
+def passing(cell: str, kind: records.Kind) -> RunReport:
     """``harness.run_one(cell, kind)``, asserted to have ended without an error and with every check holding."""
     report = harness.run_one(cell, kind, quiet)
     assert report.error is None, report.error

@@ -22,7 +22,7 @@ from typing import Any
 
 from shared.envelope import Result
 from lab.observe import Event
-from lab.runner import Observations, Outcome, SideRun
+from lab.records import Observations, Outcome, SideRun
 
 T0 = 1_000_000.0  # submission time (wall clock)
 DOCS = (*(f"doc{i}" for i in range(1, 9)), "doc11")

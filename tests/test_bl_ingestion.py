@@ -12,8 +12,8 @@ import pytest
 
 from case_studies.bl_ingestion import study
 from case_studies.bl_ingestion.dead_letters import DeadLetters
-from lab import harness
-from lab.harness import RunReport
+from lab import records
+from lab.records import RunReport
 from tests.cells import passing
 from lab.observe import client
 from lab.settings import NAMESPACE
@@ -21,7 +21,7 @@ from lab.settings import NAMESPACE
 pytestmark = pytest.mark.usefixtures("real_services")
 
 
-def cell(name: str, kind: harness.Kind) -> RunReport:
+def cell(name: str, kind: records.Kind) -> RunReport:
     return passing(f"bl_ingestion/{name}", kind)
 
 

@@ -27,7 +27,8 @@ from lab.observe import Reader, doc_id, short_doc
 from lab.outage import owned_backend
 from lab.pipeline import store_document
 from lab.queues import queue_depth
-from lab.runner import Observations, StopCondition, _member_results, dlq_depth, new_run_id, run_scenario  # pyright: ignore[reportPrivateUsage]
+from lab.runner import StopCondition, _member_results, dlq_depth, new_run_id, run_scenario  # pyright: ignore[reportPrivateUsage]
+from lab.records import Observations
 from lessons import scenario
 from lab.settings import broker_url
 from lab.waiting import wait_until

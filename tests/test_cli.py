@@ -15,7 +15,7 @@ import run_all_fms
 from case_studies.ledger_base import ledger_problem
 from lab import down, harness, services, workers
 from lab.fm import ROOT, fm_modules
-from lab.harness import HarnessError
+from lab.records import HarnessError
 from lab.settings import NAMESPACE, mask_url
 from tests.namespaces import derived
 

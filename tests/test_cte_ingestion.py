@@ -18,10 +18,10 @@ from case_studies.cte_ingestion.events import (CTE_TYPES, CriticalTrackingEvent,
 from case_studies.cte_ingestion.ledger import Ledger, LedgerCounts, TransientLedgerError
 from case_studies.cte_ingestion.metrics import CteMetrics, outcomes, read
 from case_studies.logs import read_events
-from lab import harness
+from lab import records
 from lab.settings import amqp_name, redis_prefix
 from pydantic import ValidationError
-from lab.harness import RunReport
+from lab.records import RunReport
 from tests.cells import passing
 from shared.backend import backend_redis
 from shared.in_place import retry_in_place
@@ -31,7 +31,7 @@ from shared.turns import Turns
 STREAM = study.stream()
 
 
-def cell(name: str, kind: harness.Kind) -> RunReport:
+def cell(name: str, kind: records.Kind) -> RunReport:
     return passing(f"cte_ingestion/{name}", kind)
 
 

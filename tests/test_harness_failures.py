@@ -25,7 +25,7 @@ import pytest
 from kombu import Connection
 
 import run_all_fms
-from lab import down, harness, owned, services, workers
+from lab import down, harness, owned, records, services, workers
 from lab.fm import ROOT
 from lab.observe import client
 from lab.settings import NAMESPACE, broker_url
@@ -133,7 +133,7 @@ def test_runs_at_once_interrupted_leave_no_worker_and_none_of_their_queues(sig: 
 def test_a_worker_killed_mid_run_ends_the_run_as_error_at_once(cell: str) -> None:
     killed: list[float] = []
 
-    def on_stage(stage: harness.Stage) -> None:
+    def on_stage(stage: records.Stage) -> None:
         if stage == STARTED:
             def kill() -> None:
                 for r in workers.leftovers():

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 
 import run_all_fms
-from lab import harness
-from lab.checks import Check
-from lab.harness import Kind, RunReport
+from lab import harness, records
+from lab.records import Check
+from lab.records import Kind, RunReport
 from lab.show import progress
 
 PLAN = harness.plan(["fm1", "fm2", "fm3", "fm4", "fm5", "fm6"], include_fm0=True, prove=True)
@@ -111,11 +111,11 @@ def test_a_harness_error_in_one_run_ends_the_plan_once_the_others_stop(
 
     def run_one(fm: str, kind: Kind, on_stage: Callable[[str], None]) -> RunReport:
         if (fm, kind) == ("fm6", "broken"):
-            raise harness.HarnessError("the broker refused fm5's queues")
+            raise records.HarnessError("the broker refused fm5's queues")
         return stand_in(fm, kind, on_stage)
 
     monkeypatch.setattr(harness, "run_one", run_one)
-    with pytest.raises(harness.HarnessError, match="refused"):
+    with pytest.raises(records.HarnessError, match="refused"):
         run_all_fms.run_plan(PLAN, 3)
     assert stand_in.active == []  # no run left going
 

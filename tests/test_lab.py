@@ -14,13 +14,13 @@ from typing import cast
 import pytest
 
 import run_all_fms
-from lab import harness
+from lab import harness, records
 from lab import workers
 from lessons.fm7.checks import MIN_DEPLOYS
 from lab.fm import ROOT
-from lab.harness import RunReport
+from lab.records import RunReport
 from lab.workers import Worker
-from lab.runner import Observations
+from lab.records import Observations
 from lab.waiting import wait_until
 from lessons.fm3.scenario import foreign_letters
 
@@ -47,7 +47,7 @@ _CELLS = {"test_fixed_fm_holds_every_guarantee_up_to_its_own": "fixed",
           "test_without_its_hard_fix_an_fm_shows_the_hard_variants_symptom": "weak"}
 
 
-def _cell(item: pytest.Item) -> tuple[str, harness.Kind] | None:
+def _cell(item: pytest.Item) -> tuple[str, records.Kind] | None:
     """The harness run a collected test of this module asserts on (None: it runs its own)."""
     name = getattr(item, "originalname", item.name)
     if name == "test_fm0_reproduces_its_bug":
@@ -56,7 +56,7 @@ def _cell(item: pytest.Item) -> tuple[str, harness.Kind] | None:
     callspec = getattr(item, "callspec", None)
     if kind is None or callspec is None:
         return None
-    return (f"fm{callspec.params['n']}", cast(harness.Kind, kind))
+    return (f"fm{callspec.params['n']}", cast(records.Kind, kind))
 
 
 @pytest.fixture(scope="module")

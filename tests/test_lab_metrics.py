@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from lab.harness import RunReport
+from lab.records import RunReport
 from lab.metrics import LabMetrics, exposition
-from lab.runner import Outcome, SideRun
+from lab.records import Outcome, SideRun
 from shared.envelope import Result
 from tests.synthetic import ev, fixed_run, summary_outcome
 

@@ -34,12 +34,12 @@ import pytest
 
 import run_all_fms
 from lab.matrix import TITLES
-from lab.runner import Outcome
+from lab.records import Outcome
 from lab.show import report, timeline, timeline_text
 from shared.envelope import REASONS
 from lab.fm import ROOT, fm_modules
-from lab.harness import RunReport
-from lab.checks import Check
+from lab.records import RunReport
+from lab.records import Check
 from tests.synthetic import (BURST, FOREIGN, LARGE_BROKEN_CHECK, LARGE_CHECKS, LARGE_WEAK_CHECK, broken_run, end, ev, fixed_sides,
                              large_broken_run, large_fixed_run, large_weak_run, member_failure_run, notify_story_run,
                              observations, sided_run, start, summary_outcome, weak_sides_run)
@@ -413,7 +413,7 @@ def _chunk_run(*, reconciled: bool = True) -> RunReport:
     chord = summary_outcome(CHUNKS, []) if reconciled else Outcome("PENDING", None, None, None)
     obs = dataclasses.replace(observations(events, chord, fm="sb", elapsed=0.9), docs=tuple(CHUNKS))
     return RunReport("severity_batch/batch", "fixed", "sb", 1, checks=[Check("SB1", True, "manifest: dispatched 2000")],
-                     observations=obs, seconds=1.2)
+                     observations=obs, seconds=1.2, body="reconcile")
 
 
 def _case_page() -> str:

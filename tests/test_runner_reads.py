@@ -13,7 +13,8 @@ from celery.result import AsyncResult
 
 from lab import harness
 from lab.observe import Reader, RunRecorder, attempt_starts
-from lab.runner import Outcome, _metas  # pyright: ignore[reportPrivateUsage]
+from lab.runner import _metas  # pyright: ignore[reportPrivateUsage]
+from lab.records import Outcome
 from lab.scenarios import Scenario
 from lessons import scenario
 from lessons.fm5.scenario import BURST

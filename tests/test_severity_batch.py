@@ -13,8 +13,8 @@ from case_studies.logs import read_events
 from case_studies.severity_batch import study
 from case_studies.severity_batch.claims import THRESHOLDS, TIERS, generate
 from case_studies.severity_batch.ledger import Ledger, LedgerCounts
-from lab import harness
-from lab.harness import RunReport
+from lab import harness, records
+from lab.records import RunReport
 from tests.cells import passing
 from lab.runner import new_run_id
 from lab.waiting import wait_until
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("real_services")
 BATCH = generate(study.SEED, study.CLAIMS, poison_every=study.POISON_EVERY, featureless_every=study.FEATURELESS_EVERY)
 
 
-def cell(name: str, kind: harness.Kind) -> RunReport:
+def cell(name: str, kind: records.Kind) -> RunReport:
     return passing(f"severity_batch/{name}", kind)
 
 

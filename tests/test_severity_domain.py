@@ -311,7 +311,7 @@ def test_the_default_ledger_is_the_namespace_sqlite_file(monkeypatch: pytest.Mon
 
 
 def test_a_ledger_that_does_not_answer_is_a_broken_run_naming_it_masked() -> None:
-    from lab.harness import RunBroken
+    from lab.records import RunBroken
 
     with pytest.raises(RunBroken, match=r"the ledger at postgresql\+psycopg://lab:\*\*\*@127\.0\.0\.1:1/x does not answer"):
         Ledger("postgresql://lab:s3cret@127.0.0.1:1/x").opened(clear=True)

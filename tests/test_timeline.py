@@ -8,9 +8,8 @@ from typing import Any
 
 from lab.show import timeline, timeline_text
 from shared.envelope import REASONS, Result
-from lab.harness import RunReport
+from lab.records import Outcome, RunReport
 from lab.show.progress import Board
-from lab.runner import Outcome
 from lab.show.timeline import MARKS, DocTimeline, Timeline
 from tests.synthetic import (EXPIRED_ERROR, FOREIGN, broken_run, end, ev, fixed_run, kept_letter_run, lost_run, member_failure_run,
                              notify_story_run, observations, sided_run, start, summary_outcome, weak_sides_run)
@@ -315,16 +314,16 @@ def test_a_stall_the_body_outlived_is_whole_and_a_finished_chord_keeps_its_own_w
 def test_a_timeline_reads_the_summary_once_not_once_per_document(monkeypatch: Any) -> None:
     """issue 26: the harness linear in N. Building the timeline of N documents names each summary entry a
     bounded number of times (``short_doc``), not N times each (3,000 documents took 1.25 s, now 0.03 s)."""
-    from lab import runner
+    from lab import records
 
     calls = {"n": 0}
-    real = runner.short_doc
+    real = records.short_doc
 
     def counted(value: str) -> str:
         calls["n"] += 1
         return real(value)
 
-    monkeypatch.setattr(runner, "short_doc", counted)
+    monkeypatch.setattr(records, "short_doc", counted)
     for n in (300, 900):
         docs = [f"doc{i}" for i in range(n)]
         events = [e for i, d in enumerate(docs) for e in (ev(0.001 * i, "attempt_start", doc=d, attempt=1),

@@ -59,18 +59,18 @@ from celery.result import AsyncResult
 from celery.states import READY_STATES
 
 from case_studies.bl_ingestion.dead_letters import DeadLetters
-from case_studies.bl_ingestion.fixed import VISIBILITY_SECONDS
 from case_studies.bl_ingestion.logs import event_log_path, read_events
 from case_studies.bl_ingestion.manifest import Deviations, Manifest, generate
 from case_studies.bl_ingestion.stand_ins import (CrashStep, Terminal, end_outage, plan_crash, plan_outage,
                                                  registry_calls, unit_name)
-from lab import harness
-from lab.checks import Check, Collector
+from lab import harness, records
+from lab.records import Check, Collector
 from lab.faults import FAIL, FLAKY, SOFT_HANG, Fault, document_text
 from lab.fm import ROOT, Fm, load_module
 from lab.observe import Reader
 from lab.pipeline import store_document
-from lab.runner import NOT_RUN_WINDOW, Observations, Outcome, new_run_id
+from lab.runner import NOT_RUN_WINDOW, new_run_id
+from lab.records import Observations, Outcome
 from lab.waiting import wait_until
 from shared.backend import backend_redis
 
@@ -113,20 +113,20 @@ SCENARIOS: dict[str, Scenario] = {
 WRITEUP_SHOWS = tuple(SCENARIOS)
 """The scenarios ``--prove`` also runs on the write-up's code: each shows one of its mistakes."""
 
-CODES: dict[str, harness.Kind] = {"bl": "fixed", "blw": "broken"}
+CODES: dict[str, records.Kind] = {"bl": "fixed", "blw": "broken"}
 """The namespace codes of the two programs (their Redis keys are ``<namespace>:bl:...``)."""
 
 
-def cells(prove: bool) -> list[tuple[str, harness.Kind]]:
+def cells(prove: bool) -> list[tuple[str, records.Kind]]:
     return harness.case_cells(NAME, SCENARIOS, WRITEUP_SHOWS, prove)
 
 
-def program(kind: harness.Kind) -> Fm:
+def program(kind: records.Kind) -> Fm:
     module, member = ("writeup", "parse_bl") if kind == "broken" else ("fixed", "parse_units")
     return harness.checked(load_module(f"case_studies.{NAME}.{module}", member=member, body="aggregate_batch"))
 
 
-def code_of(kind: harness.Kind) -> str:
+def code_of(kind: records.Kind) -> str:
     return "blw" if kind == "broken" else "bl"
 
 
@@ -144,7 +144,7 @@ def clear_ledger() -> None:
 class CaseRun:
     obs: Observations
     scenario: Scenario
-    kind: harness.Kind
+    kind: records.Kind
     manifest: Manifest
     roles: Mapping[str, int]  # role -> unit index
     calls: Mapping[str, int]  # role -> the registry's calls for its unit: the unit's attempts
@@ -176,7 +176,7 @@ def _manifest(sc: Scenario, run_id: str, resend: int = 0) -> Manifest:
                     batch_id=f"B{run_id}" + (f"R{resend}" if resend else ""))
 
 
-def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
+def run_scenario(fm: Fm, sc: Scenario, kind: records.Kind, run_id: str,
                  watch: Callable[[], None] | None = None) -> CaseRun:
     manifest = _manifest(sc, run_id)
     roles = _roles(sc, manifest)
@@ -199,7 +199,7 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
                 watch()
             if sc.name == "slow_parse" and time.monotonic() - swept[0] >= SWEEP_SECONDS:
                 swept[0] = time.monotonic()
-                sweep(fm, float(WRITEUP_VISIBILITY) if kind == "broken" else float(VISIBILITY_SECONDS))
+                sweep(fm, float(WRITEUP_VISIBILITY) if kind == "broken" else visibility_of(fm))
             return res.ready()
         return check
 
@@ -258,6 +258,12 @@ def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str,
 
 SLOW_SETTLE = 6.0
 SWEEP_SECONDS = 0.25
+
+
+def visibility_of(fm: Fm) -> float:
+    """The visibility timeout ``fm``'s own settings give its Redis transport (the fixed program sets a constant;
+    read off its app so that this module need not import the program that runs it by hand)."""
+    return float(cast(dict[str, Any], fm.app.conf.broker_transport_options)["visibility_timeout"])
 
 
 def sweep(fm: Fm, visibility: float) -> int:
@@ -567,7 +573,7 @@ def _writeup_symptom(run: CaseRun) -> Check:
     return c.result()
 
 
-def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
+def checks_of(kind: records.Kind, run: CaseRun) -> list[Check]:
     if kind == "broken":
         return [_writeup_symptom(run)]
     return [_balance(run), _once(run), _logged(run), _scenario_guarantee(run)]
@@ -597,16 +603,16 @@ def writeup_scale(scenario: str = "") -> Generator[None]:
             os.environ["BULK_VISIBILITY_TIMEOUT"] = before
 
 
-def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness.RunReport:
+def run_one(cell: str, kind: records.Kind, on_stage: records.OnStage) -> records.RunReport:
     name = cell.split("/", 1)[1]
     sc = SCENARIOS[name]
     return harness.run_case(
-        harness.RunReport(cell, kind, code_of(kind), sc.number), lambda: program(kind), f"{NAME}-{name}-{kind}",
+        records.RunReport(cell, kind, code_of(kind), sc.number), lambda: program(kind), f"{NAME}-{name}-{kind}",
         on_stage, lambda fm, run_id, watch: run_scenario(fm, sc, kind, run_id, watch), lambda run: run.obs,
         lambda run: checks_of(kind, run), around=lambda: writeup_scale(name))
 
 
-def run_by_hand(kind: harness.Kind) -> int:
+def run_by_hand(kind: records.Kind) -> int:
     """Every scenario against a worker you started (``python -m case_studies.bl_ingestion.fixed``)."""
     fm = program(kind)
     ok = True

@@ -69,12 +69,13 @@ from case_studies.cte_ingestion.events import CteType, InvalidKind, RawEvent, St
 from case_studies.cte_ingestion.ledger import DeadLetter, Ledger, LedgerCounts
 from case_studies.cte_ingestion.metrics import CteMetrics, exporter_registry, outcomes, read, render, reset_dir
 from case_studies.logs import clear_event_logs
-from lab import harness
-from lab.checks import Check, Collector
+from lab import harness, records
+from lab.records import Check, Collector
 from lab.faults import CRASH_ONCE, FLAKE_FOREVER, FLAKY, Fault
 from lab.fm import Fm, load_module
 from lab.queues import queue_depth
-from lab.runner import Observations, Outcome, new_run_id
+from lab.runner import new_run_id
+from lab.records import Observations, Outcome
 from lab.waiting import wait_until
 from lab.workers import LOG_DIR, STATE_DIR, STOP_GRACE
 from shared.backend import backend_redis
@@ -110,12 +111,12 @@ SCENARIOS: dict[str, Scenario] = {
 WRITEUP_SHOWS = ("burst", "outage")
 """The scenarios ``--prove`` also runs on the write-up's code."""
 
-CODES: dict[str, harness.Kind] = {"ct": "fixed", "ctw": "broken"}
+CODES: dict[str, records.Kind] = {"ct": "fixed", "ctw": "broken"}
 """The namespace codes of the two programs (their queues are ``<namespace>.ct.shard.<k>``, ...)."""
 
 
-def cells(prove: bool) -> list[tuple[str, harness.Kind]]:
-    runs: list[tuple[str, harness.Kind]] = []
+def cells(prove: bool) -> list[tuple[str, records.Kind]]:
+    runs: list[tuple[str, records.Kind]] = []
     for name in SCENARIOS:
         runs.append((f"{NAME}/{name}", "fixed"))
         if prove and name in WRITEUP_SHOWS:
@@ -123,13 +124,13 @@ def cells(prove: bool) -> list[tuple[str, harness.Kind]]:
     return runs
 
 
-def program(kind: harness.Kind) -> Fm:
+def program(kind: records.Kind) -> Fm:
     if kind == "broken":
         return harness.checked(load_module(f"case_studies.{NAME}.writeup", member="ingest_event", body="quarantine_event"))
     return harness.checked(load_module(f"case_studies.{NAME}.fixed", member="ingest_batch", body="replay_batch"))
 
 
-def code_of(kind: harness.Kind) -> str:
+def code_of(kind: records.Kind) -> str:
     return "ctw" if kind == "broken" else "ct"
 
 
@@ -266,7 +267,7 @@ def choose_faults(s: Stream, shards: int, batch: int) -> FaultPlan:
 class CaseRun:
     obs: Observations
     scenario: Scenario
-    kind: harness.Kind
+    kind: records.Kind
     stream: Stream
     plan: FaultPlan | None
     counts: LedgerCounts
@@ -353,7 +354,7 @@ def _meta_states(fm: Fm, ids: Sequence[str]) -> list[str]:
     return states
 
 
-def run_scenario(fm: Fm, sc: Scenario, kind: harness.Kind, run_id: str, metrics_dir: Any,
+def run_scenario(fm: Fm, sc: Scenario, kind: records.Kind, run_id: str, metrics_dir: Any,
                  watch: Callable[[], None] | None = None, say: Callable[[str], None] = print) -> CaseRun:
     s = stream(sc.no_seq, OUTAGE_EVENTS if sc.outage else EVENTS)
     module = __import__(fm.module, fromlist=["submit"])
@@ -672,7 +673,7 @@ def _writeup_lost(run: CaseRun) -> Check:
     return c.result()
 
 
-def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
+def checks_of(kind: records.Kind, run: CaseRun) -> list[Check]:
     if kind == "broken" and run.scenario.outage:
         return [_writeup_outage_lost(run)]
     if kind == "broken":
@@ -705,12 +706,13 @@ def metrics_folder(code: str, run_id: str) -> Any:
     return folder
 
 
-def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness.RunReport:
+def run_one(cell: str, kind: records.Kind, on_stage: records.OnStage) -> records.RunReport:
     name = cell.split("/", 1)[1]
     sc = SCENARIOS[name]
 
-    def run(report: harness.RunReport) -> None:
+    def run(report: records.RunReport) -> None:
         fm = program(kind)
+        report.body = str(fm.notify.name).rsplit(".", 1)[-1]
         run_id = new_run_id()
         on_stage("resetting")
         harness.reset(fm)
@@ -729,10 +731,10 @@ def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness
         on_stage("checking")
         report.checks = checks_of(kind, done)
 
-    return harness.case_run(harness.RunReport(cell, kind, code_of(kind), sc.number), run)
+    return harness.case_run(records.RunReport(cell, kind, code_of(kind), sc.number), run)
 
 
-def run_by_hand(kind: harness.Kind) -> int:
+def run_by_hand(kind: records.Kind) -> int:
     """The ``burst`` against workers you started (``python -m case_studies.cte_ingestion.fixed``), with
     ``PROMETHEUS_MULTIPROC_DIR`` set to the same folder in their environment and this one's."""
     from case_studies.cte_ingestion.metrics import multiprocess_dir

@@ -36,13 +36,14 @@ from case_studies.logs import clear_event_logs
 from case_studies.severity_batch.claims import generate
 from case_studies.severity_batch.ledger import Flag, Ledger, LedgerCounts, Manifest
 from case_studies.severity_batch.stand_ins import RunSpec, chunk_name
-from lab import harness
-from lab.checks import Check, Collector
+from lab import harness, records
+from lab.records import Check, Collector
 from lab.faults import CRASH_ONCE, FLAKE_FOREVER, FLAKY, SOFT_HANG, Fault, document_text
 from lab.fm import Fm, load_module
 from lab.observe import Reader, attempt_starts
 from lab.pipeline import store_document
-from lab.runner import NOT_RUN_WINDOW, Observations, Outcome, new_run_id
+from lab.runner import NOT_RUN_WINDOW, new_run_id
+from lab.records import Observations, Outcome
 from lab.waiting import wait_until
 
 NAME = "severity_batch"
@@ -67,21 +68,21 @@ WRITEUP_SHOWS = ("dead_chunk", "straggler")
 """The scenarios ``--prove`` also runs on the write-up's code."""
 
 
-def cells(prove: bool) -> list[tuple[str, harness.Kind]]:
+def cells(prove: bool) -> list[tuple[str, records.Kind]]:
     return harness.case_cells(NAME, SCENARIOS, WRITEUP_SHOWS, prove)
 
 
-def program(kind: harness.Kind) -> Fm:
+def program(kind: records.Kind) -> Fm:
     module = "writeup" if kind == "broken" else "fixed"
     loaded = load_module(f"case_studies.{NAME}.{module}", member="score_chunk", body="reconcile")
     return harness.checked(loaded)
 
 
-CODES: dict[str, harness.Kind] = {"sb": "fixed", "sbw": "broken"}
+CODES: dict[str, records.Kind] = {"sb": "fixed", "sbw": "broken"}
 """The namespace codes of the two programs (their queues are ``<namespace>.sb.tasks``, ...)."""
 
 
-def code_of(kind: harness.Kind) -> str:
+def code_of(kind: records.Kind) -> str:
     return "sbw" if kind == "broken" else "sb"
 
 
@@ -299,7 +300,7 @@ def _writeup_straggler(run: CaseRun) -> Check:
     return c.result()
 
 
-def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
+def checks_of(kind: records.Kind, run: CaseRun) -> list[Check]:
     if kind == "broken":
         return [_writeup_dead_chunk(run) if run.scenario.name == "dead_chunk" else _writeup_straggler(run)]
     if run.scenario.name == "batch":
@@ -310,16 +311,16 @@ def checks_of(kind: harness.Kind, run: CaseRun) -> list[Check]:
 # ---- the harness's cell --------------------------------------------------------
 
 
-def run_one(cell: str, kind: harness.Kind, on_stage: harness.OnStage) -> harness.RunReport:
+def run_one(cell: str, kind: records.Kind, on_stage: records.OnStage) -> records.RunReport:
     name = cell.split("/", 1)[1]
     sc = SCENARIOS[name]
     return harness.run_case(
-        harness.RunReport(cell, kind, code_of(kind), sc.number), lambda: program(kind), f"{NAME}-{name}-{kind}",
+        records.RunReport(cell, kind, code_of(kind), sc.number), lambda: program(kind), f"{NAME}-{name}-{kind}",
         on_stage, lambda fm, run_id, watch: run_scenario(fm, sc, run_id, watch), lambda run: run.obs,
         lambda run: checks_of(kind, run), prepare=lambda _: open_ledger(clear=True))
 
 
-def run_by_hand(kind: harness.Kind) -> int:
+def run_by_hand(kind: records.Kind) -> int:
     """Every scenario against a worker you started (``python -m case_studies.severity_batch.fixed``)."""
     fm = program(kind)
     ok = True

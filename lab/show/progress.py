@@ -33,7 +33,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lab.show import timeline, timeline_text
-from lab.harness import Kind, RunReport, Stage
+from lab.records import Kind, RunReport, Stage
 from lab.show.timeline import MARKS
 from lab.show.timeline_text import Line
 
@@ -150,7 +150,7 @@ def _block(r: RunReport) -> list[Line]:
     title = f"{r.fm} {r.kind}: scenario {r.scenario} on {r.code}'s code, {r.verdict}"
     if r.observations is None:
         return [(timeline_text.Piece(title),), (timeline_text.Piece(f"  no observations: {r.error}", "running"),)]
-    tl = timeline.build(r.observations, timeline.body_name(r.fm, r.code))
+    tl = timeline.build(r.observations, r.body)
     return timeline_text.lines(tl, f"{title} (run {tl.run_id})")
 
 

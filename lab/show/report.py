@@ -34,11 +34,11 @@ from html import escape
 from pathlib import Path
 
 from lab.show import diff, swimlanes, timeline, timeline_text
-from lab.checks import Check
+from lab.records import Check
 from lab.fm import ROOT, fm_modules
 from lab.matrix import TITLES
 from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
-from lab.harness import MatrixRow, RunReport, matrix
+from lab.records import MatrixRow, RunReport, matrix
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
 """The docstring paragraphs the report shows, in this order."""
@@ -210,7 +210,7 @@ def _section(row: MatrixRow, lesson: Lesson | None, home: str | None = None) -> 
 
 
 def _timeline(r: RunReport) -> timeline.Timeline | None:
-    return None if r.observations is None else timeline.build(r.observations, timeline.body_name(r.fm, r.code))
+    return None if r.observations is None else timeline.build(r.observations, r.body)
 
 
 def _scenario_title(fm: str, home: str | None) -> str:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lab.harness import RunReport
+from lab.records import RunReport
 from lab.settings import NAMESPACE
 from lab.versions import installed
 

@@ -41,7 +41,7 @@ Side chords (``Observations.sides``: a hard variant's own chord, pipeline
 (dead-lettered, kept, sent), its documents and its body's deliveries.
 
 A chord's body (``Timeline.body``: ``notify`` in every FM, ``reconcile`` or
-``aggregate_batch`` in a case study, ``body_name``) runs once per delivery
+``aggregate_batch`` in a case study, ``RunReport.body``) runs once per delivery
 (``NotifyRun``); a delivery that started and was followed by another start of the same
 role, with no end between, was killed; the chord's last delivery, with no end seen,
 returned if the chord's result (its return value) is stored. Emails are the FMs' notion
@@ -57,9 +57,8 @@ from typing import Literal, NamedTuple
 
 from shared.envelope import REASONS
 import lessons
-from lab import harness
 from lab.observe import Event
-from lab.runner import Observations, SideRun
+from lab.records import Observations, SideRun
 from lab.scenarios import SideChord
 
 End = Literal["ok", "raised", "retried", "killed", "running"]
@@ -262,13 +261,6 @@ class SideTimeline:
         if self.state == "SUCCESS":
             return "ok"
         return "running"
-
-
-def body_name(cell: str, code: str) -> str:
-    """The chord body's name for a run of ``code`` in ``cell``: ``notify`` for an FM, else the program's own."""
-    if not harness.is_case(cell):
-        return "notify"  # DESIGN.md §1: every FM's body is notify
-    return str(harness.load(code).notify.name).rsplit(".", 1)[-1]
 
 
 def build(obs: Observations, body: str = "notify") -> Timeline:

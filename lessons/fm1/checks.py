@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import time
 
-from lab.checks import Check, Collector, chord_error, failed_detail, notify_never, side_done, side_of, side_state
+from lab.checks import chord_error, failed_detail, notify_never, side_done, side_of, side_state
 from lab.fm import Fm
 from lab.lesson import LessonChecks, Stop
 from lab.observe import Reader
-from lab.runner import NOT_RUN_WINDOW, Observations
+from lab.records import Check, Collector, Observations
+from lab.runner import NOT_RUN_WINDOW
 
 
 def g1(obs: Observations, fm: Fm) -> Check:

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from lab.checks import Check, Collector, chord_error, notify_never
+from lab.checks import chord_error, notify_never
 from lab.fm import Fm
 from lab.lesson import LessonChecks
-from lab.runner import Observations
+from lab.records import Check, Collector, Observations
 
 
 def g2(obs: Observations, fm: Fm) -> Check:

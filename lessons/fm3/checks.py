@@ -5,12 +5,12 @@ first written: the chord never completes).
 
 from __future__ import annotations
 
-from lab.checks import (Check, Collector, dead_letter_error, delivery_bound, failed_detail, notify_never, side_done,
-                        side_state)
+from lab.checks import dead_letter_error, delivery_bound, failed_detail, notify_never, side_done, side_state
 from lab.fm import Fm
 from lab.lesson import LessonChecks, Stop
 from lab.observe import Reader, drain_passes
-from lab.runner import Observations, StopCondition
+from lab.records import Check, Collector, Observations
+from lab.runner import StopCondition
 from lab.settings import redis_prefix
 from lessons.fm3.scenario import foreign_letters
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import cast
 
-from lab.checks import Check, Collector
 from lab.fm import Fm
 from lab.lesson import LessonChecks, Stop
 from lab.observe import Reader
-from lab.runner import Observations
+from lab.records import Check, Collector, Observations
 
 
 OWNER_RECOVERY_SECONDS = 10.0

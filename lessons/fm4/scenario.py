@@ -18,7 +18,7 @@ from celery.result import AsyncResult
 
 from lab.injector import Injector, RunView
 from lab.observe import Reader
-from lab.runner import Outcome
+from lab.records import Outcome
 from lab.scenarios import Part
 
 CRASH_PLAN: tuple[str, ...] = ("before_send", "after_send")

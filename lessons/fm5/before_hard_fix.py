@@ -82,6 +82,6 @@ def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
 
 
 if __name__ == "__main__":  # submit the scenario to a worker you started, then check it
-    from lab.harness import run_by_hand
+    from lab.by_hand import run_by_hand
 
     raise SystemExit(run_by_hand(__file__))

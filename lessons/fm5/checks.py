@@ -4,10 +4,10 @@ does not hold new work), S5 (a transient error is terminal) and S5 hard (the bur
 
 from __future__ import annotations
 
-from lab.checks import Check, Collector, failed_detail
+from lab.checks import failed_detail
 from lab.fm import Fm
 from lab.lesson import LessonChecks, Stop
-from lab.runner import Observations
+from lab.records import Check, Collector, Observations
 from lessons.fm5.scenario import BURST
 
 

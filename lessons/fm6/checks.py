@@ -4,11 +4,11 @@ its slot) and S6 hard (limits that land outside the body, a hung fetch).
 
 from __future__ import annotations
 
-from lab.checks import Check, Collector, failed_detail, notify_never, outlived
+from lab.checks import failed_detail, notify_never, outlived
 from lab.faults import HARD_HANG_CAP_SECONDS
 from lab.fm import Fm
 from lab.lesson import LessonChecks, Stop
-from lab.runner import Observations
+from lab.records import Check, Collector, Observations
 
 
 PROBE_AT_ONCE_SECONDS = 2.0

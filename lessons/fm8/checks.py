@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from lab.checks import Check, Collector, overlaps, side_done, side_of, side_state, summary_of_side
+from lab.checks import overlaps, side_done, side_of, side_state, summary_of_side
 from lab.fm import Fm
 from lab.lesson import LessonChecks, Stop
 from lab.observe import Event, Reader, short_doc
-from lab.runner import Observations, SideRun
+from lab.records import Check, Collector, Observations, SideRun
 
 
 BACKEND_RETURN_SECONDS = 12.0

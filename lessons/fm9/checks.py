@@ -8,11 +8,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lab.checks import Check, Collector, overlaps, side_done, side_of, side_state, summary_of_side
+from lab.checks import overlaps, side_done, side_of, side_state, summary_of_side
 from lab.fm import Fm
 from lab.lesson import LessonChecks, Stop
 from lab.observe import Event, Reader, short_doc
-from lab.runner import Observations, SideRun
+from lab.records import Check, Collector, Observations, SideRun
 from lessons.fm9.scenario import CONNLOSS_DOCS, HUNG_DOC
 
 
