@@ -1,46 +1,32 @@
-"""FM-0: the naive pipeline, FM-1's bug on display.
+"""FM-0: the naive pipeline, where one failing document sinks the whole chord.
 
-One line: a chord whose header task raises never runs its body.
+Symptom (scenario 1): the program is a chord. Its header is one ``fetch_document |
+parse_document`` chain per document; its body, ``notify``, sends one email. The lab makes
+``doc1`` raise. ``notify`` never runs, so no email goes out. The chord's result is a FAILURE
+holding a ``ChordError`` that names ``doc1``'s error. It does not hang: the chord fails as soon
+as the last member returns.
 
-Symptom: scenario 1 makes ``doc1`` raise. The chord's body, ``notify``, never
-runs: no email, and the chord's result is a FAILURE holding ``ChordError``
-("Dependency ... raised PermanentError('doc1 is malformed')"). It does not
-hang: the Redis backend fails the chord as soon as the last member returns.
+Root cause: one member of the chord ends in Celery's FAILURE state. When the last member
+returns, the Redis result backend sees that state and fails the chord. It runs the body's
+error callbacks instead of the body.
 
-Root cause: ``celery.backends.redis.RedisBackend.on_chord_part_return`` counts
-the members; once all have returned it decodes their states and a FAILURE one
-makes it call ``chord_error_from_stack`` (``celery.backends.base``), which
-runs the body's errbacks and stores the body as FAILURE instead of calling it.
-(Read in Celery 5.5.3, 5.6.3 and 5.7.0, where it is the same; ``make matrix`` runs
-S1 on each.)
+Fix: none here. FM-1 adds ``@enveloped``.
 
-Fix: none here. FM-1 (``fm1_mid_pipeline_error.py``) adds ``@enveloped``.
+Costs: none yet. Every later FM is this program plus one fix.
 
-The program: ``submit`` sends a chord whose header is one
-``fetch_document | parse_document`` chain per document and whose body is
-``notify``. ``lab_app`` is a plain Celery app with JSON only and every name
-under the FM's namespace (``lab/app.py``); ``fetch_text`` and ``send_email``
-stand in for a document store and a mail API (``lab/pipeline.py``); the one lab
-line, ``lab_fault``, does to a document what the scenario wrote into it.
+Still open: everything FM-1 to FM-9 fix, starting with this bug (FM-1).
 
-You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
-
-- in the second shell: ``fm0 bug (scenario 1 on fm0, ...): BUG REPRODUCED``, an ``ok``
-  line for S1 (``notify ran 0x; chord result FAILURE ChordError``), then what happened to
-  each document: ``doc1`` failed ``error`` on attempt 1, ``doc2`` ok, ``notify never ran``;
-- in the worker's window, after Celery's banner (``app: rcl_fm0`` in the default namespace, ``<namespace>_fm0`` in yours):
-  ``expected: fm0_naive.parse_document[...] raised PermanentError: doc1 is malformed
-  (scenario fault FAIL) ...`` and ``expected: the chord failed: ChordError ... so notify
-  never runs``, each one line where Celery would print a traceback (``lab/worker_log.py``).
-
-Run it alone (from the repository's folder after ``make lab``; two shells):
+Run it (two shells, in the repository's folder, after ``make lab``):
 
     .venv/bin/celery -A fm0_naive worker --without-gossip --without-mingle --without-heartbeat
     .venv/bin/python fm0_naive.py
 
-or ``.venv/bin/python run_all_fms.py --include-fm0 --only fm0`` (reported as BUG REPRODUCED). Ctrl-C in the second shell cancels the
-run (exit status 130); the next run first waits for what the worker had already taken.
-Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
+The second shell prints ``BUG REPRODUCED``. The worker prints an ``expected:`` line for
+``doc1``'s error and one for the failed chord. An ``expected:`` line is a fault the lab caused,
+said where Celery would print a traceback. Or run
+``.venv/bin/python run_all_fms.py --include-fm0 --only fm0``.
+
+Deeper: docs/failure-modes.md (section FM-0 / FM-1) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

@@ -1,67 +1,39 @@
-"""FM-1: a mid-pipeline error must not swallow the whole chord.
+"""FM-1: a document that fails must not sink the whole chord.
 
-Symptom (fm0 on scenario 1): ``doc1`` raises, ``notify`` never runs and the
-chord's result is a ``ChordError``; the document that parsed fine is never
-reported, and nobody is told about the one that did not.
+Symptom (fm0's code, scenario 1): ``doc1`` raises. ``notify``, the chord's body, never runs.
+The chord's result is a ``ChordError``. The document that parsed fine is never reported.
+Nobody hears about the one that failed.
 
-Root cause: a chord member in the FAILURE state. With the Redis backend,
-``celery.backends.redis.RedisBackend.on_chord_part_return`` sees it when the
-last member returns and hands the chord to
-``celery.backends.base.Backend.chord_error_from_stack``: the body's errbacks
-run, the body does not (Celery 5.5, 5.6 and 5.7 alike).
+Root cause: a chord member in Celery's FAILURE state. The Redis result backend then fails the
+whole chord: the body's error callbacks run, the body does not.
 
-Fix: ``@enveloped`` (``shared/envelope.py``) under ``@app.task`` on every task.
-Every exit becomes a SUCCESS state whose value is a ``Result`` with ``status``
-FAILURE, ``error`` and ``reason``; ``notify`` aggregates ok and failed
-documents. Celery's ``Retry`` (and ``Ignore``/``Reject``) pass through untouched.
-The next task of a chain now receives an envelope: ``unwrap`` gives the payload,
-or raises ``UpstreamFailed`` when the fetch failed.
+Fix (each works on Celery 5.5 to 5.7):
 
-Hard variant: a chain head that never runs. A fetch sent with an ``expires``
-that passes before a worker takes it (or one revoked) is decided in the worker's
-main process, before any body: ``celery.worker.request.Request.revoked`` calls
-``_announce_revoked``, which stores REVOKED (``backend.mark_as_revoked``), acks the
-message and sends ``task_revoked`` (Celery 5.5 to 5.7). ``mark_as_revoked`` passes
-the outcome on only to a chord the task itself belongs to; a chain's head is none,
-so its ``parse_document`` is never sent and the chord stays PENDING for ever
-(``--prove``: side chord ``expired``, whose head is sent already expired).
-``envelope_revoked(app)`` sends the rest of the chain on ``task_revoked`` with a
-FAILURE envelope (reason ``expired`` or ``revoked``): ``doc31`` fails ``expired``
-and the chord completes. Not covered: a chord *member* revoked itself is counted by
-Celery as REVOKED and the chord fails with ``ChordError``; and a head that expires
-while it waits in the broker is the broker's to drop (RabbitMQ gets Celery's
-``expires`` as the message's ``expiration``, ``celery.app.base.Celery.send_task``):
-without a dead-letter exchange (fm1, fm2) nobody hears of it; FM-3's DLQ catches it
-(read in Celery 5.7.0 and RabbitMQ's documentation, not run). The lab revokes nothing by id: its
-workers run without remote control, which a revoke travels by.
+- ``@enveloped`` (``shared/envelope.py``) under ``@app.task`` on every task. Every exit
+  becomes a SUCCESS-state ``Result``, the envelope. Its ``status`` says FAILURE and its
+  ``reason`` says why. ``notify`` counts ok and failed documents.
+- ``unwrap`` in ``parse_document`` takes the payload out of the fetch's envelope. If the fetch
+  failed, it raises ``UpstreamFailed``, which becomes the parse's own envelope.
+- ``envelope_revoked(app)``: a chain's first task (its head) may expire before a worker runs
+  it. Celery then never sends the rest of the chain, and the chord waits for ever. This hook
+  sends the rest a FAILURE envelope with reason ``expired``.
 
-Delta from fm0: ``@enveloped`` on the three tasks; ``unwrap`` in parse_document, whose
-argument is now an envelope (``Wire``); ``envelope_revoked`` for a chain head that never ran.
+Costs: Celery's own state says SUCCESS for a failed document. Dashboards such as Flower must
+read the envelope's ``status`` and ``reason``. Error callbacks on the header tasks no longer
+fire.
 
-Tradeoffs: Celery's own state no longer says FAILURE for a failed document
-(Flower shows SUCCESS); dashboards must read the envelope's ``status`` and
-``reason``. Errbacks on the header tasks no longer fire.
+Still open: a worker process that dies mid-task loses its message (FM-2).
 
-Still open: a worker that dies mid-task loses the message (FM-2).
-
-You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
-
-- in the second shell: ``fm1 fixed (scenario 1 on fm1, ...): PASS``, an ``ok`` line for
-  G1, then what happened to each document: ``doc1`` failed ``error``, ``doc2`` ok,
-  ``notify`` sent, one email;
-- in the worker's window, after Celery's banner (``app: rcl_fm1`` in the default namespace, ``<namespace>_fm1`` in yours):
-  ``lab: doc1 failed for good on attempt 1: error (PermanentError: doc1 is malformed), in a
-  SUCCESS-state envelope: the chord goes on`` and ``lab: notify (chord) ended ok; the email
-  is sent``; nothing else.
-
-Run it alone (from the repository's folder after ``make lab``; two shells):
+Run it (two shells, in the repository's folder, after ``make lab``):
 
     .venv/bin/celery -A fm1_mid_pipeline_error worker --without-gossip --without-mingle --without-heartbeat
     .venv/bin/python fm1_mid_pipeline_error.py
 
-or ``.venv/bin/python run_all_fms.py --only fm1``. Ctrl-C in the second shell cancels the
-run (exit status 130); the next run first waits for what the worker had already taken.
-Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
+The second shell prints ``PASS`` and what happened to each document. The worker prints
+``lab: doc1 failed for good ...`` and ``lab: notify (chord) ended ok``. A ``lab:`` line says
+what the lab saw recover or end. Or run ``.venv/bin/python run_all_fms.py --only fm1``.
+
+Deeper: docs/failure-modes.md (section FM-0 / FM-1) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

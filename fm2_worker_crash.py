@@ -1,69 +1,37 @@
-"""FM-2: a worker process that dies mid-task must not lose the message.
+"""FM-2: a worker process that dies mid-task must not lose its message.
 
-Symptom (fm1 on scenario 2): ``doc3``'s pool process is SIGKILLed on its first
-attempt (an OOM kill, a node drained). ``doc3`` is attempted once, never again;
-the chord result is ``ChordError`` naming ``WorkerLostError``; ``notify`` never runs.
+Symptom (fm1's code, scenario 2): ``doc3``'s pool process is killed (SIGKILL) on its first
+attempt, as an out-of-memory kill would. ``doc3`` is never tried again. The chord's result
+is a ``ChordError`` naming ``WorkerLostError``, and ``notify`` never runs.
 
-Root cause: early acknowledgement. By default the worker acks a message as soon
-as a pool process accepts it (``celery.worker.request.Request.on_accepted``
-calls ``acknowledge`` unless the task is ``acks_late``; Celery 5.5 to 5.7), before the body runs,
-so RabbitMQ has already forgotten it when the process dies. The main process
-then reports ``WorkerLostError`` and ``Request.on_failure`` stores it with
-``backend.mark_as_failure``, which also tells the chord (``on_chord_part_return``).
+Root cause: early acknowledgement. By default the worker acks a message as soon as a pool
+process takes it, before the body runs. RabbitMQ has forgotten the message when the process
+dies. Celery then stores the task as failed, and the chord fails.
 
-Fix: ``task_acks_late = True`` (ack after the body returns) plus
-``task_reject_on_worker_lost = True``. In ``Request.on_failure``, a
-``WorkerLostError`` of an ``acks_late`` task with ``reject_on_worker_lost`` is
-rejected with ``requeue=True`` and *not* marked failed: RabbitMQ delivers it
-again, ``doc3`` succeeds on attempt 2, the chord completes. Without
-``reject_on_worker_lost``, ``acks_late`` alone acks the lost message
-(``acks_on_failure`` in Celery 5.7, ``acks_on_failure_or_timeout`` in 5.5 and 5.6;
-true by default) and marks it failed: the chord still breaks (tried:
-removing either setting fails G2 with ``doc3 attempts 1``).
+Fix (each setting is in every Celery the lab runs, 5.5 to 5.7):
 
-Celery 5.5 and 5.6: a process that dies *after* its result was stored (in a
-``task_postrun`` handler, or killed on its way back to the main process) is
-requeued too, runs again, and its second result counts in the chord join a
-second time (the Redis backend's join adds each distinct result,
-``RedisBackend.on_chord_part_return``): the body goes one member short
-(``tests/test_celery_claims.py``, C11). Celery 5.7's ``Request.on_failure`` asks
-the backend first (``_success_was_stored``) and acks such a task, and its join
-counts a task id once. The lab's kills happen inside the body, before any result,
-so G2 holds on all three; on 5.5 and 5.6 the window stays open, with no setting
-to close it: upgrade, or keep what runs after the body's return trivial.
+- ``task_acks_late = True``: ack only after the body returns.
+- ``task_reject_on_worker_lost = True``: a task whose process died is rejected with requeue,
+  not stored as failed. RabbitMQ delivers it again; ``doc3`` succeeds on attempt 2. Without
+  it, a late ack still acks the lost message, and the chord still breaks.
+- ``worker_concurrency = 2``: two pool processes. This fix works with one; the lab's
+  scenario 4 needs two ``notify`` calls at once.
 
-From here on the lab runs two pool processes (``worker_concurrency = 2``). This
-fix does not need them: with one, the replacement process takes the requeued
-message and G2 still holds. The lab's scenario 4 does, and ``--prove`` runs it
-on fm3's code: two ``notify`` calls must overlap, which takes two slots.
+Costs: at-least-once delivery. A task can now run twice, side effects included, so it must
+be idempotent (FM-4 does that for ``notify``).
 
-Delta from fm1: ``task_acks_late``, ``task_reject_on_worker_lost`` and ``worker_concurrency``.
+Still open: a message that kills its process every time is redelivered for ever (FM-3).
 
-Tradeoffs: at-least-once. A task can now run twice (its side effects too),
-so it must be idempotent (FM-4 deals with ``notify``). A message that kills
-its worker every time is redelivered for ever (FM-3).
-
-You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
-
-- in the second shell: ``fm2 fixed (scenario 2 on fm2, ...): PASS``, an ``ok`` line for
-  each of G1 and G2, then what happened to each document: as fm1 lists it, and ``doc3`` killed on
-  attempt 1 (``killed: the process died``), ok on attempt 2;
-- in the worker's window, after Celery's banner (``app: rcl_fm2`` in the default namespace, ``<namespace>_fm2`` in yours):
-  the two ``lab:`` lines fm1 lists, and for the lab's one kill, where stock Celery prints an
-  ``ERROR`` with a ``WorkerLostError`` traceback, two lines (``lab/worker_log.py``):
-  ``expected: the lab killed pool process ForkPoolWorker-N (pid ...): scenario fault
-  CRASH_ONCE on doc3, parse_document attempt 1`` and ``expected: doc3's parse_document lost
-  its process (WorkerLostError): Celery requeues it (acks_late + reject_on_worker_lost):
-  the broker delivers it again``; then ``lab: doc3 ok on attempt 2``.
-
-Run it alone (from the repository's folder after ``make lab``; two shells):
+Run it (two shells, in the repository's folder, after ``make lab``):
 
     .venv/bin/celery -A fm2_worker_crash worker --without-gossip --without-mingle --without-heartbeat
     .venv/bin/python fm2_worker_crash.py
 
-or ``.venv/bin/python run_all_fms.py --only fm2``. Ctrl-C in the second shell cancels the
-run (exit status 130); the next run first waits for what the worker had already taken.
-Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
+The second shell prints ``PASS``; ``doc3`` is killed once, then ok. For the kill the worker
+prints two ``expected:`` lines where Celery prints an ``ERROR`` and a traceback, then
+``lab: doc3 ok on attempt 2``. Or run ``.venv/bin/python run_all_fms.py --only fm2``.
+
+Deeper: docs/failure-modes.md (section FM-2) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

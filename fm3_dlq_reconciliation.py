@@ -1,111 +1,40 @@
 """FM-3: a poison message must stop somewhere, and the chord must still complete.
 
-Symptom (fm2 on scenario 3): ``doc4`` SIGKILLs its process on every attempt.
-With FM-2's fix it is requeued every time: attempts climb past any bound, a
-pool slot is burnt on it for ever and ``notify`` never runs.
+Symptom (fm2's code, scenario 3): ``doc4`` is poison: it kills its process on every attempt.
+FM-2's fix requeues it each time. Its attempts never stop, a pool slot is burnt on it, and
+``notify`` never runs.
 
-Root cause: FM-2 has no bound on redelivery: a message requeued by
-``reject_on_worker_lost`` comes back with the same headers, and
-``request.retries`` does not count redeliveries. Celery 5.7 offers a bound of
-its own, ``task_retry_on_worker_lost`` (``celery.worker.request.Request.on_failure``
-calls ``_retry_worker_lost``): it publishes the lost task again with
-``retries + 1`` until ``max_retries``, and then marks it FAILURE, so the chord
-still breaks (``tests/test_celery_claims.py`` runs it on fm2: ``doc4`` attempted
-4 times, then ``ChordError(WorkerLostError)``). The setting is new in 5.7.0:
-Celery 5.5 and 5.6 ignore it and loop as fm2 does, so there the broker's bound
-is the only one. The broker's bound below ends in
-a SUCCESS-state envelope instead, needs no retry delay on the task, and also
-bounds a worker lost whole, whose main process is not there to call
-``on_failure`` (``tests/test_celery_claims.py`` kills one three times).
+Root cause: FM-2 puts no bound on redelivery. A requeued message comes back with the same
+headers, and Celery's retry count does not see it.
 
-Fix (``shared/dlq.py``):
+Fix (``shared/dlq.py``; RabbitMQ 3.x, Celery 5.5 to 5.7):
 
-- the task queue becomes a RabbitMQ quorum queue with ``x-delivery-limit: 2``
-  and a dead-letter exchange; RabbitMQ 3.x delivers ``doc4`` 3 times (limit + 1)
-  and then dead-letters it to the DLQ instead of delivering it again.
-  (RabbitMQ 4.0 gives every quorum queue a limit of 20 unless one is set, and
-  later 4.x releases changed which returns count; ``shared/dlq.py`` says more.
-  The lab runs RabbitMQ 3.x; the 4.x behaviour is stated, not run.)
-- nobody consumes the DLQ as a task queue. A beat task, ``drain_dead_letters``,
-  reads it every 0.25 s and finds the chord member each dead letter stands for:
-  the message itself (``doc4``'s ``parse_document``), or, for a chain's head, the
-  last task of the chain it carries. Scenario 3's hard variant is ``doc9``,
-  whose *fetch* is poison: ``fetch_document`` is not the chord member, and
-  ``parse_document`` was never sent. For that member the drain writes a
-  SUCCESS-state ``Result`` with reason ``dead_lettered`` through
-  ``backend.mark_as_done``, with a request rebuilt from the message;
-  ``Backend.mark_as_done`` calls ``on_chord_part_return``, the member counts,
-  and ``notify`` fires (Celery 5.5 to 5.7). A drain that runs again on the same
-  dead letter (its ack lost) writes the same envelope: Celery 5.7 counts a
-  member once whatever it reports; 5.5 and 5.6 count a result already in the
-  join once only when it is byte for byte the same, which the drain's is
-  (``shared/dlq.py``). A task message that leads to no member (the chord body
-  ``notify`` itself, a plain task) gets the same envelope as its own result, so
-  the chord's result says that its body was dead-lettered, and why. A letter
-  that is no Celery task at all is parked in ``QUEUE.dlq.parked``, announced
-  (``dead_letter_parked``) and counted, never put back where the next pass would
-  read it first; only a backend that does not answer stops a pass, the letter
-  kept for the next one. Nothing is acked unless it was finalised or parked.
-- the DLQ must exist before a message dies (RabbitMQ drops a dead letter it
-  cannot route): ``DeadLetteringQueue`` is a kombu ``Queue`` that declares its
-  ``dead_letters`` queue whenever it is declared itself, by the worker or anyone.
-- deliveries are not attempts: a worker killed whole returns every message it
-  held, prefetched and never started included, and RabbitMQ counts each return
-  (``tests/test_celery_claims.py``: three kills dead-letter eight members of
-  which two ran per round). ``count_starts(app)`` counts real starts per task id,
-  and the envelope says both (``after 3 deliveries, 3 started``). Choose the
-  limit above the whole-worker losses a prefetched message may live through.
+- ``DeadLetteringQueue``: the task queue becomes a quorum queue with ``x-delivery-limit: 2``
+  and a dead-letter exchange. RabbitMQ 3.x delivers ``doc4`` 3 times, then moves it to the
+  dead-letter queue. The queue declares that queue itself, so no dead letter is dropped.
+- ``DLQ``: the dead-letter queue. No worker consumes it as a task queue.
+- ``drain_dead_letters`` on ``beat_schedule`` (the worker's ``-B`` runs it every 0.25 s):
+  for each dead letter it stores a failure envelope, reason ``dead_lettered``, as that chord
+  member's result. The chord completes. A letter it cannot place goes to a parking queue.
+- ``count_starts(app)``: counts real starts per task id. A dead letter then says how many
+  deliveries were real attempts.
 
-Hard variants (``--prove``'s third column runs the drain as it first stood,
-``lab/weak.py``): ``doc9`` above; a poison chord body (side chord ``body``: the
-mail API kills every ``notify`` of that pipeline), which a drain that finalises
-chord members only keeps in the DLQ while its chord stays PENDING, in silence;
-and a poison member (side ``behind``, ``doc33``) dead-lettered behind 201 letters
-no drain can place, one more than the two drains the pool may run at once read in a
-pass (100 each): a drain that puts them back reads the same ones on every pass and
-never reaches ``doc33``. G3: the body's chord result is its ``dead_lettered``
-envelope, ``doc33`` is finalised, 201 letters parked.
-
-Delta from fm2: the ``DLQ``, ``task_queues`` with a ``DeadLetteringQueue`` whose
-``queue_arguments`` say ``quorum``, ``x-delivery-limit`` and ``x-dead-letter-exchange``,
-``drain_dead_letters`` on ``beat_schedule`` (worker flag -B), and ``count_starts``.
-
-Tradeoffs: a dead-lettered document is reported failed, not retried; an
-operator must look at why. The drain runs every 0.25 s here (seconds or
-minutes in production), which is how long a chord waits after the last
-delivery. Quorum queues have no global QoS and, in Celery 5.5 to 5.7, pull in the
-``DelayedDelivery`` bootstep; the lab's apps run without it (``lab/app.py``)
-so that nothing outside the FM's namespace is declared.
+Costs: a dead-lettered document is reported failed, not retried; an operator must look. The
+chord waits up to one drain period more. A worker killed whole returns every message it held,
+and each return counts as a delivery: keep the limit above such losses.
 
 Still open: a duplicated ``notify`` sends two emails (FM-4).
 
-You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
-
-- in the second shell: ``fm3 fixed (scenario 3 on fm3, ...): PASS``, an ``ok`` line for
-  each of G1..G3, then what happened to each document: as fm2 lists it, and ``doc4`` killed on attempts
-  1 to 3, then ``dead-lettered: finalised by the DLQ drain``, and ``doc9``'s fetch killed
-  3 times, then dead-lettered the same way;
-- in the worker's window, after Celery's banner (``app: rcl_fm3`` in the default namespace, ``<namespace>_fm3`` in yours):
-  seven kills, each said in two ``expected:`` lines as fm2 says doc3's (doc3 once, doc4
-  and doc9's fetch three times each); the second line counts the deliveries (``delivery 2
-  of at most 3 comes next``, and at the third ``that was delivery 3 of 3 (x-delivery-limit
-  + 1): the broker dead-letters it``); then ``lab: doc4 dead-lettered (delivery_limit); the
-  DLQ drain recorded it as failed (dead_lettered): the chord can complete``, the same for
-  ``doc9``, and the ``lab:`` lines fm2 lists. The hard variants' chords of their own add
-  three kills of the poison ``notify`` (``FM-3's poison chord body``), then ``lab: the chord's
-  notify dead-lettered``, three of ``doc33``'s, and the drain's ``WARNING`` lines ``parked 100
-  dead letters in ...dlq.parked, which no drain can place: 100 not JSON (text/plain)`` for the
-  201 foreign letters (the only warnings, and meant: an operator should look at a parked letter).
-  No traceback, no ``ERROR``: one would not be the lab's.
-
-Run it alone (from the repository's folder after ``make lab``; two shells):
+Run it (two shells, in the repository's folder, after ``make lab``):
 
     .venv/bin/celery -A fm3_dlq_reconciliation worker --without-gossip --without-mingle --without-heartbeat -B
     .venv/bin/python fm3_dlq_reconciliation.py
 
-or ``.venv/bin/python run_all_fms.py --only fm3``. Ctrl-C in the second shell cancels the
-run (exit status 130); the next run first waits for what the worker had already taken.
-Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
+The second shell prints ``PASS``; ``doc4`` is killed 3 times, then dead-lettered. The worker
+says each kill in ``expected:`` lines, then ``lab: doc4 dead-lettered``. Its only warnings
+are the drain's, for letters it parks. Or run ``.venv/bin/python run_all_fms.py --only fm3``.
+
+Deeper: docs/failure-modes.md (section FM-3) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

@@ -1,68 +1,39 @@
 """FM-5: a transient error deserves another attempt, a bounded number of times.
 
-Symptom (fm4 on scenario 5): ``doc5`` meets a 503 from a downstream service
-twice and would have parsed on the third try; ``@enveloped`` records the first
-error as terminal, so ``doc5`` fails after 1 attempt.
+Symptom (fm4's code, scenario 5): ``doc5`` meets a 503 from a downstream service twice. A
+third try would have worked. ``@enveloped`` records the first error as final, so ``doc5``
+fails after 1 attempt.
 
-Root cause: every exception is terminal; nothing tells a transient error from
-a permanent one.
+Root cause: every exception is terminal. Nothing tells a transient error from a permanent
+one.
 
-Fix: ``@transient_retryable(RetryPolicy(...), wait_in=QUEUE)`` (``shared/retry.py``)
-between ``@enveloped`` and the body: a ``TransientError`` is retried with
-Celery's ``Task.retry`` after ``0.1 * 2**k`` seconds times a jitter in ``[1, 2)``
-(at least the ``Retry-After`` the error carries), at most 3 times; then it raises
-``RetriesExhausted`` and ``@enveloped`` records reason ``retries_exhausted``.
-``doc5`` succeeds on attempt 3; ``doc6`` (503 for ever) fails after 4
-attempts; each planned delay falls in its doubling band and no observed gap is
-shorter than its planned delay.
+Fix (``shared/retry.py``; Celery 5.5 to 5.7):
 
-Hard variant: a burst of waiting retries (``doc12``..``doc27``, each a 429 with
-``Retry-After: 1.5``). A plain countdown retry is an ETA message that the worker
-holds, unacknowledged, until it is due, and on FM-3's quorum queue the prefetch
-is static (``celery.worker.consumer.tasks.Tasks.qos_global``, Celery 5.5 to 5.7, turns global QoS
-off; RabbitMQ does not apply a later per-consumer ``basic.qos`` to a running
-consumer): sixteen waiting retries fill the prefetch of 8 (2 processes x
-multiplier 4) and new work waits until they come due (``--prove``: a probe sent
-while the burst waits is taken by the worker only after the first of its retries
-ran and was acked).
-``wait_in=QUEUE`` keeps waiting retries in the broker: delay queues
-``QUEUE.retry.<bucket>.<slice>`` with a per-message TTL that dead-letter back to
-``QUEUE`` (``shared/retry.py`` says how, and why not Celery's native delayed
-delivery, there since 5.5: it needs a topic exchange and broker-wide ``celery_delayed_*`` names).
-G5: the worker takes the probe off the broker (its ``task_received``) within 0.5 s, or
-before any retry of the burst ended, and every
-burst document is ok after 2 attempts.
+- ``@transient_retryable`` with its ``RetryPolicy``, between ``@enveloped`` and the body: a
+  ``TransientError`` (an error your code marks as temporary) is retried with Celery's
+  ``Task.retry``. At most 3 retries, after ``0.1 * 2**k`` seconds times a random factor from 1
+  to 2, and never before the error's ``Retry-After``. Then ``@enveloped`` records reason
+  ``retries_exhausted``.
+- ``wait_in=QUEUE``: a waiting retry waits in the broker, in delay queues that send it back
+  to the task queue when due. A plain countdown retry would sit in the worker's prefetch, and
+  new work would wait behind it.
 
-Delta from fm4: ``@transient_retryable`` with its ``RetryPolicy`` and ``wait_in`` on parse_document.
-
-Tradeoffs: the lab's base delay is 0.1 s to stay fast; production uses
-seconds and a cap. A retry waits behind an older one in its delay queue (TTLs
-expire at the head only): it may run up to a quarter of its delay band late,
-never early. Only errors you declare transient are retried.
+Costs: the lab's base delay is 0.1 s, to stay fast; production uses seconds and a cap. A retry
+may run up to a quarter of its delay band late, never early. Only errors you declare
+transient are retried.
 
 Still open: a hung call pins a worker slot for ever (FM-6).
 
-You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
-
-- in the second shell: ``fm5 fixed (scenario 5 on fm5, ...): PASS``, an ``ok`` line for
-  each of G1..G5, then the lanes fm4 lists, and: ``doc5`` ``raised error, retried after`` about 150
-  and 250 ms, ok on attempt 3; ``doc6`` retried 3 times, then ``raised retries_exhausted``;
-  ``doc12`` to ``doc27`` (the burst) each retried once after 1500 ms, then ok;
-- in the worker's window, after Celery's banner (``app: rcl_fm5`` in the default namespace, ``<namespace>_fm5`` in yours):
-  the lines fm4 lists, and one ``lab:`` line per retry (``lab: doc5 attempt 1 raised TransientError:
-  503 from the parser service (attempt 1); retry 1 in 0.15s``; the burst's say ``429 ...
-  Retry-After 1.5s; retry 1 in 1.50s``), one per recovery (``lab: doc5 ok on attempt 3``,
-  ``lab: doc12 ok on attempt 2`` ...) and ``lab: doc6 failed for good on attempt 4:
-  retries_exhausted (...)``.
-
-Run it alone (from the repository's folder after ``make lab``; two shells):
+Run it (two shells, in the repository's folder, after ``make lab``):
 
     .venv/bin/celery -A fm5_transient_failures worker --without-gossip --without-mingle --without-heartbeat -B
     .venv/bin/python fm5_transient_failures.py
 
-or ``.venv/bin/python run_all_fms.py --only fm5``. Ctrl-C in the second shell cancels the
-run (exit status 130); the next run first waits for what the worker had already taken.
-Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
+The second shell prints ``PASS``; ``doc5`` is ok on attempt 3. The worker prints one ``lab:``
+line per retry (``retry 1 in 0.15s``) and per recovery (``lab: doc5 ok on attempt 3``). Or run
+``.venv/bin/python run_all_fms.py --only fm5``.
+
+Deeper: docs/failure-modes.md (section FM-5) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

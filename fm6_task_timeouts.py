@@ -1,96 +1,40 @@
 """FM-6: a hung task must end inside its body, so the chord still completes.
 
-Symptom (fm5 on scenario 6): ``doc8`` hangs and ignores every polite request.
-Its pool slot is pinned for as long as it hangs; ``notify`` never runs.
+Symptom (fm5's code, scenario 6): ``doc8`` hangs and ignores every polite request to stop.
+Its pool slot stays pinned while it hangs, and ``notify`` never runs.
 
-Root cause: no deadline inside the body. Celery's own ``time_limit`` alone is
-not enough: on expiry billiard's ``TimeoutHandler.on_hard_timeout`` fails the
-job, which calls ``celery.worker.request.Request.on_failure``, then calls
-``Request.on_timeout`` (hard branch), then kills the pool process; both Celery
-calls store FAILURE with ``TimeLimitExceeded`` (``backend.mark_as_failure``; Celery
-5.5 to 5.7 with billiard 4.3.2, and 5.7's ``on_timeout`` also runs ``Task.on_failure``
-and the ``task_failure`` signal).
-The chord member is FAILURE, the chord fails with ``ChordError`` (FM-1's
-symptom again) and ``notify`` does not run (``tests/test_celery_claims.py``
-runs exactly that: this file without ``@hard_timeout``).
+Root cause: no deadline inside the body. Celery's ``time_limit`` alone kills the process and
+stores FAILURE, so the chord fails as in FM-1.
 
-Fix (``shared/timeouts.py``; in-body deadlines first, Celery's limit as the backstop only):
+Fix (``shared/timeouts.py``; deadlines in the body first, Celery's limit as a backstop):
 
-- ``@hard_timeout(1.5, soft=1)`` (``SIGALRM`` through ``setitimer``, started when
-  the body starts and cancelled when it ends) asks first: at 1 s it raises
-  Celery's own ``SoftTimeLimitExceeded`` inside the body, which stops ``doc7``,
-  which cooperates (``@enveloped`` records ``soft_timeout``); at 1.5 s it raises
-  ``HardTimeout`` in whatever Python code runs: ``doc8`` swallows
-  ``SoftTimeLimitExceeded`` and ends ``hard_timeout``. ``HardTimeout`` is a
-  ``BaseException``, so ``doc10``, whose body is wrapped in ``except Exception:
-  continue``, cannot swallow it either (a test in ``tests/test_retry_and_timeout.py``
-  shows an ``Exception`` subclass swallowed by the same body);
-- no ``soft_time_limit``: Celery's soft limit is billiard's ``SIGUSR1`` from the
-  worker's main process, on a timer of its own (``TimeoutHandler.on_soft_timeout``),
-  and its handler (``billiard.pool.soft_timeout_sighandler``) raises wherever the pool
-  process is, also after the body returned, while ``celery.app.trace`` stores the
-  result: there ``@enveloped`` cannot catch it, the trace stores FAILURE and the
-  chord breaks. ``doc28`` ends its body at 0.7 s and its result store then stalls
-  for 1 s (the lab's backend, as a slow Redis would): with ``soft_time_limit=1``
-  (``--prove``) its member is FAILURE ``SoftTimeLimitExceeded``; with the in-body
-  deadline, ended with the body, it is ok;
-- ``time_limit=3`` with ``Request=BackstopRequest`` for what no signal handler
-  reaches: ``doc11`` spins in one C call (``sum(range(n))``), which returns to
-  the interpreter only when it ends, so the ``SIGALRM`` handler never runs.
-  Celery kills the process at 3 s; ``BackstopRequest``, the worker-side request
-  class, stores a SUCCESS-state envelope with reason ``time_limit`` through
-  ``backend.mark_as_done`` instead of FAILURE, acks, and the chord completes.
-  Without it (``--prove``) that same member is FAILURE ``TimeLimitExceeded``.
-  A time limit that lands outside the body is an envelope too: ``doc30``'s store
-  stalls past 3 s, the process is killed with no result stored, and
-  ``BackstopRequest`` records ``time_limit``;
-- every task has a deadline: the same stack on ``fetch_document`` (``doc29``'s fetch,
-  the chain's head, hangs: ``hard_timeout`` at 1.5 s, its parse records it) and a
-  longer one on ``notify`` (10 s, soft at 8, ``time_limit`` 15: it may wait at
-  FM-4's claim). Without them a hung head pins its slot (``--prove``).
+- ``@hard_timeout(1.5, soft=1)`` (Celery 5.5 to 5.7, prefork pool): a ``SIGALRM`` timer that
+  runs only while the body runs. At 1 s it raises Celery's ``SoftTimeLimitExceeded`` in the
+  body; ``doc7`` cooperates and ends ``soft_timeout``. At 1.5 s it raises ``HardTimeout``, which
+  ``except Exception`` cannot swallow; ``doc8`` ends ``hard_timeout``. ``notify`` gets 10 s. It
+  replaces Celery's ``soft_time_limit``, which can fire after the body, where nothing catches it.
+- ``time_limit`` with ``Request=BackstopRequest`` (``time_limit``: every Celery;
+  ``BackstopRequest``: the lab's, run on 5.5 to 5.7): for a hang no signal reaches, such as one
+  long C call. Celery kills the process at 3 s, and ``BackstopRequest`` stores an envelope with
+  reason ``time_limit`` instead of FAILURE.
 
-G6: ``doc7`` soft_timeout, ``doc8`` and ``doc10`` hard_timeout, ``doc11`` and ``doc30``
-time_limit, ``doc28`` ok after its stalled store, ``doc29`` hard_timeout of its fetch,
-the chord completes, and a probe task is served at once afterwards.
+Costs: size a limit for the slowest healthy document. ``SIGALRM`` works in the main thread only:
+prefork, not threads or gevent. A timed-out document is not retried. A process killed at
+``time_limit`` runs no ``finally``. A result store slower than the margin between the hard timeout and ``time_limit``
+loses a computed result.
 
-Delta from fm5: ``@hard_timeout`` (with ``soft``), ``time_limit`` and ``Request`` on the three tasks.
+Still open: a rolling deploy loses, repeats or dead-letters work (FM-7).
 
-Tradeoffs: a limit sized for the slowest legitimate document; ``SIGALRM`` is
-process-wide and main-thread only (prefork, not threads or gevent); a
-timed-out document is not retried; a process killed at ``time_limit`` runs no
-``finally`` and its pool process is replaced. The lab's backstop is 3 s, short
-so that the lab stays fast; it must stay above the hard timeout by the time an
-envelope takes to be stored. A store slower than the backstop's margin loses a
-result that was computed (``doc30``: recorded as ``time_limit``). (celery-types
-types the task's limits as whole seconds, so the lab uses 1 and 3; Celery itself
-takes floats.)
-
-You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
-
-- in the second shell: ``fm6 fixed (scenario 6 on fm6, ...): PASS``, an ``ok`` line for
-  each of G1..G6, then the lanes fm5 lists, and: ``doc7`` ``raised soft_timeout`` after 1 s;
-  ``doc8`` and ``doc10`` ``raised hard_timeout`` after 1.5 s; ``doc11`` ``killed: the
-  process died``, its final state ``failed: time_limit``; ``doc28`` ok; ``doc29``
-  ``failed: hard_timeout`` (its fetch); ``doc30`` ``failed: time_limit``;
-- in the worker's window, after Celery's banner (``app: rcl_fm6`` in the default namespace,
-  ``<namespace>_fm6`` in yours): the lines fm5 lists; ``lab: doc7 failed for good on attempt
-  1: soft_timeout (SoftTimeLimitExceeded: ... ran past its soft deadline of 1s)`` and the
-  same with ``hard_timeout`` for doc8 and doc10 (no ``Soft time limit exceeded`` line of
-  Celery's: no Celery soft limit is set); ``lab: doc29's fetch failed for good: hard_timeout``;
-  ``lab: doc28's body returned; its result store stalls 1.0s``, and nothing after it: no
-  limit fires outside the body; for doc11 ``expected: doc11's parse_document ran past its
-  time_limit (...): Celery kills its process; BackstopRequest records the envelope reason
-  time_limit ...`` and ``expected: Celery's time_limit killed pool process ...``, and the
-  same two for doc30, whose store stalled past ``time_limit`` after its body returned.
-
-Run it alone (from the repository's folder after ``make lab``; two shells):
+Run it (two shells, in the repository's folder, after ``make lab``):
 
     .venv/bin/celery -A fm6_task_timeouts worker --without-gossip --without-mingle --without-heartbeat -B
     .venv/bin/python fm6_task_timeouts.py
 
-or ``.venv/bin/python run_all_fms.py --only fm6``. Ctrl-C in the second shell cancels the
-run (exit status 130); the next run first waits for what the worker had already taken.
-Add ``--loglevel=INFO`` to the worker to see Celery's own line for every task as well.
+The second shell prints ``PASS``; ``doc7`` failed ``soft_timeout``, ``doc8`` ``hard_timeout``.
+The worker says each in a ``lab:`` line, and a C hang's kill in two ``expected:`` lines. Or
+run ``.venv/bin/python run_all_fms.py --only fm6``.
+
+Deeper: docs/failure-modes.md (section FM-6) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

@@ -1,97 +1,43 @@
-"""FM-9: the broker drops the worker's connection mid-task.
+"""FM-9: the broker may drop the worker's connection mid-task; no task may run twice at once.
 
-Symptom (fm8 on scenario 9): two side chords run on a RabbitMQ node the lab owns (``lab.connloss``:
-its consumer timeout 2.4 s, checked every 0.1 s), served by a second worker of the same code that
-reaches the node through a link the runner can cut (``lab.link``). Side ``connloss``: while one slow
-member parses alone, the runner cuts the worker's connections, as a network blip or a failover does.
-RabbitMQ requeues the member's unacked message, the worker reconnects within milliseconds and takes
-the message again, and nothing stops the first run. On 5.6 and 5.7 the copy runs in the free pool
-process while the first goes on (``--prove``, one run: ``doc78 attempt 2 began 0.28s after attempt 1,
-which still ran``): the chord counts it once (FM-7's ``worker_deduplicate_successful_tasks`` cannot help,
-nothing is stored yet), but the document's work ran twice at once, two writes, two calls to whatever it
-calls. On 5.5 the copy waited in some runs here (received at once, started only once the first had
-ended; why is not read off Celery's source here): the first run went on to its end with its message already
-given back (``doc78 attempt 1 ran on 0.71s after the cut to its end (ok), its message back 0.08s after
-the cut``), its ack lost, and FM-7's deduplication skipped the copy only because the first stored in time. Side ``overlong``: a member stuck in
-C code, which only Celery's ``time_limit`` (3 s, FM-6) ends, holds its message past the node's consumer
-timeout. RabbitMQ closes the channel, ``PRECONDITION_FAILED - delivery acknowledgement on channel 1
-timed out``, and the worker exits (status 1): every task it ran is requeued, and the over-long message
-goes to the next worker, which it ends the same way.
+Symptom (fm8's code, scenario 9): the lab cuts a worker's broker connection while a slow
+document parses, as a network blip or a failover does. RabbitMQ requeues the message. The
+worker reconnects and takes it again, while the first run goes on. On Celery 5.6 and 5.7 the
+work then runs twice at once.
+Another document is stuck in C code past RabbitMQ's ``consumer_timeout``, the time a message
+may stay unacked. RabbitMQ closes the channel, and the worker exits.
 
-Root cause: RabbitMQ requeues what a closed connection or channel held unacked; Celery does not stop
-what was running. ``celery.worker.consumer.consumer.Consumer.start`` treats only the transport's
-connection errors as recoverable unless ``broker_channel_error_retry`` is set, so a channel error (the
-406) escapes and ends the worker; on a connection error it reconnects
-(``on_connection_error_after_connected``) and, unless ``worker_cancel_long_running_tasks_on_connection_loss``
-is set, leaves the late-acked tasks running ("In Celery 5.1 we introduced an optional breaking change
-...", the warning it logs; the default becomes True in 6.0). Their acks can no longer be sent (``Couldn't
-ack ..., reason: RecoverableConnectionError``). And nothing bounds a task below the broker's
-``consumer_timeout`` (30 min by default since RabbitMQ 3.8.17): Celery cannot read it.
+Root cause: RabbitMQ requeues what a lost connection held unacked, and Celery lets the running
+task go on. Celery ends the worker on a channel closed by the broker. Nothing bounds a task
+below the broker's timeout, which Celery cannot read.
 
 Fix:
 
-- ``broker_channel_error_retry = True`` (Celery 5.3+): a channel the broker closed is a reconnect, not
-  the end of the worker;
-- ``worker_cancel_long_running_tasks_on_connection_loss = True`` (5.1+): on a lost connection the worker
-  cancels every late-acked task it ran (``Request.cancel``: SIGTERM to its pool process; the lab's
-  observer records the body as ``cancelled``), before the broker's redelivery can reach a free process;
-  the redelivered message runs once more, from the start: the work must be idempotent (FM-4);
-- ``within_consumer_timeout(app, CONSUMER_TIMEOUT)`` (``shared.consumer_timeout``): the app states the
-  broker's timeout (``RCL_CONSUMER_TIMEOUT``, seconds; RabbitMQ's 1800 by default) and every task's
-  ``time_limit`` is lowered to half of it where higher, with a warning at import (one it gives a task that
-  had none, at debug level). The cancel above cannot end a process stuck in C code: billiard's SIGTERM
-  handler in a pool process is Python, which runs only when the C call returns (``shared.timeouts``,
-  FM-6). With the limit the kill comes first, at 1.2 s on the lab's node: FM-6's ``time_limit`` envelope,
-  the message acked, no 406. With 1800 s nothing of the lab changes (its longest limit is 15 s).
+- ``broker_channel_error_retry = True`` (Celery 5.3+): a closed channel is a reconnect, not
+  the end of the worker.
+- ``worker_cancel_long_running_tasks_on_connection_loss = True`` (Celery 5.1+): on a lost
+  connection the worker cancels its unacked late-ack tasks. Each one's process gets SIGQUIT
+  (SIGTERM without FM-7's ``REMAP_SIGTERM``). The redelivered copy is the only run left.
+- ``within_consumer_timeout(app, CONSUMER_TIMEOUT)`` (``shared/consumer_timeout.py``; Celery
+  5.5 to 5.7): ``CONSUMER_TIMEOUT`` is the broker's timeout in seconds (``RCL_CONSUMER_TIMEOUT``,
+  default 1800). Each task's own ``time_limit`` is capped at half of it, so a C hang ends first.
 
-Hard variant (``--prove``, fm9w: the two settings without ``within_consumer_timeout``): the worker survives
-the 406 and cancels ``doc81``, which stays stuck in C, and its message comes back (S9 hard). Seen in
-runs here: 5.7 and 5.6 ran it a second time (2.8 s and 7.9 s after the first began) and the broker timed
-it out again; 5.5 never ended it within the run while the broker closed the worker's channel every 2.5 s.
+Costs: a cancel throws away work in progress; the redelivery starts it again. Each redelivery
+counts against FM-3's delivery limit. A ``time_limit`` passed to ``apply_async`` is not lowered.
 
-G9 (sides ``connloss`` and ``overlong``): the cut happened once while a member ran; that run cancelled,
-none ran on with its message given back, none parsed in two processes at once; both chords SUCCESS, each document once, one email each; the linked worker
-never exited; the over-long member parsed once and ended as an envelope, ``time_limit``.
+Still open: nothing of FM-1 to FM-9. ``docs/audit.md`` checks these settings in your own app.
 
-Delta from fm8: ``broker_channel_error_retry``, ``worker_cancel_long_running_tasks_on_connection_loss``,
-``CONSUMER_TIMEOUT`` and ``within_consumer_timeout``.
-
-Tradeoffs: a cancel throws away work in progress, and the redelivery starts it again (the cut in
-scenario 9 costs one slow parse); it also cancels the drain (FM-3) that ran at that moment, which the
-next pass repeats. Each redelivery counts against FM-3's delivery limit (3 deliveries on RabbitMQ 3.x):
-a document whose connection drops twice while it runs is dead-lettered, and FM-7's send-back finds it
-innocent (its starts, not its deliveries, are counted). ``within_consumer_timeout`` caps the kill, not
-the in-body deadlines (FM-6): on a broker whose timeout is below twice those deadlines (the lab's node:
-1.2 s against the parse's 1.5 s), a Python hang ends as ``time_limit`` instead of ``hard_timeout``.
-The cap holds only where the worker reads the task's own limit: a ``time_limit`` passed with
-``apply_async`` is not lowered.
-
-Still open: nothing of FM-1 to FM-9; the audit of your own app (``docs/audit.md``) checks these
-settings in yours.
-
-You will see (by hand; ``run_all_fms.py`` prints the same verdict and timeline):
-
-- in the submitter's shell: ``fm9 fixed (scenario 9 on fm9, ...): PASS``, an ``ok`` line for each of G1
-  to G9, the lanes fm8 lists, then the side chords ``connloss`` (doc78 ok with a ``cancelled`` first
-  attempt where the harness cut the link) and ``overlong`` (doc81 failed: time_limit, doc82 ok);
-- in the worker's window: the lines fm8 lists, and after a drop ``Connection to broker lost. Trying to
-  re-establish the connection...``, then ``Task ... cannot be acknowledged after a connection loss since
-  late acknowledgement is enabled for it. Terminating it instead.``
-
-Run it alone (from the repository's folder after ``make lab``; a worker shell and the submitter's):
+Run it: as fm8 (its two variables, your own Redis), then in a third shell
+``.venv/bin/python -m lab.link``; in the worker's shell only, the ``export CELERY_BROKER_URL=...``
+it prints:
 
     REMAP_SIGTERM=SIGQUIT .venv/bin/celery -A fm9_connection_loss worker --without-gossip --without-mingle --without-heartbeat -B
     .venv/bin/python fm9_connection_loss.py
 
-with, in both shells first, fm8's two variables (a Redis of your own as the backend, the observations on
-the shared one) and, if your RabbitMQ's ``consumer_timeout`` is not the default,
-``export RCL_CONSUMER_TIMEOUT=<its seconds>``. To drop the worker's connection and no one else's, start
-``.venv/bin/python -m lab.link`` in a third shell first and, in the worker's shell only, the
-``export CELERY_BROKER_URL=...`` it prints: each Enter there cuts what goes through it. Scenario 9 holds
-scenarios 7 and 8: deploy and stop your Redis as fm8's docstring says. While the side chord ``connloss``
-runs, press Enter in the link's shell; ``doc81`` ends at its ``time_limit`` (3 s) on a broker with the
-default timeout. Or ``.venv/bin/python run_all_fms.py --only fm9``, which starts, cuts and removes a node
-and a link of its own. Ctrl-C in the submitter's shell cancels the run (exit status 130).
+Enter in the link's shell cuts the connection; the worker says so in ``lab:`` lines. Or run
+``.venv/bin/python run_all_fms.py --only fm9``.
+
+Deeper: docs/failure-modes.md (section FM-9) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ What it sets, so that an FM file shows only the settings its fixes add:
 - the lab's observer on Celery's signals (``lab.observe``), which records what the
   tasks do without a line of it in their bodies;
 - in a worker, what its window prints (``lab.worker_log``): the lab's own kills and
-  hangs as one ``expected:`` line each, and every recovery, at any ``--loglevel``;
+  hangs as one ``expected:`` line each, and every recovery, at any ``--loglevel``; and
+  (``lab.quiet_log``) each line a deploy, an outage or a cut causes, said once;
 - in a worker the harness started (``RCL_HARNESS_PID`` set), a watch on the
   harness: when it dies, however, the worker kills its own process group
   (``lab.workers`` says why a watch). A worker you start by hand has no watch.
@@ -53,7 +54,7 @@ from celery.signals import worker_init
 from celery.worker.consumer import Consumer
 from kombu import Exchange, Queue
 
-from lab import observe, worker_log
+from lab import observe, quiet_log, worker_log
 from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, redis_prefix
 from lab.waiting import wait_until
 
@@ -151,6 +152,7 @@ def lab_app(module: str, short: str | None = None, broker: Literal["amqp", "redi
 
     observe.install()
     worker_log.install()  # after the observer: its sink and signals come second
+    quiet_log.install()  # the deploys', outages' and cuts' lines, each said once
     return app
 
 

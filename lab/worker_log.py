@@ -314,12 +314,20 @@ def recovery(h: Happening) -> None:
     elif h.kind == "dead_lettered":
         LOGGER.info("lab: %s dead-lettered (%s); the DLQ drain recorded it as failed (dead_lettered): the chord "
                     "can complete", h.doc, f.get("death"))
+    elif h.kind == "sent_back" and str(f.get("why", "")).startswith("rejected"):
+        LOGGER.info("lab: the drain published %s again to its queue, to run again and store its outcome (%s)",
+                    h.doc or "the chord's notify", f.get("why"))
     elif h.kind == "sent_back":
         LOGGER.info("lab: %s dead-lettered at its delivery limit, yet innocent (%s): the DLQ drain published it "
                     "again to its queue, where its deliveries count afresh", h.doc or "the chord's notify", f.get("why"))
+    elif h.kind == "dead_letter_kept" and "did not answer" in str(f.get("why")):
+        LOGGER.info("lab: a dead letter of %s stays in the DLQ until the result backend answers; the drain's next "
+                    "pass takes it again", h.doc or "the chord's notify")
     elif h.kind == "dead_letter_kept":
         LOGGER.info("lab: a dead letter of %s stays in the DLQ for an operator: %s", h.doc or "the chord's notify",
                     f.get("why"))
+    elif h.kind == "store_failed":
+        LOGGER.info("expected: %s", _store_failed(h))
     elif h.kind == "notify_retry" and h.task_id not in _busy_told:
         _busy_told.add(h.task_id)
         LOGGER.info("lab: notify %s found the claim held by another notify: it busy-retries (every %ss) until the "
@@ -328,6 +336,25 @@ def recovery(h: Happening) -> None:
         sent = {"True": "the email is sent", "False": "sent=False: the claim says the email is out already"}
         LOGGER.info("lab: notify %s ended %s%s", _notify_role(h), f.get("outcome"),
                     f"; {sent[f['sent']]}" if f.get("sent") in sent else "")
+
+
+def _store_failed(h: Happening) -> str:
+    """A result the backend did not store (FM-8's outage), and what follows, by the app's guard."""
+    from celery import current_task
+
+    from shared.backend import RejectUnstored
+
+    f = h.fields
+    stage = str(f.get("stage") or "task")
+    who = f"{h.doc}'s {stage}" if h.doc else "the chord's notify"
+    guarded = isinstance(getattr(current_task, "backend", None), RejectUnstored)
+    head = f"{who} ended, but its result was not stored ({f.get('error')})"
+    if guarded and stage == "fetch_document":
+        return f"{head}: a chain's head stays acked, its parse was sent already with the result in it"
+    if guarded:
+        return (f"{head}: ResultNotStored rejects its message into the DLQ, and the drain sends it back to run "
+                "again once the result backend answers")
+    return f"{head}: Celery acks its message all the same, so its outcome is lost (FM-8's symptom)"
 
 
 def _notify_role(h: Happening) -> str:

@@ -58,7 +58,7 @@ def run_variant(fm: Fm, n: int, label: str, stop: tuple[str, StopCondition] | No
 
 @pytest.mark.claim("C1", "Celery's time_limit alone fails the chord (fm6)")
 def test_celery_time_limit_alone_fails_the_chord() -> None:
-    """fm6's docstring: without @hard_timeout the hard time limit breaks the chord."""
+    """docs/failure-modes.md (FM-6): without @hard_timeout the hard time limit breaks the chord."""
     fm = variants.derive("fm6_task_timeouts", "fm6t_backstop_only",
                          [(HARD_TIMEOUT_LINE, ""), ("@app.task(bind=True, time_limit=3, Request=BackstopRequest)  # FM-6: the backstop; its kill",
                                                       "@app.task(bind=True, time_limit=2)  # FM-6: the backstop; its kill")])
@@ -188,7 +188,7 @@ def test_reset_replaces_a_lab_queue_declared_with_other_arguments() -> None:
 
 @pytest.mark.claim("C5", "task_retry_on_worker_lost: bounded, chord breaks (fm3)")
 def test_task_retry_on_worker_lost_bounds_the_poison_loop_and_still_breaks_the_chord() -> None:
-    """fm3's docstring: Celery 5.7's own bound for a lost worker (``task_retry_on_worker_lost``)
+    """docs/failure-modes.md (FM-3): Celery 5.7's own bound for a lost worker (``task_retry_on_worker_lost``)
     stops the loop after ``max_retries`` and then marks the member FAILURE: ChordError.
     Celery 5.5 and 5.6 have no such setting (an unknown ``app.conf`` key is ignored, and the
     poison message loops as on fm2): not applicable there."""
@@ -236,7 +236,7 @@ def _fm4_variant(name: str, edits: list[tuple[str, str]]) -> Fm:
 
 @pytest.mark.claim("C12", "a dead-lettered notify keeps its claim unless released (fm4)")
 def test_without_the_release_a_dead_lettered_notify_keeps_its_claim() -> None:
-    """fm4's docstring: the poison body (side chord "body") dies holding its claim; without
+    """docs/failure-modes.md (FM-4): the poison body (side chord "body") dies holding its claim; without
     ``release_when_dead_lettered`` the claim is still ``claimed`` once the drain has finalised it."""
     fm = _fm4_variant("fm4r_no_release", [
         ("release_when_dead_lettered(app, notify)  # FM-4: a notify the drain finalised as dead-lettered releases its claim\n", "")])
@@ -285,7 +285,7 @@ def test_a_waiting_notify_takes_over_once_a_dead_owners_claim_expires() -> None:
 
 @pytest.mark.claim("C8", "no idempotency key: two emails (fm4)")
 def test_without_the_idempotency_key_the_owner_killed_after_sending_sends_twice() -> None:
-    """fm4's docstring: the claim cannot stop the resend of an owner that died after sending;
+    """docs/failure-modes.md (FM-4): the claim cannot stop the resend of an owner that died after sending;
     the mail API's idempotency key does (G4: 2 calls, 1 email)."""
     fm = _fm4_variant("fm4k_no_key", [_FM4_NO_KEY])
     obs = run_variant(fm, 4, "variant-fm4-no-key")
@@ -476,7 +476,7 @@ _FM7_WARM = [
 @pytest.mark.claim("C15", "warm shutdown stops heartbeats: the running task runs twice at once (fm7)")
 def test_a_warm_shutdown_longer_than_two_heartbeats_has_the_running_task_run_twice_at_once(
         limit: Callable[[str], None]) -> None:
-    """fm7's docstring (the hard variant, celery#5998): during a warm shutdown Celery 5.5 stops firing its
+    """docs/failure-modes.md (FM-7) (the hard variant, celery#5998): during a warm shutdown Celery 5.5 stops firing its
     hub's timers, so py-amqp sends no heartbeat; RabbitMQ closes the connection after two missed ones and
     requeues the message of the body still running, and the new worker starts it too. From 5.6.1
     ``celery.concurrency.prefork.TaskPool.on_stop`` keeps firing the hub's timers (heartbeats included)
@@ -610,7 +610,7 @@ def _cut_three_times(fm: Fm, label: str) -> tuple[Reader, Any]:
 
 @pytest.mark.claim("C16", "a document cut by three deploys is dead-lettered unless the drain sends it back (fm7)")
 def test_a_document_cut_by_three_deploys_is_dead_lettered_unless_the_drain_sends_it_back() -> None:
-    """fm7's docstring: each body a deploy cuts (Celery 5.5+'s cold shutdown, ``SystemExit`` in the body) is
+    """docs/failure-modes.md (FM-7): each body a deploy cuts (Celery 5.5+'s cold shutdown, ``SystemExit`` in the body) is
     one more delivery, and RabbitMQ 3.x dead-letters the message at its third (``x-delivery-limit: 2``) though
     it never failed. fm7's drain counts the bodies that ended (``count_starts``: ``task_postrun``, which a crash
     never sends) and sends a letter whose crashes are below the bound back to its queue: the document ends ok on
@@ -643,7 +643,7 @@ def test_a_document_cut_by_three_deploys_is_dead_lettered_unless_the_drain_sends
 
 @pytest.mark.claim("C17", "a deploy that cuts notify while it sends: the claim is released, one email (fm7)")
 def test_a_deploy_that_cuts_notify_while_it_holds_the_claim_ends_in_one_email() -> None:
-    """fm7's docstring: the chord body as a deploy's victim. ``notify`` waits inside ``claim.sending()`` (the
+    """docs/failure-modes.md (FM-7): the chord body as a deploy's victim. ``notify`` waits inside ``claim.sending()`` (the
     mail API held by the lab's gate) when its worker gets SIGTERM: the cold shutdown ends it in ``SystemExit``,
     which ``sending()`` lets through after releasing the claim, and the message goes back. The next worker's
     ``notify`` takes the claim and sends once the gate opens: one email, ``sent=True``, the chord SUCCESS."""
@@ -672,7 +672,7 @@ def test_a_deploy_that_cuts_notify_while_it_holds_the_claim_ends_in_one_email() 
 
 @pytest.mark.claim("C18", "an idle worker needs Celery's pool stop, over the lab's grace, to exit (fm7)")
 def test_an_idle_worker_exits_only_after_celerys_pool_stop() -> None:
-    """fm7's docstring and G7: why an old worker is still there when the lab's grace (0.5 s) ends though no body
+    """docs/failure-modes.md (FM-7) and G7: why an old worker is still there when the lab's grace (0.5 s) ends though no body
     of it runs. An idle fm7 worker (REMAP_SIGTERM: the cold shutdown; nothing to wait for, nothing to cancel) is
     sent SIGTERM, and exits only after Celery's pool stop: ``TaskPool.on_stop`` joins billiard's pool, each of
     whose processes, told to stop, announces its death to the pool and then sleeps 1 s before it exits
@@ -748,7 +748,7 @@ def _three_deploys_of_eight(fm: Fm, label: str) -> dict[str, tuple[int, str]]:
 
 @pytest.mark.claim("C19", "with the default prefetch, deploys dead-letter messages that never ran (fm7)")
 def test_with_the_default_prefetch_three_deploys_dead_letter_messages_that_never_ran() -> None:
-    """fm7's docstring (prefetch 1): a deploy hands back every message the old worker held, started or not,
+    """docs/failure-modes.md (FM-7) (prefetch 1): a deploy hands back every message the old worker held, started or not,
     and RabbitMQ 3.x counts each return against ``x-delivery-limit: 2``. fm7 without the send-back (so that the
     count shows) and with Celery's default prefetch (4 x 2 processes holds all eight members): three deploys
     dead-letter all eight, and at least two of them never started (six starts in all, two per deploy), innocent
@@ -775,7 +775,7 @@ def test_with_the_default_prefetch_three_deploys_dead_letter_messages_that_never
 
 @pytest.mark.claim("C20", "a backend that comes back empty leaves the chord PENDING; a resubmission recovers (fm8)")
 def test_a_backend_that_comes_back_empty_loses_the_chord_and_the_run_says_what_was_lost() -> None:
-    """fm8's docstring (the hard variant): the backend, without persistence, is stopped once two of twelve slow
+    """docs/failure-modes.md (FM-8) (the hard variant): the backend, without persistence, is stopped once two of twelve slow
     members have stored their results and started again empty. fm8 still sends back every member whose store
     failed, and each stores its result; but what the backend held before is gone: the results stored before
     the stop, the manifest (``ManifestMissing``) and the chord's size (the Redis backend's ``.s`` key, which
@@ -830,7 +830,7 @@ def test_a_backend_that_comes_back_empty_loses_the_chord_and_the_run_says_what_w
 
 @pytest.mark.claim("C21", "chain heads that cannot store their results: each parse runs, the chord counts once (fm8)")
 def test_chain_heads_that_cannot_store_their_results_are_not_run_again() -> None:
-    """fm8's docstring (``reject_unstored``'s one exception): ``celery.app.trace`` sends a chain's next step
+    """docs/failure-modes.md (FM-8) (``reject_unstored``'s one exception): ``celery.app.trace`` sends a chain's next step
     before it stores the head's result, so a head rejected and run again would send its parse twice (run
     twice, and on 5.5 and 5.6 counted twice in the chord, C11). The backend stopped as soon as the chord is
     sent, while the heads run: each head that could not store is kept acked (its parse carries its result),

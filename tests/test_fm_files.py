@@ -58,16 +58,86 @@ def test_each_fm_file_is_short_and_they_are_about_the_same_size() -> None:
     assert max(sizes.values()) - min(sizes.values()) <= MAX_SPREAD, sizes
 
 
+SKELETON = ("Symptom", "Root cause", "Fix", "Costs", "Still open", "Run it", "Deeper")
+"""The parts of an FM docstring after its one-line summary, in this order (DESIGN.md §6, issue 41)."""
+BUDGET = {"summary": 20, "Symptom": 80, "Root cause": 60, "Fix": 170, "Costs": 60, "Still open": 25, "Run it": 110,
+          "Deeper": 20}
+"""Words per part, the part's heading and its run commands included."""
+MAX_DOC_WORDS = 400
+"""The whole docstring, run commands included."""
+MAX_MEDIAN_SENTENCE = 15
+"""Words in the median sentence (a sentence ends at ``.``, ``!`` or ``?`` before a capital, a quote or a list)."""
+_PART = re.compile(r"^(?P<name>[A-Z][a-z ]+?)(?: \([^)]*\))?:(\s|$)")
+FORBIDDEN = {
+    "a claim or check number (say what it shows)": r"\b[GSC]\d{1,2}\b",
+    "a document of a hard variant (say what it is)": r"\bdoc(?:9|[1-9]\d)\b",
+    "the lab's internal names": r"side chord|\bfm\dw\b|\bweak\b|hard variant",
+}
+
+
+def parts(module: str) -> dict[str, str]:
+    """The docstring's summary and its headed parts (a part runs until the next heading)."""
+    paragraphs = [p for p in re.split(r"\n\s*\n", docstring(module)) if p.strip()]
+    found: dict[str, list[str]] = {"summary": [paragraphs[0]]}
+    current = found["summary"]
+    for para in paragraphs[1:]:
+        m = _PART.match(para)
+        if m and m.group("name") in SKELETON:
+            current = found.setdefault(m.group("name"), [])
+        current.append(para)
+    return {name: "\n\n".join(text) for name, text in found.items()}
+
+
+def sentences(text: str) -> list[str]:
+    prose = " ".join(line for line in text.splitlines() if not line.startswith("    "))  # not the run commands
+    return [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z`(\"-])", re.sub(r"\s+", " ", prose)) if s.split()]
+
+
+@pytest.mark.parametrize(("short", "module"), FMS)
+def test_each_docstring_is_the_lesson_in_its_fixed_skeleton_and_budget(short: str, module: str) -> None:
+    found = parts(module)
+    assert found["summary"].startswith(f"FM-{short[2:]}: ") and "\n" not in found["summary"].strip()
+    assert list(found) == ["summary", *SKELETON], f"{module}: parts {list(found)}, the skeleton is {SKELETON}"
+    words = {name: len(text.split()) for name, text in found.items()}
+    assert {n: w for n, w in words.items() if w > BUDGET[n]} == {}, f"{module}: {words} (budget {BUDGET})"
+    assert len(docstring(module).split()) <= MAX_DOC_WORDS, module
+    lengths = sorted(len(s.split()) for s in sentences(docstring(module)))
+    assert lengths[len(lengths) // 2] <= MAX_MEDIAN_SENTENCE, (module, lengths)
+
+
+@pytest.mark.parametrize(("short", "module"), FMS)
+def test_a_docstring_names_no_claim_number_and_no_internal_name(short: str, module: str) -> None:
+    doc = docstring(module)
+    for what, pattern in FORBIDDEN.items():
+        assert not re.findall(pattern, doc), f"{module}'s docstring has {what}: {re.findall(pattern, doc)}"
+
+
+@pytest.mark.parametrize(("short", "module"), FMS)
+def test_the_deeper_line_points_at_pages_that_exist(short: str, module: str) -> None:
+    deeper = parts(module)["Deeper"]
+    pages = re.findall(r"[\w./-]+\.md", deeper)
+    assert "docs/failure-modes.md" in pages and "docs/celery-versions.md" in pages, deeper
+    assert [p for p in pages if not (ROOT / p).is_file()] == []
+    section = re.search(r"section (FM-[\w /-]+?)\)", deeper)
+    assert section is not None and f"## {section.group(1)}" in (ROOT / "docs" / "failure-modes.md").read_text()
+
+
 @pytest.mark.parametrize("fm", STEPS)
 def test_the_step_from_the_previous_fm_is_small_and_is_the_fix_its_docstring_names(fm: str) -> None:
+    """Each bullet of the docstring's Fix opens with the setting or primitive it adds, with a Celery version."""
     s = step(fm)
     assert s is not None
     assert s.changed <= MAX_STEP, f"{fm} changes {s.changed} lines (at most {MAX_STEP}):\n{s.text}"
-    delta = next((p for p in re.split(r"\n\s*\n", docstring(s.after)) if p.startswith("Delta from")), "")
-    named = re.findall(r"``(.+?)``", delta)
-    assert named, f"{s.after}'s docstring names no fix in its 'Delta from' paragraph"
+    fix = parts(s.after)["Fix"]
+    bullets = re.split(r"\n- ", fix)[1:]
+    assert bullets, f"{s.after}'s docstring has no bullet in its Fix"
+    named = [m.group(1) for b in bullets if (m := re.match(r"``(.+?)``", b))]
+    assert len(named) == len(bullets), f"{s.after}: a Fix bullet that does not open with what it adds: {bullets}"
     missing = [name for name in named if not any(name in line for line in s.added)]
     assert not missing, f"{fm}'s docstring names {missing} as its fix, but the step does not add them:\n{s.text}"
+    version = re.compile(r"Celery 5(\.\d)?\b|\b5\.\d\+|5\.5 to 5\.7")
+    heading = fix.split("\n- ")[0]
+    assert version.search(heading) or all(version.search(b) for b in bullets), f"{s.after}: a Fix bullet with no Celery version"
 
 
 @pytest.mark.parametrize(("short", "module"), FMS)

@@ -43,6 +43,7 @@ LAB_JOBS = 2
 """The module's lab runs, two at once (``run_all_fms.run_at_once``, as ``make matrix`` runs them): never two
 on one program's code, the longest scenarios first."""
 _CELLS = {"test_fixed_fm_holds_every_guarantee_up_to_its_own": "fixed",
+          "test_a_fixed_runs_worker_windows_hold_no_traceback_and_no_error": "fixed",
           "test_earlier_code_shows_the_symptom_of_the_later_scenario": "broken",
           "test_without_its_hard_fix_an_fm_shows_the_hard_variants_symptom": "weak"}
 
@@ -115,6 +116,37 @@ def test_fixed_fm_holds_every_guarantee_up_to_its_own(n: int, lab_runs: dict[tup
     if n >= 4:
         assert obs.duplicate is not None and obs.duplicate.envelope is not None
         assert obs.duplicate.envelope.payload is not None and obs.duplicate.envelope.payload["sent"] is False
+
+
+def worker_logs(report: RunReport) -> list[Path]:
+    """Every worker log of one run: its worker's, and those of the workers its deploys and its link started
+    (``fm8-fixed-fm8-deploy1-<run>.log``, ``fm9-fixed-fm9-linked-<run>.log``)."""
+    assert report.log is not None
+    head, run = report.log.name.rsplit("-", 2)[0], "-".join(report.log.name.rsplit("-", 2)[1:])
+    return sorted(report.log.parent.glob(f"{head}-*{run}")) + [report.log]
+
+
+NAMED_ERRORS: dict[int, tuple[str, ...]] = {}
+"""ERROR lines a fixed run's lesson names (none: every line the lab's faults cause is an ``expected:`` or
+``lab:`` line, ``lab.worker_log`` and ``lab.quiet_log``)."""
+
+
+@pytest.mark.parametrize("n", range(1, 10))
+def test_a_fixed_runs_worker_windows_hold_no_traceback_and_no_error(n: int, lab_runs: dict[tuple[str, str], RunReport]) -> None:
+    """Issue 41: during FM-8's outage and FM-9's cut, Celery's and the primitives' own lines (the count_starts
+    signal handlers' ConnectionError, 57 ERRORs and 163 tracebacks in one fm8 run) are each one short line."""
+    report = lab_runs[(f"fm{n}", "fixed")]
+    observed(report)  # the run went to its end: every window it opened is in the logs
+    logs = worker_logs(report)
+    assert len(logs) >= 1 + (checks.MIN_DEPLOYS if n >= 7 else 0) + (1 if n >= 9 else 0), logs
+    assert (n >= 9) is any(log.name.startswith(f"fm{n}-fixed-fm{n}-linked-") for log in logs), logs
+    for log in logs:
+        lines = log.read_text(errors="replace").splitlines()
+        errors = [line for line in lines if ("ERROR/" in line or "CRITICAL/" in line)
+                  and not any(named in line for named in NAMED_ERRORS.get(n, ()))]
+        assert errors == [], f"{log.name}: {errors[:5]}"
+        assert not any(line.startswith("Traceback") for line in lines), log.name
+        assert "Hitting Ctrl+C again" not in "\n".join(lines), log.name  # a deploy's SIGTERM is said in words
 
 
 def test_fm0_reproduces_its_bug(lab_runs: dict[tuple[str, str], RunReport]) -> None:

@@ -82,7 +82,7 @@ def test_a_low_consumer_timeout_lowers_every_limit_and_celerys_own_tasks_are_lef
 
 
 def test_by_hand_the_link_prints_the_workers_url_and_each_enter_cuts() -> None:
-    """fm9's docstring: ``python -m lab.link`` in a shell of its own; the worker gets the URL it prints."""
+    """docs/failure-modes.md (FM-9): ``python -m lab.link`` in a shell of its own; the worker gets the URL it prints."""
     proc = subprocess.Popen([sys.executable, "-m", "lab.link"], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
     try:

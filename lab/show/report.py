@@ -62,7 +62,7 @@ def parse_docstring(fm: str, module: str, doc: str, sections: tuple[str, ...] = 
 
     A paragraph that starts with ``Name:`` or ``Name (note):`` opens a section that
     runs until the next headed paragraph; only the names in ``SECTIONS`` are kept
-    (``Tradeoff``, ``Trade-offs`` count as ``Tradeoffs``).
+    (``Tradeoff``, ``Trade-offs`` and ``Costs`` count as ``Tradeoffs``).
     """
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", doc.strip()) if p.strip()]
     summary = paragraphs[0].splitlines()[0] if paragraphs else fm
@@ -83,7 +83,7 @@ def parse_docstring(fm: str, module: str, doc: str, sections: tuple[str, ...] = 
 
 def _canonical(name: str) -> str:
     lowered = name.lower().replace("-", "").strip()
-    if lowered.startswith("tradeoff"):
+    if lowered.startswith("tradeoff") or lowered == "costs":  # an FM docstring's "Costs" (issue 41)
         return "Tradeoffs"
     return next((s for s in SECTIONS if s.lower() == lowered), name)
 

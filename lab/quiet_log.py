@@ -1,0 +1,175 @@
+"""A lab worker's window during FM-7 to FM-9: each line the lab's deploys, outages and cuts cause, said once.
+
+Scenarios 7 to 9 do to a worker what a rolling deploy, a result backend outage and a dropped broker
+connection do. Celery and the lab's own primitives answer with lines that read like bugs: one 4 s outage
+printed some 60 ``ERROR ... Signal handler count_starts.<locals>.on_prerun ... raised: ConnectionError``
+records with three chained tracebacks each. This module, which ``lab.app.lab_app`` installs in every lab
+worker beside ``lab.worker_log``, changes only what is printed, never what Celery or a primitive decides:
+
+- ``count_starts``' signal handlers (``shared.dlq``) that meet the result backend gone: Celery logs each
+  failure at ``ERROR`` with its traceback, four a second while the drain runs. The first in a process is
+  one ``expected:`` line at ``INFO`` that says what is lost; the repeats within ``OUTAGE_SECONDS`` are
+  dropped. A ``count_starts`` failure of any other kind stays as Celery wrote it.
+- the DLQ drain's ``WARNING`` for a letter it sent back to its queue or kept in the DLQ (``shared.dlq``)
+  is dropped: the ``lab:`` line of ``lab.worker_log.recovery`` says the same with the document's name.
+  ``shared.backend``'s ``WARNING`` for a chain head whose result was not stored is dropped for the same
+  reason (``recovery`` says it on ``store_failed``).
+- Celery's ``consumer: Connection to broker lost``, its ``Task ... cannot be acknowledged after a
+  connection loss ... Terminating it instead.`` and a chord callback's publish retried on the closed
+  connection (``Retrying refused callback publish``) each become one ``lab:`` line that says what
+  happens next. They stay at ``WARNING``: the worker cannot tell the lab's cut from a real one.
+- Celery's ``worker: Hitting Ctrl+C again will terminate all running tasks!``, which
+  ``celery.apps.worker.on_cold_shutdown`` prints (``safe_say``, not a log record) when a cold shutdown
+  starts: with ``REMAP_SIGTERM=SIGQUIT`` (FM-7 on) that is every SIGTERM, a deploy's included, so the
+  words about Ctrl+C mislead. The line says what the cold shutdown does instead.
+
+Where a record does not match exactly, it passes unchanged: a failure the lab did not cause stays loud.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any, cast
+
+import redis
+from celery.signals import worker_init
+
+from lab.observe import doc_in
+from shared.backend import ResultNotStored
+
+OUTAGE_SECONDS = 10.0
+"""After one ``count_starts`` failure is said, the next ones in this process within this time are dropped."""
+
+GONE: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
+"""What a result backend that does not answer raises in redis-py (and so in ``count_starts``)."""
+
+COLD_SHUTDOWN_SAY = "worker: Hitting Ctrl+C again will terminate all running tasks!"
+"""What ``celery.apps.worker.on_cold_shutdown`` prints (Celery 5.5 to 5.7)."""
+
+COLD_SHUTDOWN_LINE = ("lab: cold shutdown (a SIGTERM: REMAP_SIGTERM=SIGQUIT makes it cold; or a second Ctrl+C): running "
+                      "tasks get worker_soft_shutdown_timeout, then Celery stops them and their messages go back "
+                      "unacknowledged to run again from the start")
+
+
+def _qualname(receiver: object) -> str:
+    return str(getattr(receiver, "__qualname__", ""))
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    """An exception and every one it was raised while handling (``__context__``), at most 10 deep."""
+    found: list[BaseException] = []
+    while exc is not None and len(found) < 10:
+        found.append(exc)
+        exc = exc.__context__
+    return found
+
+
+def _current_task() -> str:
+    """``doc68's parse_document`` or ``drain_dead_letters``: the task this pool process runs, in words."""
+    from celery import current_task
+
+    task = cast(Any, current_task)
+    if not task:
+        return "a task"
+    name = str(getattr(task, "name", "") or "a task").rsplit(".", 1)[-1]
+    found = doc_in(tuple(getattr(task.request, "args", None) or ()))
+    return f"{found[1]}'s {name}" if found else name
+
+
+class QuietFaults(logging.Filter):
+    """Says each record of the lab's deploys, outages and cuts once (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._told_gone = 0.0  # time.monotonic() of the last count_starts failure said
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            return self.decide(record)
+        except Exception:  # a courtesy: never lose a record over it
+            return True
+
+    def decide(self, record: logging.LogRecord) -> bool:
+        msg, args = str(record.msg), record.args if isinstance(record.args, tuple) else ()
+        if msg == "Signal handler %r raised: %r" and len(args) == 2:
+            return self._count_starts(record, args[0], args[1])
+        if record.name == "shared.dlq" and (msg.startswith("dead letter %s (%s) sent back to its queue")
+                                             or msg.startswith("dead letter %s (%s) kept in the DLQ")):
+            return False  # lab.worker_log.recovery says it, with the document's name
+        if record.name == "shared.backend" and "not stored" in msg and "kept acked" in msg:
+            return False  # lab.worker_log.recovery says it on store_failed
+        if msg == "%s (%r)" and args and "Connection to broker lost" in str(args[0]):
+            return _say(record, f"lab: the broker connection was lost ({args[1]!r}; scenario 9 cuts it on purpose): "
+                        "RabbitMQ requeues every message this worker held unacked; Celery reconnects", keep_level=True)
+        if msg.startswith("Task %s cannot be acknowledged after a connection loss") and args:
+            request = args[0]
+            found = doc_in(tuple(getattr(request, "args", None) or ()))
+            name = str(getattr(request, "name", "") or "a task").rsplit(".", 1)[-1]
+            who = f"{found[1]}'s {name}" if found else name
+            return _say(record, f"lab: {who} was running when the connection was lost, and its message is back in the "
+                        "broker: Celery cancels this run (worker_cancel_long_running_tasks_on_connection_loss), so the "
+                        "redelivered copy is the only one", keep_level=True)
+        if msg.startswith("Retrying refused callback publish for %r") and len(args) >= 5:
+            return _say(record, f"lab: the connection closed while {args[0]} was being published as a chord's "
+                        f"callback: Celery publishes it again ({args[1]}/{args[2]}): {args[4]!r}", keep_level=True)
+        return True
+
+    def _count_starts(self, record: logging.LogRecord, receiver: object, exc: object) -> bool:
+        name = _qualname(receiver)
+        if not name.startswith("count_starts.<locals>.on_") or not isinstance(exc, GONE):
+            return True
+        now = time.monotonic()
+        if now - self._told_gone < OUTAGE_SECONDS:
+            return False  # said already in this outage
+        self._told_gone = now
+        stored = any(isinstance(e, ResultNotStored) for e in _chain(exc))
+        what = "end" if name.endswith("on_postrun") else "start"
+        return _say(record, f"expected: the result backend is gone ({type(exc).__name__}): count_starts could not "
+                    f"count the {what} of {_current_task()}{' (its result was not stored either)' if stored else ''}; "
+                    f"until the backend answers, starts and ends go uncounted (repeats in the next "
+                    f"{OUTAGE_SECONDS:.0f} s not shown)")
+
+
+def _say(record: logging.LogRecord, text: str, keep_level: bool = False) -> bool:
+    record.msg, record.args = text, None
+    record.exc_info, record.exc_text, record.stack_info = None, None, None
+    if not keep_level:
+        record.levelno, record.levelname = logging.INFO, "INFO"
+    return True
+
+
+FILTERED = ("celery.utils.dispatch.signal", "shared.dlq", "shared.backend", "celery.worker.consumer.consumer",
+            "celery.app.amqp")
+"""The loggers whose records ``QuietFaults`` reads."""
+
+
+def _quiet_cold_shutdown() -> None:
+    """Replace ``celery.apps.worker.safe_say`` (looked up when called) by one that says the cold shutdown in words."""
+    import celery.apps.worker as apps_worker
+
+    original: Any = getattr(apps_worker, "safe_say")
+    if getattr(original, "lab_quiet", False):
+        return
+
+    def safe_say(msg: str, f: Any = sys.__stderr__) -> None:
+        original(COLD_SHUTDOWN_LINE if msg == COLD_SHUTDOWN_SAY else msg, f)
+
+    setattr(safe_say, "lab_quiet", True)
+    setattr(apps_worker, "safe_say", safe_say)
+
+
+def _setup(**_: object) -> None:
+    """The worker's main process, before its pool forks (the pool processes inherit the filters)."""
+    quiet = QuietFaults()
+    for name in FILTERED:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, QuietFaults) for f in logger.filters):
+            logger.addFilter(quiet)
+    _quiet_cold_shutdown()
+
+
+def install() -> None:
+    """Called by ``lab_app``: in a worker, at ``worker_init``, the filter and the cold shutdown's line."""
+    worker_init.connect(_setup, weak=False)

@@ -1,0 +1,88 @@
+"""A chord whose first member dies between its result's store and its count (``tests/test_stored_members.py``).
+
+Run by that test's worker (``celery -A tests.stored_app worker``): RabbitMQ is the broker (a classic queue
+``<namespace>-sm``), the shared Redis the result backend (keys under ``<namespace>:sm:``), acks late, reject on
+worker lost, ``worker_deduplicate_successful_tasks`` as fm7..fm9 set them; ``SM_FIX=1`` adds
+``shared.stored_members.count_stored_members``.
+
+The gate (pool processes only): a member whose ``hold:<key>:<i>`` key says ``before`` stops after Celery stored
+its SUCCESS and before ``on_chord_part_return`` counts it; ``after``, once it counted. It then writes its pid to
+``held:<key>:<i>`` and waits to be killed. The other members wait for ``go:<key>``, so that the test decides
+when they count. Each delivery of a member is counted in ``received:<key>:<i>``. ``body`` appends what the chord gave it to ``bodies:<key>``."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any, cast
+
+import redis
+from celery import Celery
+from celery.backends.redis import RedisBackend
+from celery.signals import task_received, worker_process_init
+
+from lab.settings import NAMESPACE, backend_url, broker_url
+from lab.waiting import wait_until
+from shared.stored_members import count_stored_members
+
+PREFIX = f"{NAMESPACE}:sm:"
+QUEUE = f"{NAMESPACE}-sm"
+WAIT_SECONDS = 60.0  # the most a member waits for "go", or a held member for its kill
+
+app = Celery("rcl-stored", broker=broker_url(), backend=backend_url(), set_as_current=False)
+app.conf.update(
+    task_serializer="json", result_serializer="json", accept_content=["json"], result_accept_content=["json"],
+    task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1, worker_concurrency=3,
+    worker_deduplicate_successful_tasks=True,
+    task_default_queue=QUEUE, task_default_exchange=QUEUE, task_default_routing_key=QUEUE,
+    result_backend_transport_options={"global_keyprefix": PREFIX},
+    broker_connection_retry_on_startup=True, worker_enable_remote_control=False, worker_send_task_events=False)
+if os.environ.get("SM_FIX") == "1":
+    count_stored_members(app)
+
+
+def shared() -> Any:
+    return cast(Any, redis.Redis).from_url(backend_url(), decode_responses=True)
+
+
+@task_received.connect
+def _received(request: Any = None, **_: Any) -> None:
+    """In the worker's main process: count each delivery of a member (``received:<key>:<i>``)."""
+    if request is not None and request.name == "sm.member":
+        key, index = cast(list[Any], request.args)
+        shared().incr(f"{PREFIX}received:{key}:{index}")
+
+
+@worker_process_init.connect
+def _gate(**_: Any) -> None:
+    """In each pool process: hold a member that ``hold:`` names at its place around the count."""
+    counted = cast(Callable[..., None], RedisBackend.on_chord_part_return)
+
+    def on_chord_part_return(self: RedisBackend, request: Any, state: Any, result: Any, **kwargs: Any) -> None:
+        key, index = cast(list[Any], request.args)
+        where = shared().get(f"{PREFIX}hold:{key}:{index}")
+        if where == "after":
+            counted(self, request, state, result, **kwargs)
+        if where in ("before", "after"):
+            shared().set(f"{PREFIX}held:{key}:{index}", os.getpid(), ex=300)
+            wait_until(lambda: False, WAIT_SECONDS)  # the test kills this process here
+        if where != "after":
+            counted(self, request, state, result, **kwargs)
+
+    setattr(RedisBackend, "on_chord_part_return", on_chord_part_return)
+
+
+@app.task(name="sm.member")
+def member(key: str, index: int) -> dict[str, int]:
+    r = shared()
+    r.incr(f"{PREFIX}runs:{key}:{index}")
+    if not r.exists(f"{PREFIX}hold:{key}:{index}"):
+        wait_until(lambda: bool(r.exists(f"{PREFIX}go:{key}")), WAIT_SECONDS)
+    return {"index": index}
+
+
+@app.task(name="sm.body")
+def body(results: list[dict[str, int]], key: str) -> int:
+    shared().rpush(f"{PREFIX}bodies:{key}", json.dumps(results))
+    return len(results)

@@ -1,0 +1,90 @@
+"""lab/quiet_log.py: the lines the lab's deploys, outages and cuts cause, each said once (no broker needed)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import celery.apps.worker as apps_worker
+import pytest
+import redis
+
+from lab import quiet_log
+from lab.quiet_log import COLD_SHUTDOWN_LINE, COLD_SHUTDOWN_SAY, QuietFaults
+
+
+def count_starts() -> Callable[..., None]:
+    """A receiver named as ``shared.dlq.count_starts``' own are (``count_starts.<locals>.on_prerun``)."""
+
+    def on_prerun(**_: object) -> None:
+        pass
+
+    return on_prerun
+
+
+def other_receiver(**_: object) -> None:
+    pass
+
+
+def record(logger: str, level: int, msg: str, *args: object) -> logging.LogRecord:
+    return logging.LogRecord(logger, level, __file__, 1, msg, args, None)
+
+
+def signal_error(receiver: object, exc: BaseException) -> logging.LogRecord:
+    return record("celery.utils.dispatch.signal", logging.ERROR, "Signal handler %r raised: %r", receiver, exc)
+
+
+def test_count_starts_meeting_the_backend_gone_is_one_expected_line_per_outage() -> None:
+    quiet = QuietFaults()
+    first = signal_error(count_starts(), redis.ConnectionError("Error 111 connecting"))
+    assert quiet.filter(first) is True
+    assert first.levelno == logging.INFO and first.exc_info is None
+    assert first.getMessage().startswith("expected: the result backend is gone (ConnectionError): count_starts could "
+                                         "not count the start of a task")
+    assert quiet.filter(signal_error(count_starts(), redis.TimeoutError("timed out"))) is False  # the same outage
+
+
+@pytest.mark.parametrize(("receiver", "exc"), [(other_receiver, redis.ConnectionError("gone")),
+                                               (count_starts(), ValueError("a bug"))])
+def test_any_other_signal_handler_error_stays_as_celery_wrote_it(receiver: object, exc: BaseException) -> None:
+    r = signal_error(receiver, exc)
+    assert QuietFaults().filter(r) is True
+    assert r.levelno == logging.ERROR and r.msg == "Signal handler %r raised: %r"
+
+
+def test_the_drains_warnings_that_a_lab_line_says_are_dropped_and_a_parked_letter_is_not() -> None:
+    quiet = QuietFaults()
+    for msg in ("dead letter %s (%s) sent back to its queue: %s", "dead letter %s (%s) kept in the DLQ: %s"):
+        assert quiet.filter(record("shared.dlq", logging.WARNING, msg, "id", "fm8.parse_document", "why")) is False
+    parked = record("shared.dlq", logging.WARNING, "parked %d dead letters in %s, which no drain can place: %s", 1, "q", "x")
+    assert quiet.filter(parked) is True and parked.levelno == logging.WARNING
+
+
+def test_a_lost_broker_connection_is_a_lab_line_kept_at_warning() -> None:
+    r = record("celery.worker.consumer.consumer", logging.WARNING, "%s (%r)",
+               "consumer: Connection to broker lost. Trying to re-establish the connection...",
+               OSError("Server unexpectedly closed connection"))
+    assert QuietFaults().filter(r) is True
+    assert r.levelno == logging.WARNING
+    assert r.getMessage().startswith("lab: the broker connection was lost (OSError('Server unexpectedly closed "
+                                     "connection'); scenario 9 cuts it on purpose)")
+
+
+@pytest.fixture
+def restored_safe_say() -> Iterator[None]:
+    original = getattr(apps_worker, "safe_say")
+    yield
+    setattr(apps_worker, "safe_say", original)
+
+
+@pytest.mark.usefixtures("restored_safe_say")
+def test_the_cold_shutdowns_ctrl_c_line_is_said_in_words_and_other_lines_pass(tmp_path: Path) -> None:
+    quiet_log._quiet_cold_shutdown()  # pyright: ignore[reportPrivateUsage]
+    quiet_log._quiet_cold_shutdown()  # pyright: ignore[reportPrivateUsage]  # twice: still one wrapper
+    out = tmp_path / "window"
+    with out.open("w") as f:
+        getattr(apps_worker, "safe_say")(COLD_SHUTDOWN_SAY, f)
+        getattr(apps_worker, "safe_say")("worker: Cold shutdown (MainProcess)", f)
+    said = [line for line in out.read_text().splitlines() if line]  # safe_say writes a blank line before each
+    assert said == [COLD_SHUTDOWN_LINE, "worker: Cold shutdown (MainProcess)"]
