@@ -138,7 +138,7 @@ def test_a_fixed_runs_worker_windows_hold_no_traceback_and_no_error(n: int, lab_
     report = lab_runs[(f"fm{n}", "fixed")]
     observed(report)  # the run went to its end: every window it opened is in the logs
     logs = worker_logs(report)
-    assert len(logs) >= 1 + (checks.MIN_DEPLOYS if n >= 7 else 0) + (1 if n >= 9 else 0), logs
+    assert len(logs) >= 1 + (MIN_DEPLOYS if n >= 7 else 0) + (1 if n >= 9 else 0), logs
     assert (n >= 9) is any(log.name.startswith(f"fm{n}-fixed-fm{n}-linked-") for log in logs), logs
     for log in logs:
         lines = log.read_text(errors="replace").splitlines()
