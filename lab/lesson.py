@@ -19,7 +19,7 @@ from lab.runner import StopCondition
 from lab.scenarios import Part
 
 RunKind = Literal["fixed", "broken", "weak", "bug"]
-"""Which program a run runs: the lesson's (fixed), the broken one, the one before the hard fix, fm0's bug."""
+"""Which program a run runs: the lesson's (fixed), the broken one, the one before the hard fix, the naive program's bug."""
 Checker = Callable[[Observations, Fm], Check]
 """A named predicate over a run's observations; ``Fm`` is the program whose bounds it holds the run to (the
 lesson's own, for a symptom too)."""
@@ -55,7 +55,7 @@ class Lesson(Protocol):
 
     @property
     def name(self) -> str:
-        """How the CLI names it (``fm7``, ``severity_batch``)."""
+        """How the CLI names it (its folder's name, ``severity_batch``)."""
         ...
 
     @property

@@ -49,7 +49,7 @@ observer has written ``notify_end`` (seen on a loaded machine: G1 counted 0 ends
 that had sent its email)."""
 DLQ_SETTLE_SECONDS = 5.0
 """Once a chord finished, how long the runner waits for the FM's DLQ to be empty before it reads it: letters
-the drain kept while the result backend was gone (FM-8: a ``notify`` rejected with its RETRY state unstored)
+the drain kept while the result backend was gone (a ``notify`` rejected with its RETRY state unstored)
 go back on its first pass after the return, which may come just after the chord's end."""
 
 
@@ -64,8 +64,8 @@ def new_run_id() -> str:
 def probe_seconds(fm: Fm, timeout: float) -> float | None:
     """Round trip of one probe task (None if it did not come back in time).
 
-    Its result is read (``ready``: a GET), not awaited on the backend's subscription: after scenario 8's
-    outage the harness's subscription connection is one the restart closed, and a result published before
+    Its result is read (``ready``: a GET), not awaited on the backend's subscription: after an outage of
+    the result backend the harness's subscription connection is one the restart closed, and a result published before
     Celery subscribes again is never heard (a probe answered in 3 ms was "lost" once that way)."""
     started = time.monotonic()
     res = fm.probe.apply_async()
@@ -276,6 +276,7 @@ def _run(fm: Fm, sc: Scenario, run: _Run, injectors: list[Injector], own: list[I
             return None  # every look at a result waits for the pause to end
         for side in side_chords:
             if not side.sent and all(over(tag) for tag in side.spec.after) \
+                    and all(over(other.tag) for other in side_chords if side.tag in other.spec.before) \
                     and (side.injector is None or side.injector.ready(run, side)):
                 send(side)
         if stop is not None:

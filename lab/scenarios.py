@@ -48,6 +48,7 @@ class SideChord:
     purpose: str = ""  # what the timeline says of it ("" for none; ``{foreign}``: the letters put before it)
     injector: str | None = None  # the scenario's injector that drives it (sends it, acts on it)
     after: tuple[str, ...] = ()  # sent once these are over (``MAIN``, or side tags); () with the run's own chord
+    before: tuple[str, ...] = ()  # side tags (of earlier lessons) sent only once this one is over
 
     @property
     def faults(self) -> Mapping[str, Fault | None]:

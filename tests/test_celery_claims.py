@@ -24,7 +24,7 @@ from lab.faults import HARD_HANG, SLOW, SOFT_HANG, document_text
 from lab.fm import Fm
 from lab.harness import running_worker
 from lab.observe import Reader, doc_id, short_doc
-from lab.outage import owned_backend
+from lessons.fm8.outage import owned_backend
 from lab.pipeline import store_document
 from lab.queues import queue_depth
 from lab.runner import StopCondition, _member_results, dlq_depth, new_run_id, run_scenario  # pyright: ignore[reportPrivateUsage]
@@ -680,7 +680,7 @@ def test_an_idle_worker_exits_only_after_celerys_pool_stop() -> None:
     thread it starts to keep heartbeats going, which sleeps 0.5 s between passes: the join waits out the pass it is in,
     0 to 0.5 s more (a 5.6 run exited after 1.33 s). So at least 1 s under all three: no grace below that lets a
     worker exit by itself, and a production grace must add it to the soft timeout and a body."""
-    from lab.deploys import GRACE_SECONDS
+    from lessons.fm7.deploy import GRACE_SECONDS
     fm = harness.load("fm7")
     assert dict(fm.worker_env) == {"REMAP_SIGTERM": "SIGQUIT"}
     floor = 1.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lab.checks import overlaps
 from lessons.fm7.checks import killed_at_grace
-from lab.deploys import held
+from lessons.fm7.deploy import held
 from lab.observe import Event
 
 

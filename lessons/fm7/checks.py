@@ -26,7 +26,7 @@ def _deploys_of(obs: Observations) -> int:
 
 @dataclass(frozen=True)
 class DeployFindings:
-    """What scenario 7's side chord ``deploy`` shows about its deploys (``lab.deploys``)."""
+    """What scenario 7's side chord ``deploy`` shows about its deploys (``lessons.fm7.deploy``)."""
 
     terms: list[Event]
     ends: list[str]  # per deploy: "exited after 1.234s" or "SIGKILLed after 0.600s"

@@ -2,12 +2,12 @@
 
 A side chord of its own (``deploy``), sent once the run's own chord and the sides sent with it are over, so
 that a deploy meets none of the earlier faults and the earlier scenarios stay as fast; ``RollingDeploys``
-(``lab.deploys``) rolls the worker while it runs.
+(``lessons.fm7.deploy``) rolls the worker while it runs.
 """
 
 from __future__ import annotations
 
-from lab.deploys import RollingDeploy
+from lessons.fm7.deploy import RollingDeploy
 from lab.faults import SLOW
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView
@@ -23,7 +23,7 @@ DEPLOYS = 3
 
 
 class RollingDeploys(Injector):
-    """``DEPLOYS`` rolling deploys of the run's worker (``lab.deploys.RollingDeploy``) while the side runs."""
+    """``DEPLOYS`` rolling deploys of the run's worker (``lessons.fm7.deploy.RollingDeploy``) while the side runs."""
 
     needs_harness = True
 

@@ -25,7 +25,7 @@ deduplicating on the claim's key."""
 
 @dataclass(frozen=True)
 class OutageFindings:
-    """What scenario 8's side chord ``outage`` shows (``lab.outage``)."""
+    """What scenario 8's side chord ``outage`` shows (``lessons.fm8.outage``)."""
 
     downs: list[Event]  # backend_down, per phase
     ups: list[Event]  # backend_up, per phase

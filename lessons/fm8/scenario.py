@@ -1,7 +1,7 @@
 """What FM-8's lesson adds to the scenarios: the result backend goes away while slow but healthy documents run.
 
-The run's result backend is a Redis the lab owns (``lab.outage.owned_backend``); ``BackendOutages`` stops and
-starts it twice while the side chord ``outage`` runs (``lab.outage.BackendOutage``), sent after the deploys'.
+The run's result backend is a Redis the lab owns (``lessons.fm8.outage.owned_backend``); ``BackendOutages`` stops and
+starts it twice while the side chord ``outage`` runs (``lessons.fm8.outage.BackendOutage``), sent after the deploys'.
 While the backend is down the runner reads nothing from it: the run is paused.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from lab.faults import SLOW
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView
-from lab.outage import BackendOutage, owned_backend
+from lessons.fm8.outage import BackendOutage, owned_backend
 from lab.scenarios import Doc, Part, SideChord
 
 OUTAGE = "outage"

@@ -18,7 +18,7 @@ from lessons.fm9.scenario import CONNLOSS_DOCS, HUNG_DOC
 
 @dataclass(frozen=True)
 class ConnlossFindings:
-    """What scenario 9's sides ``connloss`` and ``overlong`` show (``lab.connloss``)."""
+    """What scenario 9's sides ``connloss`` and ``overlong`` show (``lessons.fm9.connloss``)."""
 
     cuts: list[Event]  # link_cut: the worker's connections dropped, and which member ran then
     overlaps: list[str]  # documents parsed in two processes at once (connloss)
