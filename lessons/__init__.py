@@ -87,3 +87,16 @@ def stop_of(kind: RunKind, number: int, fixed: Fm, program: Fm) -> Stop | None:
     checks = lesson(FMS[number - 1]).checks
     found = checks.symptom_stop if kind == "broken" else checks.hard_stop if kind == "weak" else None
     return found(fixed, program) if found is not None else None
+
+
+NAIVE_BUG: tuple[str, RunKind] = ("fm0", "bug")
+"""The naive program's bug (``--include-fm0``): scenario 1 on fm0, its symptom S1, FM-1's to show."""
+
+
+def cells(name: str) -> list[tuple[str, RunKind]]:
+    """The runs lesson ``name`` needs (``run_all_fms.py --only <name> --prove``): its fixed program, the broken one, the
+    one before its hard fix when it has one; the first lesson's, the naive program's bug too."""
+    found: list[tuple[str, RunKind]] = [(name, "fixed"), (name, "broken")]
+    if before_hard_fix(name) is not None:
+        found.append((name, "weak"))
+    return [NAIVE_BUG, *found] if name == FMS[0] else found
