@@ -100,3 +100,8 @@ def cells(name: str) -> list[tuple[str, RunKind]]:
     if before_hard_fix(name) is not None:
         found.append((name, "weak"))
     return [NAIVE_BUG, *found] if name == FMS[0] else found
+
+
+def first_scenario(tag: str) -> int:
+    """The first scenario that holds the side chord ``tag`` (its lesson's number); 0 for none of the lessons'."""
+    return next((i + 1 for i, name in enumerate(FMS) if any(side.tag == tag for side in _part(name).sides)), 0)

@@ -349,3 +349,120 @@ def large_weak_run() -> Observations:
     sides = {"expired": expired, "body": body, "behind": behind}  # as a real run can end: all three unfinished
     obs = _large(events, pending, "doc11 and doc28 failed outside their bodies, doc29's fetch outlived its deadline", 12.47)
     return replace(obs, fm="fm6w", members=members, sides=sides)
+
+
+# ---- scenarios 7 to 9: the side chords the runner acts on from outside (deploys, an outage, a cut, a consumer timeout) ----
+
+RUN = "120000-abc123"
+
+
+def _took(t: float, doc: str, pid: str, returned: int = 0) -> Event:
+    """The observer's ``received``: worker ``pid`` (its main process) took ``doc``'s message (task id ``t-<doc>``)."""
+    return ev(t, "received", task=f"t-{doc}", doc=doc, pid=pid, returned=returned)
+
+
+def _ran(t0: float, t1: float | None, doc: str, n: int = 1, outcome: str = "ok", error: str = "") -> list[Event]:
+    out = [ev(t0, "attempt_start", task=f"t-{doc}", doc=doc, attempt=n, pid=f"c{doc}")]
+    if t1 is not None:
+        out.append(ev(t1, "attempt_end", task=f"t-{doc}", doc=doc, attempt=n, outcome=outcome, **({"error": error} if error else {})))
+    return out
+
+
+def _sent(t: float) -> list[Event]:
+    return [ev(t, "notify_start", role="chord"), ev(t + 0.002, "email", role="chord"),
+            ev(t + 0.003, "notify_end", role="chord", outcome="ok", sent=True)]
+
+
+DEPLOY_DOCS = tuple(f"doc{n}" for n in range(34, 42))
+
+
+def deploy_side() -> SideRun:
+    """Scenario 7's side: two deploys. The run's worker (pid 100) is SIGTERMed while doc36 runs and doc37 waits
+    prefetched, and SIGKILLed at the grace's end (doc36 lost, run again on deploy1); deploy1 (pid 200) is SIGTERMed with
+    nothing unstarted and exits by itself; deploy2 (pid 300) serves to the end."""
+    cancelled = "SystemExit: the worker stopped the body (a shutdown, or its connection lost)"
+    events = [
+        _took(14.0, "doc34", "100"), *_ran(14.01, 14.81, "doc34"), _took(14.0, "doc35", "100"), *_ran(14.02, 14.82, "doc35"),
+        ev(14.1, "deploy_start", n=1, new=f"fm7-deploy1-{RUN}"),
+        _took(14.81, "doc36", "100"), *_ran(14.82, None, "doc36"), _took(14.83, "doc37", "100"),
+        _took(15.0, "doc38", "200"), *_ran(15.01, 15.8, "doc38"),
+        ev(15.05, "deploy_term", n=1, old=f"fm7-{RUN}", old_pid=100, new=f"fm7-deploy1-{RUN}", running="doc36", waiting="doc37:0"),
+        ev(15.06, "deploy_start", n=2, new=f"fm7-deploy2-{RUN}"),
+        ev(15.55, "deploy_kill", n=1, old=f"fm7-{RUN}", seconds="0.500", lost="doc36"),
+        _took(15.81, "doc36", "200", 1), *_ran(15.82, 16.6, "doc36", 2), _took(15.83, "doc37", "200", 1),
+        *_ran(15.84, 16.3, "doc37", 1, "cancelled", cancelled),
+        _took(16.2, "doc39", "300"), *_ran(16.21, 17.0, "doc39"),
+        ev(16.25, "deploy_term", n=2, old=f"fm7-deploy1-{RUN}", old_pid=200, new=f"fm7-deploy2-{RUN}", running="doc36,doc37",
+           waiting=""),
+        ev(16.7, "deploy_exit", n=2, old=f"fm7-deploy1-{RUN}", seconds="0.450"),
+        _took(16.8, "doc37", "300", 1), *_ran(16.81, 17.6, "doc37", 2),
+        *(e for i, d in enumerate(DEPLOY_DOCS[6:]) for e in (_took(17.0 + 0.01 * i, d, "300"), *_ran(17.01 + 0.01 * i, 17.8, d))),
+        *_sent(18.0),
+    ]
+    return side("deploy", DEPLOY_DOCS, events, summary_outcome(list(DEPLOY_DOCS), []))
+
+
+OUTAGE_DOCS = ("doc66", "doc67", "doc68", "doc69")
+UNREACHABLE = "ConnectionError: Error 111 connecting to 127.0.0.1:16773. Connection refused."
+
+
+def outage_side() -> SideRun:
+    """Scenario 8's side: the backend stops while doc67 and doc68 run; their stores fail, their messages go back and
+    run again once it answers; then it stops again while notify holds its claim."""
+    events = [
+        _took(19.0, "doc66", "100"), *_ran(19.01, 19.8, "doc66"),
+        _took(19.81, "doc67", "100"), *_ran(19.82, 20.6, "doc67"), _took(19.81, "doc68", "100"), *_ran(19.83, 20.62, "doc68"),
+        ev(20.0, "backend_down", phase="members"),
+        ev(20.59, "store_failed", task="t-doc67", doc="doc67", stage="parse_document", error=UNREACHABLE),
+        ev(20.61, "store_failed", task="t-doc68", doc="doc68", stage="parse_document", error=UNREACHABLE),
+        ev(24.01, "backend_up", phase="members", seconds="4.01", since=repr(T0 + 24.0)),
+        ev(24.1, "sent_back", task="t-doc67", doc="doc67", why="rejected with its outcome unstored"),
+        ev(24.11, "sent_back", task="t-doc68", doc="doc68", why="rejected with its outcome unstored"),
+        _took(24.2, "doc67", "100"), *_ran(24.21, 25.0, "doc67", 2), _took(24.2, "doc68", "100"), *_ran(24.22, 25.02, "doc68", 2),
+        _took(25.03, "doc69", "100"), *_ran(25.04, 25.8, "doc69"),
+        ev(25.9, "notify_start", role="chord"), ev(25.91, "gate_wait", role="chord"), ev(25.95, "backend_down", phase="notify"),
+        ev(25.96, "email", role="chord"), ev(25.97, "notify_end", role="chord", outcome="retry"),
+        ev(29.96, "backend_up", phase="notify", seconds="4.01", since=repr(T0 + 29.95)),
+        ev(30.0, "notify_start", role="chord"), ev(30.01, "email_deduplicated", role="chord"),
+        ev(30.02, "notify_end", role="chord", outcome="ok", sent=True),
+    ]
+    return side("outage", OUTAGE_DOCS, events, summary_outcome(list(OUTAGE_DOCS), []))
+
+
+def connloss_side() -> SideRun:
+    """Scenario 9's cut: the runner cuts the linked worker's connections while doc78 runs alone; the worker cancels it
+    (fm9's fix) and its redelivery runs once."""
+    events = [ev(31.0, "linked", node="rcl-broker"),
+              _took(31.1, "doc79", "400"), *_ran(31.11, 31.15, "doc79"), _took(31.1, "doc80", "400"), *_ran(31.12, 31.16, "doc80"),
+              _took(31.2, "doc78", "400"), *_ran(31.21, 31.4, "doc78", 1, "cancelled",
+                                                  "SystemExit: the worker stopped the body (a shutdown, or its connection lost)"),
+              ev(31.32, "link_cut", connections="4", running="doc78"),
+              _took(31.45, "doc78", "400", 1), *_ran(31.46, 32.26, "doc78", 2), *_sent(32.4)]
+    return side("connloss", ("doc78", "doc79", "doc80"), events, summary_outcome(["doc78", "doc79", "doc80"], []))
+
+
+def overlong_side(fired: bool = False) -> SideRun:
+    """Scenario 9's over-long member: doc81 hangs in C code; fm9's time_limit (1.2 s) kills it before the owned node's
+    consumer timeout (2.4 s after its delivery); ``fired``: fm8's code, the broker closes the channel first, the message
+    comes back and the linked worker exits."""
+    events = [ev(32.5, "linked", node="rcl-broker", consumer_timeout="2.4"),
+              _took(32.6, "doc81", "400"), *_ran(32.61, None, "doc81"), _took(32.6, "doc82", "400"), *_ran(32.62, 33.42, "doc82")]
+    if fired:
+        events += [_took(35.05, "doc81", "400", 1), ev(35.3, "worker_exit", code="1")]
+        return side("overlong", ("doc81", "doc82"), events, Outcome("PENDING", None, None, None))
+    events += _sent(33.9)
+    return side("overlong", ("doc81", "doc82"), events, summary_outcome(["doc82"], [
+        ("doc81", "time_limit", "TimeLimitExceeded: parse_document ran past its time_limit of 1.2s")]))
+
+
+def lesson_run(n: int, *, broken: bool = False) -> Observations:
+    """FM-n's run of scenario n (7, 8 or 9) as big as a real one: ``large_fixed_run``'s chord and side chords, then the
+    sides the runner acts on from outside; ``broken``: scenario 9's on fm8's code (the consumer timeout fires)."""
+    obs = large_fixed_run()
+    sides = {**obs.sides, "deploy": deploy_side()}
+    if n >= 8:
+        sides["outage"] = outage_side()
+    if n >= 9:
+        sides["connloss"], sides["overlong"] = connloss_side(), overlong_side(fired=broken)
+    return replace(obs, fm=f"fm{n}" if not broken else f"fm{n - 1}", scenario=n, sides=sides,
+                   elapsed=max(e.t for s in sides.values() for e in s.events) - T0)

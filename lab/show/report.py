@@ -39,6 +39,7 @@ from lab.fm import ROOT, fm_modules
 from lab.matrix import TITLES
 from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
 from lab.records import MatrixRow, RunReport, matrix
+from lessons import scenario, scenarios
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
 """The docstring paragraphs the report shows, in this order."""
@@ -107,7 +108,9 @@ def words(label: str) -> str:
 
 def render(reports: Sequence[RunReport], lessons: Mapping[str, Lesson], generated: str = "") -> str:
     rows = matrix(list(reports))
-    sections = "".join(_section(row, lessons.get(row.fm), _lesson_home(row.fm, lessons)) for row in rows)
+    fixed = {row.fm: row.fixed for row in rows if row.fixed is not None}
+    sections = "".join(_section(row, lessons.get(row.fm), _lesson_home(row.fm, lessons), _previous(row.fm, fixed))
+                       for row in rows)
     labels = list(dict.fromkeys(c.label for r in reports for c in r.checks))
     return (_HEAD + '<body><header><h1>reliable-celery-lab: workshop report</h1>'
             f'<p class="meta">{escape(generated)}</p></header>'
@@ -146,11 +149,13 @@ def _glossary(labels: Sequence[str]) -> str:
     if not labels:
         return ""
     items = "".join(f'<li data-label="{escape(label)}"><b>{escape(label)}</b> {escape(words(label))}</li>' for label in labels)
-    return ('<h3>The checks</h3><p class="note">A fixed run checks guarantees (G1..G6 in the FMs: what the fix makes '
-            "true); a broken run (the FM's scenario on the previous FM's code, or a case study's write-up) shows a symptom "
-            "(S1..S6, a case study's <i>write-up</i> checks), the proof that the fix is load-bearing; a hard variant "
-            "(<i>hard</i>) runs the FM without the fix of its hard case. DESIGN.md §2 defines the FMs' checks exactly."
-            f'</p><ul class="glossary">{items}</ul>')
+    guarantees = sorted({label for label in labels if re.fullmatch(r"G\d+", label)}, key=lambda g: int(g[1:]))
+    named = f"{guarantees[0]} to {guarantees[-1]}" if len(guarantees) > 1 else "G1, G2 …"
+    return ('<h3>The checks</h3><p class="note">A fixed run checks guarantees (' + escape(named) + " in the FMs: what the "
+            "fix makes true); a broken run (the FM's scenario on the previous FM's code, or a case study's write-up) shows a "
+            "symptom (S1, S2 …, a case study's <i>write-up</i> checks), the proof that the fix is load-bearing; a hard "
+            "variant (<i>hard</i>) runs the FM without the fix of its hard case. docs/failure-modes.md (Scenarios) says "
+            f'what each check holds exactly.</p><ul class="glossary">{items}</ul>')
 
 
 def _matrix(matrix_rows: Sequence[MatrixRow]) -> str:
@@ -177,25 +182,46 @@ def _badge(r: RunReport) -> str:
     return "ok" if r.verdict == "PASS" else "shown" if r.ok and r.verdict in REPRODUCED else "bad"
 
 
-def _section(row: MatrixRow, lesson: Lesson | None, home: str | None = None) -> str:
+def _previous(fm: str, fixed: Mapping[str, RunReport]) -> tuple[str, RunReport] | None:
+    """The previous FM's fixed run, when FM ``fm``'s scenario adds only side chords (scenarios 7 to 9: its main chord
+    is the previous scenario's, its lesson a side chord the runner acts on): its main chord is told against it."""
+    n = int(fm[2:]) if fm.startswith("fm") and fm[2:].isdigit() else 0
+    if n < 2 or n not in scenarios() or scenario(n).docs != scenario(n - 1).docs:
+        return None
+    before = fixed.get(f"fm{n - 1}")
+    return (f"fm{n - 1}", before) if before is not None else None
+
+
+def _section(row: MatrixRow, lesson: Lesson | None, home: str | None = None,
+             previous: tuple[str, RunReport] | None = None) -> str:
     fm = row.fm
     title = _inline(lesson.summary) if lesson else _scenario_title(fm, home)
     module = f' <code class="module">{escape(lesson.module)}.py</code>' if lesson else ""
     head = f'<h2><span class="tag">{escape(fm)}</span> {title}{module}</h2>'
-    lessons = "".join(f'<div class="lesson" data-part="{escape(name.lower())}"><h3>{escape(name)}</h3>{_prose(text)}</div>'
-                      for name, text in (lesson.sections.items() if lesson else ()))
+    more = f' <span class="more">(more in <code>{escape(lesson.module)}.py</code>)</span>' if lesson else ""
+    lessons = "".join(f'<div class="lesson" data-part="{escape(name.lower())}"><h3>{escape(name)}</h3>'
+                      f'{_prose(shown, more if shown != text else "")}</div>'
+                      for name, text in (lesson.sections.items() if lesson else ()) for shown in [within(text)])
     runs = [r for r in (row.fixed, row.broken, row.weak) if r is not None]
     timelines = [(r, _timeline(r)) for r in runs]
-    span = max((tl.span for _, tl in timelines if tl is not None), default=0.0)  # one time scale for the FM's runs
+    # one time scale for the FM's runs; a side chord's block, one per side
+    span = max((swimlanes.main_span(tl) for _, tl in timelines if tl is not None), default=0.0)
+    side_spans: dict[str, float] = {}
+    for s in (s for _, tl in timelines if tl is not None for s in swimlanes.blocks(tl)):
+        side_spans[s.tag] = max(side_spans.get(s.tag, 0.0), swimlanes.side_span(s))
     like = timelines[0][1]  # the fixed run (fm0's bug run): the others say what differs from it
     also = timelines[1] if len(timelines) > 2 else (runs[0], None)  # the broken run, above the hard variant's
-    drawn = [_figure(r, tl, span, like if i else None, runs[0].kind, also[1] if i > 1 else None, also[0].kind)
+    before = _timeline(previous[1]) if previous is not None else None  # the fixed run's main chord: the previous FM's?
+    where = f"of {previous[0]}, in its section" if previous is not None else "above"
+    drawn = [_figure(r, tl, span, like if i else before, runs[0].kind, also[1] if i > 1 else None, also[0].kind,
+                     side_spans, "above" if i else where)
              for i, (r, tl) in enumerate(timelines)]
     marks: frozenset[str] = frozenset[str]().union(*(m for _, m, _ in drawn))
     names = max((n for _, _, n in drawn), default=0)  # one name column for the FM's figures: their plots line up
     legend = (f'<div class="fm-legend"><span class="legend-head">Marks in these timelines</span>'
               f"{swimlanes.legend(marks, short=True)}</div>" if marks else "")
-    first, others = ("".join(_cell(r) for r in runs[:1]), "".join(_cell(r) for r in runs[1:]))
+    proven = previous[0] if previous is not None else ""  # the previous FM proved its guarantees: said in a line
+    first, others = ("".join(_cell(r, proven) for r in runs[:1]), "".join(_cell(r) for r in runs[1:]))
     change = _change(fm)
     # The later runs' cells (what happens without the change) and the marks go in a column beside the change, whose
     # code leaves the page's right third empty; with no change, beside the fixed run's checks
@@ -255,9 +281,17 @@ def _diff_class(line: str) -> str:
     return {"+": "d-add", "-": "d-del", "@": "d-hunk"}.get(line[:1], "d-ctx")
 
 
-def _cell(r: RunReport) -> str:
+def _cell(r: RunReport, proven: str = "") -> str:
+    """A run's verdict and checks; ``proven``: the previous FM whose section shows what its guarantees saw (scenarios
+    7 to 9: its main chord is the same), so that the guarantees it proved and this run kept are one short line each."""
     symptom = r.kind != "fixed"  # broken, weak, bug: the check is a symptom shown, not a guarantee kept
-    checks = "".join(_check(c, symptom) for c in r.checks)
+    earlier = [c for c in r.checks if proven and c.ok and re.fullmatch(r"G\d+", c.label) and int(c.label[1:]) < r.scenario]
+    kept = "".join(f'<li class="check ok" data-label="{escape(c.label)}"><b>{escape(c.label)}</b> '
+                   f'<span class="words">({escape(words(c.label))})</span>: holds</li>' for c in earlier)
+    if kept:
+        kept = (f'<li class="earlier"><span class="note">as in {escape(proven)}\'s section:</span>'
+                f'<ul class="earlier">{kept}</ul></li>')
+    checks = kept + "".join(_check(c, symptom) for c in r.checks if c not in earlier)
     error = f'<p class="error">{escape(r.error)}</p>' if r.error else ""
     return (f'<div class="cell" data-kind="{escape(r.kind)}"><h3>{escape(r.kind)}: scenario {r.scenario} on '
             f"<code>{escape(r.code)}</code>'s code {_verdict(r)} <span class=\"secs\">{r.seconds:.1f}s</span></h3>"
@@ -280,8 +314,8 @@ def _seen(detail: str) -> str:
 
 
 def _figure(r: RunReport, tl: timeline.Timeline | None, span: float, like: timeline.Timeline | None = None,
-            like_name: str = "fixed", also: timeline.Timeline | None = None,
-            also_name: str = "broken") -> tuple[str, frozenset[str], int]:
+            like_name: str = "fixed", also: timeline.Timeline | None = None, also_name: str = "broken",
+            side_spans: dict[str, float] | None = None, where: str = "above") -> tuple[str, frozenset[str], int]:
     caption = f"{r.kind} run"
     marks: frozenset[str] = frozenset()
     names = 0
@@ -291,7 +325,7 @@ def _figure(r: RunReport, tl: timeline.Timeline | None, span: float, like: timel
         body = (f'<span class="stop">run {escape(tl.run_id)}; stopped: {escape(tl.stopped_by)} at {tl.span:.2f}s</span>'
                 f'<p class="note">{escape(timeline_text.NO_CHORD)}.</p>')
     else:
-        fig = swimlanes.render(tl, span, like, like_name, also, also_name)
+        fig = swimlanes.render(tl, span, like, like_name, also, also_name, side_spans, where)
         marks, names = fig.marks, fig.names
         emails = f"; emails sent: {len(tl.emails)}" if tl.counts_emails else ""
         named = (f"; documents named without their common prefix <code>{escape(fig.prefix)}</code>" if fig.prefix else "")
@@ -301,8 +335,50 @@ def _figure(r: RunReport, tl: timeline.Timeline | None, span: float, like: timel
             marks, names)
 
 
-def _prose(text: str) -> str:
-    """Docstring paragraphs as HTML: ``code``, *emphasis* and ``- `` lists."""
+LESSON_WORDS = 90
+"""The words of a docstring part the handout shows (whole sentences, then a pointer to the FM file): about two screens
+an FM (an FM's skeleton budgets each part below it)."""
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z(`*])")
+
+
+def within(text: str, budget: int = LESSON_WORDS) -> str:
+    """``text`` up to ``budget`` words, in whole sentences (a list keeps its items' marks), `` …`` where it was cut."""
+    out: list[str] = []
+    count, cut = 0, False
+    for para in re.split(r"\n\s*\n", text):
+        lines = [ln.strip() for ln in para.splitlines() if ln.strip()]
+        if not lines:
+            continue
+        listed = lines[0].startswith("- ")
+        items = [" ".join(i.split()) for i in "\n".join(lines).split("\n- ")] if listed else [" ".join(lines)]
+        kept: list[str] = []
+        for item in items:
+            said: list[str] = []
+            sentences = _SENTENCE.split(item.removeprefix("- "))
+            for sentence in sentences:
+                n = len(sentence.split())
+                if said and listed:  # a list item says its first sentence: each setting of a Fix is named
+                    break
+                if count + n > budget and (said or kept or out) and not (listed and not said):
+                    cut = True
+                    break
+                said.append(sentence)
+                count += n
+            if said:
+                kept.append(" ".join(said) + (" …" if len(said) < len(sentences) else ""))
+            if cut:
+                break
+        if kept:
+            out.append("\n".join(f"- {k}" for k in kept) if listed else kept[0])
+        if cut:
+            if out and not out[-1].endswith("…"):
+                out[-1] += " …"
+            break
+    return "\n\n".join(out)
+
+
+def _prose(text: str, more: str = "") -> str:
+    """Docstring paragraphs as HTML: ``code``, *emphasis* and ``- `` lists; ``more`` (HTML) after the last one."""
     out: list[str] = []
     for para in re.split(r"\n\s*\n", text):
         lines = [ln.strip() for ln in para.splitlines() if ln.strip()]
@@ -316,6 +392,10 @@ def _prose(text: str) -> str:
             out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in items) + "</ul>")
         elif lines:
             out.append(f"<p>{_inline(' '.join(lines))}</p>")
+    if more and out and out[-1].endswith("</p>"):
+        out[-1] = out[-1][:-4] + more + "</p>"
+    elif more:
+        out.append(f"<p>{more}</p>")
     return "".join(out)
 
 
@@ -347,7 +427,7 @@ ul.legend li{display:flex;align-items:center;gap:5px} ul.legend svg{flex:none}
 section.fm{background:#fff;border:1px solid #ddd;border-radius:8px;margin:18px 0;padding:2px 18px 6px}
 h2 .tag{font:600 13px ui-monospace,"DejaVu Sans Mono",monospace;color:#fff;background:#37474f;padding:1px 6px;border-radius:4px;
 vertical-align:2px}
-.lessons{columns:4 17em;column-gap:18px;font-size:12px;line-height:1.27} .lessons code{font-size:11px;padding:0 2px} .lesson h3{break-after:avoid;margin:4px 0 1px}
+.lessons{columns:4 17em;column-gap:18px;font-size:12px;line-height:1.22} .lessons code{font-size:11px;padding:0 2px} .lesson h3{break-after:avoid;margin:4px 0 1px}
 .lesson p,.lesson ul{margin:1px 0 3px} .lesson ul{padding-left:18px} .module{margin:0;color:#555}
 .change h3{display:inline;margin-right:8px} .change .module{display:inline}
 .change pre.diff{font:10.5px/1.15 ui-monospace,"DejaVu Sans Mono",monospace;background:#fbfbfb;border:1px solid #e3e3e3;
@@ -360,7 +440,7 @@ pre.diff{line-height:0} .diff span{line-height:1.15} .diff span.d-gap{line-heigh
 .others{display:flex;flex-direction:column;gap:8px} .others .fm-legend{display:block} .others ul.legend{min-width:0;gap:1px 12px}
 .cell{border:1px solid #e3e3e3;border-radius:6px;padding:2px 10px 4px;font-size:12.5px;line-height:1.3} .cell h3{font-size:13.5px;margin:4px 0 1px}
 ul.checks{padding-left:16px;margin:1px 0} ul.checks li{margin:0 0 1px} .check.bad{color:#c62828}
-.check .words{color:#333} .check .seen{font-size:11px;color:#555} .check .seen:not(:empty)::before{content:" — "} .secs{color:#777;font-weight:400}
+.check .words{color:#333} .check .seen{font-size:10.5px;line-height:1.25;color:#555} .check .seen:not(:empty)::before{content:" — "} .secs{color:#777;font-weight:400}
 .error{color:#c62828;white-space:pre-wrap}
 .timelines{margin-top:4px} .fm-legend{display:flex;align-items:baseline;gap:0 14px;margin:2px 0} .fm-legend ul.legend{flex:1 1 0;min-width:20em;margin:0}
 .legend-head{font-weight:600;font-size:13px;white-space:nowrap}
@@ -381,6 +461,12 @@ svg.plot text.delay{font-size:9.5px;fill:#1565c0} svg.plot line.gate{stroke:#374
 svg .attempt-killed,svg .notify-killed{fill-opacity:.15;stroke:#212121;stroke-dasharray:3 2} svg .attempt-running{fill-opacity:.35}
 svg line.backoff{stroke-dasharray:2 3;stroke-width:1.6}
 b.final{font-weight:700}
+code,.lanes .what,.check .seen,.cell h3,.lesson{overflow-wrap:anywhere} .diff span{white-space:pre-wrap;width:auto}
+.change pre.diff{overflow-x:visible} .more{color:#666;font-style:italic}
+ul.checks li.earlier{list-style:none;margin-left:-16px} ul.earlier{display:flex;flex-wrap:wrap;gap:0 14px;padding:0;margin:0}
+ul.earlier li.check{list-style:none}
+.lanes .axis.block>*{border-top:1px solid #90a4ae;background:#eceff1;padding-top:2px}
+.lanes .axis.block .name{color:#37474f;font-weight:600;font-size:11.5px} .lanes .axis.block .what{color:#333;font-size:11.5px}
 @media print{@page{margin:12mm} body{background:#fff;font-size:11.5px} header,nav,aside,main{max-width:none;padding:0}
 *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
 section.fm{break-before:page;border:none;padding:0;margin:0} .diff span{white-space:pre-wrap;width:auto}

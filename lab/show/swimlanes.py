@@ -57,7 +57,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-from lab.show.timeline import MARKS, Attempt, DocTimeline, NotifyRun, SideTimeline, Stall, Timeline
+from lab.show.timeline import MARKS, Attempt, DocTimeline, Injected, NotifyRun, SideTimeline, Stall, Timeline, WorkerLife
 from lab.show.timeline_text import short
 
 LANE = 17  # px: the height of a lane's plot
@@ -89,6 +89,7 @@ class _Row:
     parts: list[str] = field(default_factory=lambda: [])
     same: bool = False  # a line for the documents whose story is the fixed run's (no plot)
     line: bool = False  # a side chord's line: words only, across the plot's column and the words' (no plot)
+    height: int = LANE  # px: its plot's
 
 
 class _Scale:
@@ -115,8 +116,8 @@ class _Scale:
             k += 1
         return out
 
-    def grid(self) -> str:
-        return "".join(f'<line class="grid" x1="{self.x(t)}%" y1="0" x2="{self.x(t)}%" y2="{LANE}"/>' for t in self.ticks())
+    def grid(self, height: int = LANE) -> str:
+        return "".join(f'<line class="grid" x1="{self.x(t)}%" y1="0" x2="{self.x(t)}%" y2="{height}"/>' for t in self.ticks())
 
     def axis(self, name: str, what: str, zoom: bool = False, kind: str = "") -> str:
         ticks = "".join(f'<text x="{self.x(t)}%" y="12" text-anchor="middle">{t:g}</text>' for t in self.ticks())
@@ -142,8 +143,30 @@ def _body_scale(tl: Timeline, scale: _Scale) -> _Scale | None:
     return _Scale(t1 - t0 + 2 * pad, max(t0 - pad, 0.0))
 
 
+def blocks(tl: Timeline) -> list[SideTimeline]:
+    """The side chords the runner acted on from outside (deploys, an outage, a cut, a consumer timeout) that get a
+    block of lanes of their own: the ones this run's scenario adds (its lesson), and any that did not complete."""
+    return [s for s in tl.sides if s.hit and (s.scenario == tl.scenario or s.state not in ("SUCCESS", "NOT SENT"))]
+
+
+def main_span(tl: Timeline) -> float:
+    """The seconds the run's own lanes need: the whole run, unless side chords the runner acted on came last (each
+    ``blocks`` one has its own time axis, the others a line of words): then up to the end of everything else."""
+    if not any(s.hit for s in tl.sides):
+        return tl.span
+    own = [*(t for d in tl.docs for t in _doc_times(d)), *(n.end or n.start for n in tl.notifies), *(e.t for e in tl.emails),
+           *(s.end for s in tl.sides if not s.hit)]
+    return max(own, default=tl.span)
+
+
+def _doc_times(d: DocTimeline) -> list[float]:
+    return [*(a.end if a.end is not None else a.start for a in d.attempts),
+            *(t for t in (d.dead_lettered_at, d.kept_at, d.revoked_at) if t is not None)]
+
+
 def render(tl: Timeline, span: float | None = None, like: Timeline | None = None, like_name: str = "fixed",
-           also: Timeline | None = None, also_name: str = "broken") -> Figure:
+           also: Timeline | None = None, also_name: str = "broken", side_spans: dict[str, float] | None = None,
+           like_where: str = "above") -> Figure:
     """The run as lanes; ``span`` (seconds) sets a time scale shared with the FM's other runs.
 
     ``like``: the FM's first run (its fixed run), drawn above this one: the documents whose
@@ -152,35 +175,207 @@ def render(tl: Timeline, span: float | None = None, like: Timeline | None = None
     run drawn above too (the broken run, above the hard variant's): of the documents left, those
     whose story is the same there get a line that says so. The body's
     lanes come under an axis of their own, zoomed in, when its deliveries crowd into a
-    small part of the run (``ZOOM_BELOW``)."""
-    scale = _Scale(max(span or 0.0, tl.span))
+    small part of the run (``ZOOM_BELOW``); so do its deliveries when they are ``like``'s.
+
+    A side chord the runner acted on from outside (``blocks``) comes last, under a time axis of its own (as long as
+    ``side_spans`` says for its tag, so that the FM's runs line up): the workers its deploys started and stopped, a
+    lane each, their attempts in their pool's slots; its documents, those with one story in one lane; its body's
+    deliveries; and what the runner did drawn on the lanes it hit (``_injected_parts``). ``like_where``: where the
+    ``like`` run is ("above", or another FM's section)."""
+    scale = _Scale(max(span or 0.0, main_span(tl)))
     used: set[str] = set()
     prefix = _prefix([d.doc for d in tl.docs])
     before = {d.doc: _shape(d) for d in like.docs} if like is not None else {}
     same = [d for d in tl.docs if before.get(d.doc) == _shape(d)]
     earlier = {s.tag: _side_shape(s) for s in like.sides} if like is not None else {}
     same_sides = [s.tag for s in tl.sides if earlier.get(s.tag) == _side_shape(s)]
-    rows = [_same_row(same, tl.docs, prefix, like_name, same_sides)] if same or same_sides else []
+    same_body = like is not None and bool(tl.notifies) and _body_shape(tl) == _body_shape(like)
+    rows = ([_same_row(same, tl.docs, prefix, like_name, same_sides, tl.body if same_body else "", like_where)]
+            if same or same_sides or same_body else [])
     shapes = {d.doc: _shape(d) for d in also.docs} if also is not None else {}
     told = [d for d in tl.docs if d not in same and shapes.get(d.doc) == _shape(d)]
     idle = also is not None and not tl.notifies and not also.notifies  # the body never ran there either
     rows += [_same_row(told, tl.docs, prefix, also_name, body=tl.body if idle else "")] if told or idle else []
     rows += [_doc_row(group, scale, tl.span, prefix, used, tl.docs)
              for group in _groups([d for d in tl.docs if d not in same and d not in told], 2 if like is not None else GROUP_AT)]
-    zoom = _body_scale(tl, scale)
-    body_rows = [] if idle else _body_rows(tl, zoom or scale, used, compact=len(rows) >= COMPACT_BODY_FROM)
-    parts = [scale.axis("t (s)", "what happened"), *(_row_html(row, scale) for row in rows)]
+    zoom = None if same_body else _body_scale(tl, scale)
+    body_rows = [] if idle or same_body else _body_rows(tl, zoom or scale, used, compact=len(rows) >= COMPACT_BODY_FROM)
+    drawn = [s for s in blocks(tl) if s.tag not in same_sides]
+    parts = [scale.axis("t (s)", "what happened")] if rows or body_rows or not drawn else []
+    parts += [_row_html(row, scale) for row in rows]
     if zoom is not None:
         t1 = zoom.t0 + zoom.span
         parts.append(zoom.axis("t (s), zoom", f"{tl.body}'s deliveries, zoomed in: {zoom.t0:.2f}–{t1:.2f}s", zoom=True))
     parts += [_row_html(row, zoom or scale) for row in body_rows]
-    side_rows = [_side_row(s, scale, used) for s in tl.sides if s.tag not in same_sides]
+    side_rows = [_side_row(s, scale, used) for s in tl.sides if s.tag not in same_sides and s not in drawn]
     if zoom is not None and any(not row.line for row in side_rows):  # back to the run's time scale for their plots
         parts.append(scale.axis("t (s)", "side chords, on the run's time scale", kind="sides"))
     parts += [_row_html(row, scale) for row in side_rows]
+    block_rows: list[_Row] = []
+    for s in drawn:
+        html, rows_of = _block(s, (side_spans or {}).get(s.tag, 0.0), used)
+        parts.append(html)
+        block_rows += rows_of
     label = f"timeline of run {tl.run_id}"
     return Figure(f'<div class="lanes" role="group" aria-label={_q(label)}>{"".join(parts)}</div>', frozenset(used), prefix,
-                  max(len(row.name) for row in [*rows, *body_rows, *side_rows]))
+                  max([*(len(row.name) for row in [*rows, *body_rows, *side_rows, *block_rows]),
+                       *(len(f"side {s.tag}") for s in drawn)], default=8))
+
+
+def _body_shape(tl: Timeline) -> tuple[object, ...]:
+    """What the body's deliveries tell, without their times (a run of busy-retries, however long, as one): equal
+    shapes tell one story."""
+    steps: list[tuple[object, ...]] = []
+    for n in sorted(tl.notifies, key=lambda n: n.role):  # each role's deliveries in order
+        step = (n.role, n.how, n.crash, n.outcome, n.gate_wait is None, n.deduplicated_at is None)
+        if not (n.how == "retried" and steps[-1:] == [step]):
+            steps.append(step)
+    return tuple(steps), len(tl.emails)
+
+
+# ---- a side chord the runner acted on: a block of lanes on its own time axis ------------------------------------
+
+
+BLOCK_PAD = 0.03
+"""A block's axis starts and ends this share of its span before its first and after its last event."""
+WORKER_LANE = 22  # px: a worker's lane, its pool's two slots one above the other
+
+
+def side_span(s: SideTimeline) -> float:
+    """The seconds a side's block spans (the report gives an FM's runs the longest, per side)."""
+    return max(s.end - s.start, 0.05)
+
+
+def _block(s: SideTimeline, span: float, used: set[str]) -> tuple[str, list[_Row]]:
+    """A side chord as a block: its axis (its words in the words' column), its workers, documents and body, and what
+    the runner did on the lanes it hit."""
+    width = max(span, side_span(s))
+    scale = _Scale(width * (1 + 2 * BLOCK_PAD), s.start - BLOCK_PAD * width)
+    sub = s.timeline
+    workers = [_worker_row(w, s, scale, used) for w in s.workers]
+    hit = {i.doc for i in s.injected if i.doc}
+    docs = [_doc_row(g, scale, sub.span, "", used, sub.docs, deliveries=True) for g in _block_groups(sub.docs, hit)]
+    plain = len(sub.notifies) == 1 and sub.notifies[0].how == "sent" and len(sub.emails) == 1  # its words say "email sent"
+    body = [] if plain else _body_rows(sub, scale, used)
+    exits = [i for i in s.injected if i.kind == "worker_exit"]
+    linked = [_Row("linked worker", {"data-doc": "linked worker", "data-worker": "linked"},
+                   f'<b class="final" style="color:{MARKS["worker_exit"].colour}">exited</b> · '
+                   + escape("; ".join(i.words for i in exits)))] if exits else []
+    rows = [*linked, *workers, *docs, *body]
+    for row in rows:
+        row.parts[:0] = _bands(s.injected, scale, used)  # under the lane's own bars and marks
+        row.parts += _injected_parts(s.injected, row, scale, used)
+    purpose = f" · {escape(s.purpose)}" if s.purpose else ""
+    facts = "; ".join(_icon(f.mark, used) + escape(f.text) if f.mark else escape(f.text) for f in s.facts)
+    words = (f'<b class="final" style="color:{MARKS[s.mark].colour}">{escape(s.head)}</b>{purpose}'
+             + (f"{escape(s.joint)}{facts}" if facts else ""))
+    used.add(s.mark)
+    t1 = scale.t0 + scale.span
+    axis = (f'<div class="axis block" data-side="{escape(s.tag)}"><span class="name">side {escape(s.tag)}</span>'
+            f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" height="{AXIS}" aria-label="{scale.t0:.2f}–{t1:.2f}s">'
+            + "".join(f'<text x="{scale.x(t)}%" y="12" text-anchor="middle">{t:g}</text>' for t in scale.ticks())
+            + f'</svg><span class="what">{words}</span></div>')
+    return axis + "".join(_row_html(row, scale) for row in rows), rows
+
+
+def _block_groups(docs: Sequence[DocTimeline], hit: set[str]) -> list[list[DocTimeline]]:
+    """A block's documents: those with one story (and as many deliveries) share a lane wherever they stand; a document
+    the runner's act names (the member a cut met) keeps a lane of its own."""
+    out: dict[tuple[object, ...], list[DocTimeline]] = {}
+    for d in docs:
+        key = (d.doc,) if d.doc in hit else (_shape(d), len(d.delivered))
+        out.setdefault(key, []).append(d)
+    return list(out.values())
+
+
+def _bands(injected: Sequence[Injected], scale: _Scale, used: set[str]) -> list[str]:
+    """The outage's band across a lane: from the backend's stop until it answered again."""
+    out: list[str] = []
+    for i in injected:
+        if i.kind == "backend_down" and i.until is not None:
+            used.add("backend_down")
+            x0, x1 = scale.x(i.t), scale.x(i.until)
+            out.append(f'<rect class="band band-backend_down" x="{x0}%" y="0" width="{round(max(x1 - x0, 0.3), 2)}%" '
+                       f'height="100%" fill="{MARKS["backend_down"].colour}" fill-opacity=".22">'
+                       f"<title>{escape(i.words)} ({i.t:.2f}–{i.until:.2f}s)</title></rect>")
+    return out
+
+
+def _injected_parts(injected: Sequence[Injected], row: _Row, scale: _Scale, used: set[str]) -> list[str]:
+    """What the runner did, on a lane it hit: the cut (a line across every lane, its mark on the member that ran), the
+    consumer timeout (on the over-long member's lane: a dashed line at the broker's deadline, its mark where it
+    fired) and the linked worker's exit."""
+    out: list[str] = []
+    doc = row.attrs.get("data-doc", "")
+    docs = row.attrs.get("data-docs", doc).split()
+    for i in injected:
+        x = scale.x(i.t)
+        if i.kind == "link_cut":
+            out.append(f'<line class="cut" x1="{x}%" y1="0" x2="{x}%" y2="100%" stroke="{MARKS["link_cut"].colour}" '
+                       f'stroke-width="1.6"><title>{escape(i.words)} at {i.t:.3f}s</title></line>')
+            if i.doc in docs:
+                out.append(_mark("link_cut", x, MID, f"{i.words} at {i.t:.3f}s", used))
+        elif i.kind == "consumer_timeout" and i.doc in docs:
+            out.append(f'<line class="deadline" x1="{x}%" y1="0" x2="{x}%" y2="100%" '
+                       f'stroke="{MARKS["consumer_timeout"].colour}" stroke-width="1.4" stroke-dasharray="3 2">'
+                       f"<title>{escape(i.words)}</title></line>")
+            at = scale.x(i.until) if i.fired and i.until is not None else x
+            out.append(_mark("consumer_timeout", at, MID, f"{i.words} (deadline {i.t:.3f}s)", used))
+        elif i.kind == "worker_exit" and doc == "linked worker":
+            out.append(_mark("worker_exit", x, MID, f"{i.words} at {i.t:.3f}s", used))
+    return out
+
+
+def _worker_row(w: WorkerLife, s: SideTimeline, scale: _Scale, used: set[str]) -> _Row:
+    """A deploy's worker: booting (dashed) until it took its first message, its attempts in its pool's slots, its
+    SIGTERM, and its end: SIGKILL at the grace's end, or its own exit."""
+    end = w.gone if w.gone is not None else s.end
+    mid = WORKER_LANE / 2
+    parts: list[str] = []
+    begin = w.started if w.started is not None else (w.up if w.up is not None else s.start)
+    ready = w.up if w.up is not None else end
+    grey = MARKS["running"].colour
+    if w.started is not None:
+        parts.append(f'<line class="booting" x1="{scale.x(begin)}%" y1="{mid}" x2="{scale.x(ready)}%" y2="{mid}" '
+                     f'stroke="{grey}" stroke-width="1.2" stroke-dasharray="2 2">'
+                     f"<title>{escape(w.name)} starting from {begin:.3f}s</title></line>")
+    parts.append(f'<line class="serving" x1="{scale.x(ready)}%" y1="{mid}" x2="{scale.x(end)}%" y2="{mid}" '
+                 f'stroke="{grey}" stroke-width="1"/>')
+    for a in w.attempts:
+        y = 2 + 11 * min(a.slot, 1)
+        key = "ok" if a.attempt.how == "ok" else "killed" if a.attempt.how in ("killed", "running") else "error"
+        x0, x1 = scale.x(a.attempt.start), scale.x(a.until)
+        tip = f"{a.doc} attempt {a.attempt.n} on {w.name}: {a.attempt.start:.3f}s → {_tip(a.attempt, a.until)}"
+        parts.append(f'<rect class="slot slot-{a.attempt.how}" data-doc="{escape(a.doc)}" x="{x0}%" y="{y}" '
+                     f'width="{round(max(x1 - x0, 0.3), 2)}%" height="7" rx="1.5" fill="{MARKS[key].colour}" '
+                     f'fill-opacity="{".85" if key == "ok" else ".35"}"><title>{escape(tip)}</title></rect>')
+    words: list[str] = []
+    if w.started is None:
+        words.append("the run's worker")
+    elif w.up is not None:
+        words.append(f"up {w.up:.2f}s")
+        parts.append(_mark("worker_up", scale.x(w.up), mid, f"{w.name}: started {w.started:.3f}s, its first message "
+                           f"at {w.up:.3f}s", used))
+    else:
+        words.append(f"started {w.started:.2f}s, took no message")
+    words.append(f"ran {len(w.attempts)} attempt{'s' if len(w.attempts) != 1 else ''}")
+    if w.term is not None:
+        held = f", holding {', '.join(d.split(':')[0] for d in w.waiting)} unstarted" if w.waiting else ""
+        words.append(f"SIGTERM {w.term:.2f}s while running {', '.join(w.running) or 'nothing'}{held}")
+        parts.append(_mark("sigterm", scale.x(w.term), mid, f"{w.name}: SIGTERM at {w.term:.3f}s", used))
+    if w.gone is not None and w.term is not None:
+        after = f"{w.gone - w.term:.2f} s later"
+        if w.how == "killed":
+            words.append(f"SIGKILL {after}" + (f": {', '.join(w.lost)} lost mid-body" if w.lost else ""))
+        else:
+            words.append(f"exited {after}")
+        key = "sigkill" if w.how == "killed" else "worker_exit"
+        parts.append(_mark(key, scale.x(w.gone), mid, f"{w.name}: {'SIGKILL' if w.how == 'killed' else 'exited'} at "
+                           f"{w.gone:.3f}s", used))
+    elif w.term is None:
+        words.append("served to the end")
+    what = f'<b class="final">{escape(words[0])}</b> · ' + escape("; ".join(words[1:]))
+    return _Row(w.name, {"data-doc": w.name, "data-worker": w.name}, what, parts, height=WORKER_LANE)
 
 
 def _row_html(row: _Row, scale: _Scale) -> str:
@@ -194,8 +389,9 @@ def _row_html(row: _Row, scale: _Scale) -> str:
         return f'<div class="side"{attrs}><span class="name">{escape(row.name)}</span><span class="what">{row.what}</span></div>'
     attrs = "".join(f" {k}={_q(v)}" for k, v in row.attrs.items())
     return (f'<div class="lane"{attrs}><span class="name">{escape(row.name)}</span>'
-            f'<span class="track"><svg class="plot" xmlns="http://www.w3.org/2000/svg" height="{LANE}" role="img" '
-            f'aria-label={_q(row.name)}>{scale.grid()}{"".join(row.parts)}</svg></span><span class="what">{row.what}</span></div>')
+            f'<span class="track"><svg class="plot" xmlns="http://www.w3.org/2000/svg" height="{row.height}" role="img" '
+            f'aria-label={_q(row.name)}>{scale.grid(row.height)}{"".join(row.parts)}</svg></span>'
+            f'<span class="what">{row.what}</span></div>')
 
 
 def _q(value: str) -> str:
@@ -273,19 +469,19 @@ def _ranges(docs: Sequence[DocTimeline], among: Sequence[DocTimeline], prefix: s
 
 
 def _same_row(same: list[DocTimeline], among: Sequence[DocTimeline], prefix: str, like_name: str,
-              sides: Sequence[str] = (), body: str = "") -> _Row:
-    """The line for the documents (and side chords, and a body that never ran: ``body``) whose story is ``like_name``'s."""
+              sides: Sequence[str] = (), body: str = "", where: str = "above") -> _Row:
+    """The line for the documents (and side chords, and a body: ``body``) whose story is ``like_name``'s."""
     extra = [*(f"side {tag}" for tag in sides), *([body] if body else [])]
     told = [*([_ranges(same, among, prefix)] if same else []), *extra]
     names = ", ".join(told[:-1]) + f" and {told[-1]}" if len(told) > 1 and extra else ", ".join(told)
-    what = escape(f"{names}: the same story as in the {like_name} run above (same attempts and endings, same final state)")
+    what = escape(f"{names}: the same story as in the {like_name} run {where} (same attempts and endings, same final state)")
     count = f"{len(same)} as above" if not extra else f"{len(same) + len(extra)} as above" if same else "as above"
     attrs = {"data-docs": " ".join(d.doc for d in same), "data-sides": " ".join(sides), **({"data-body": body} if body else {})}
     return _Row(count, attrs, what, same=True)
 
 
 def _doc_row(group: list[DocTimeline], scale: _Scale, span: float, prefix: str, used: set[str],
-             among: Sequence[DocTimeline] = ()) -> _Row:
+             among: Sequence[DocTimeline] = (), deliveries: bool = False) -> _Row:
     first = group[0]
     name = first.doc.removeprefix(prefix)
     attrs = {"data-doc": first.doc, "data-final": first.final, "data-reason": first.reason or ""}
@@ -300,13 +496,26 @@ def _doc_row(group: list[DocTimeline], scale: _Scale, span: float, prefix: str, 
     exact = len({_story(d) for d in group}) == 1  # a burst retried after one delay says it once, exactly
     story = _story(first, exact=exact)
     story = story or {"ok": "its first attempt returned", "not started": "no attempt began"}.get(first.final, "")
+    extra = len(first.delivered) - len(first.attempts)
+    if deliveries and extra > 0:  # a message handed back unstarted (a warm shutdown's prefetch), then delivered again
+        story = f"delivered {len(first.delivered)}x, {extra}x handed back unstarted" + (f", {story}" if story else "")
     what = (f'<b class="final" style="color:{colour}">{escape(_final_word(first))}</b>'
             + (f" · {escape(ranges)}: " if listed else " · each: " if len(group) > 1 and story else " · " if story else "")
             + escape(story))
     row = _Row(name, attrs, what)
     for d in group:
         row.parts += _doc_parts(d, scale, span, used, labels=len(group) == 1)
+        if deliveries and len(d.delivered) > len(d.attempts):
+            row.parts += [_tick(d.doc, t, k + 1, scale, used) for k, t in enumerate(d.delivered)]
     return row
+
+
+def _tick(doc: str, t: float, n: int, scale: _Scale, used: set[str]) -> str:
+    """A delivery of a document's message to a worker: a short tick above its lane's centre."""
+    used.add("delivered")
+    x = scale.x(t)
+    return (f'<line class="delivered" x1="{x}%" y1="{MID - 9}" x2="{x}%" y2="{MID - 3}" stroke="{MARKS["delivered"].colour}" '
+            f'stroke-width="1.8"><title>{escape(doc)}: delivery {n} at {t:.3f}s</title></line>')
 
 
 def _doc_parts(d: DocTimeline, scale: _Scale, span: float, used: set[str], labels: bool = True) -> list[str]:
@@ -706,6 +915,28 @@ def shape(key: str, x: float, y: float) -> str:
     if key == "deduplicated":
         return (f'<circle cx="{x}" cy="{y}" r="{r}" fill="#fff" stroke-width="1.6"/>'
                 f'<path d="M{x - 3} {y - 1.5}H{x + 3}M{x - 3} {y + 1.5}H{x + 3}" fill="none" stroke-width="1.4"/>')
+    if key == "delivered":
+        return f'<path d="M{x} {y - 6}V{y + 6}M{x - 3.5} {y + 2.5}L{x} {y + 6}L{x + 3.5} {y + 2.5}" fill="none" stroke-width="1.8"/>'
+    if key == "worker_up":
+        return f'<path d="M{x} {y + 6}V{y - 5}M{x - 4.5} {y - 0.5}L{x} {y - 5}L{x + 4.5} {y - 0.5}" fill="none" stroke-width="2.4"/>'
+    if key == "sigterm":
+        return (f'<path d="M{x - 3.2} {y - 3.8}A5 5 0 1 0 {x + 3.2} {y - 3.8}" fill="none" stroke-width="2"/>'
+                f'<path d="M{x} {y - 6.5}V{y}" fill="none" stroke-width="2"/>')
+    if key == "sigkill":
+        k = r * 0.41
+        return (f'<polygon points="{x - k},{y - r} {x + k},{y - r} {x + r},{y - k} {x + r},{y + k} {x + k},{y + r} '
+                f'{x - k},{y + r} {x - r},{y + k} {x - r},{y - k}" stroke="none"/>'
+                f'<path d="M{x - 2.5} {y - 2.5}L{x + 2.5} {y + 2.5}M{x - 2.5} {y + 2.5}L{x + 2.5} {y - 2.5}" stroke="#fff" '
+                f'stroke-width="1.6"/>')
+    if key == "worker_exit":
+        return f'<polygon points="{x - r - 1},{y - r + 1} {x + r + 1},{y - r + 1} {x},{y + r + 1}"/>'
+    if key == "backend_down":
+        return f'<rect x="{x - 6}" y="{y - 7}" width="12" height="14" fill-opacity=".35" stroke="none"/>'
+    if key == "link_cut":
+        return f'<path d="M{x - 3} {y - 7}L{x + 3} {y - 2.5}L{x - 3} {y + 2.5}L{x + 3} {y + 7}" fill="none" stroke-width="2.2"/>'
+    if key == "consumer_timeout":
+        return (f'<circle cx="{x}" cy="{y}" r="{r}" fill="#fff" stroke-width="1.8"/>'
+                f'<path d="M{x} {y - 3.5}V{y}H{x + 3}" fill="none" stroke-width="1.6"/>')
     return (f'<rect x="{x - 6}" y="{y - 4}" width="12" height="8" fill="#fff" stroke-width="1.4"/>'
             f'<path d="M{x - 6} {y - 4}L{x} {y + 1}L{x + 6} {y - 4}" fill="none" stroke-width="1.4"/>')
 

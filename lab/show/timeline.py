@@ -60,6 +60,8 @@ import lessons
 from lab.observe import Event
 from lab.records import Observations, SideRun
 from lab.scenarios import SideChord
+from lessons.fm9.connloss import CONSUMER_TIMEOUT_MS
+from lessons.fm9.scenario import HUNG_DOC
 
 End = Literal["ok", "raised", "retried", "killed", "running"]
 UNSTORED = "its body ended ok; its result could not be stored"
@@ -95,6 +97,15 @@ MARKS: Mapping[str, Mark] = {
     "running": Mark("…", "#757575", "running: no end when the run stopped"),
     "email": Mark("✉", "#00838f", "email sent"),
     "deduplicated": Mark("⊜", "#4db6ac", "deduplicated: the mail API dropped a repeat (same idempotency key)"),
+    # What the runner does to the run from outside (scenarios 7 to 9), drawn on the lanes it hits
+    "delivered": Mark("↓", "#78909c", "delivered: the broker handed the message to a worker (again: a return counts)"),
+    "worker_up": Mark("▲", "#43a047", "worker up: a new worker took its first message (deploy)"),
+    "sigterm": Mark("⏻", "#f57c00", "SIGTERM: the deploy told the old worker to stop"),
+    "sigkill": Mark("☠", "#000000", "SIGKILL: the grace ended, the old worker's processes killed"),
+    "worker_exit": Mark("⏏", "#6d4c41", "worker exited: it ended by itself (after a SIGTERM, or on a closed channel)"),
+    "backend_down": Mark("▒", "#fbc02d", "backend down: the result backend stopped, the band until it answered again"),
+    "link_cut": Mark("✂", "#e64a19", "connection cut: the worker's broker connections dropped (the line across the lanes)"),
+    "consumer_timeout": Mark("⌚", "#7b1fa2", "consumer_timeout: the broker's deadline for an unacked delivery"),
 }
 """Every mark, keyed by an envelope reason (``shared.envelope.REASONS``) or an ending."""
 
@@ -143,6 +154,7 @@ class DocTimeline:
     expired: bool = False  # that head had expired (not revoked)
     member_error: str = ""  # for ``member failure``: the exception Celery stored for the chord member
     stalls: tuple[Stall, ...] = ()
+    delivered: tuple[float, ...] = ()  # when a worker received its parse message (the observer's ``received``)
 
     @property
     def mark(self) -> str:
@@ -217,6 +229,50 @@ class Timeline:
         return self.body == "notify"
 
 
+@dataclass(frozen=True)
+class Injected:
+    """What the runner did to a side chord from outside at ``t`` (until ``until``: a band), as its events say:
+    ``backend_down`` (scenario 8's outage, ``lab.outage``: events ``backend_down``, ``backend_up``), ``link_cut``
+    and ``worker_exit`` (scenario 9's cut and the linked worker's exit, ``lab.connloss``: events ``link_cut``,
+    ``worker_exit``), ``consumer_timeout`` (the owned node's deadline for the over-long member, from its first
+    delivery; ``fired``: its message came back while its body ran, the broker closed the channel)."""
+
+    kind: str  # a key of MARKS
+    t: float
+    until: float | None = None
+    doc: str = ""  # the document whose lane it hits ("": every lane of the side's block)
+    words: str = ""
+    fired: bool = True
+
+
+@dataclass(frozen=True)
+class Slotted:
+    """One attempt on a worker's lane: its document, the attempt, the pool slot it ran in and when it stopped there."""
+
+    doc: str
+    attempt: Attempt
+    slot: int
+    until: float
+
+
+@dataclass(frozen=True)
+class WorkerLife:
+    """One worker of scenario 7's rolling deploys (``lab.deploys``: events ``deploy_start``, ``deploy_term``,
+    ``deploy_exit``, ``deploy_kill``; the observer's ``received`` says which worker took a message)."""
+
+    name: str  # ``worker`` (the run's own), ``deploy1`` ...
+    pid: str  # its main process
+    started: float | None  # its deploy started it (None: the run's worker, there before the side)
+    up: float | None  # it took its first message
+    term: float | None = None  # SIGTERM
+    gone: float | None = None  # it exited, or was SIGKILLed at the grace's end
+    how: str = ""  # killed, exited, "" (still serving)
+    running: tuple[str, ...] = ()  # at its SIGTERM: the bodies it ran
+    waiting: tuple[str, ...] = ()  # ... and the messages it held unstarted (prefetched)
+    lost: tuple[str, ...] = ()  # at its SIGKILL: the bodies still running in a live pool process
+    attempts: tuple[Slotted, ...] = ()
+
+
 BodyFate = Literal["sent", "ended", "dead_lettered", "kept", "running", "never ran", "not sent"]
 
 
@@ -242,6 +298,16 @@ class SideTimeline:
     timeline: Timeline
     deliveries: int = 0  # deliveries of its body that started
     body_at: float | None = None  # when the body's fate was seen (dead-lettered, first kept)
+    start: float = 0.0  # its first event, in seconds since the main chord was submitted
+    end: float = 0.0  # its last event
+    injected: tuple[Injected, ...] = ()  # what the runner did to it from outside (scenarios 8 and 9)
+    workers: tuple[WorkerLife, ...] = ()  # scenario 7: the workers its deploys started and stopped, in order
+    scenario: int = 0  # the first scenario that has it (``lessons.first_scenario``; 0: not a side the lab knows)
+
+    @property
+    def hit(self) -> bool:
+        """Whether the runner acted on it from outside (deploys, an outage, a cut, a consumer timeout)."""
+        return bool(self.injected or self.workers)
 
     @property
     def joint(self) -> str:
@@ -269,7 +335,21 @@ def build(obs: Observations, body: str = "notify") -> Timeline:
     last = max((e.t - at for e in [*events, *(e for s in obs.sides.values() for e in s.events)]), default=0.0)
     span = max(obs.elapsed, last)
     tl = _chord(obs, events, span, body)
-    return replace(tl, sides=tuple(_side(obs, side, span, body) for side in obs.sides.values()))
+    exits = _exits(obs)
+    return replace(tl, sides=tuple(_side(obs, side, span, body, exits.get(side.tag, [])) for side in obs.sides.values()))
+
+
+def _exits(obs: Observations) -> dict[str, list[Event]]:
+    """Scenario 9's linked worker serves two sides one after the other; the runner records its exit (``worker_exit``)
+    in whichever side it looked at first: each exit goes to the linked side that was last sent before it."""
+    starts = {tag: min((e.t for e in s.events), default=float("inf")) for tag, s in obs.sides.items()
+              if any(e.kind == "linked" for e in s.events)}
+    out: dict[str, list[Event]] = {}
+    for e in (e for s in obs.sides.values() for e in s.events if e.kind == "worker_exit"):
+        tag = max((t for t in starts if starts[t] <= e.t), key=lambda t: starts[t], default=None)
+        if tag is not None:
+            out.setdefault(tag, []).append(e)
+    return out
 
 
 def _chord(obs: Observations, events: list[Event], span: float, body: str) -> Timeline:
@@ -332,7 +412,7 @@ def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over
                        None if kept is None else kept.t - at, kept.get("why") if kept is not None else "",
                        None if revoked is None else revoked.t - at, revoked is not None and revoked.get("expired") == "True",
                        (member.error_type or "") if member_failed and member is not None else "",
-                       _stalls(events, attempts, at, span))
+                       _stalls(events, attempts, at, span), tuple(e.t - at for e in events if e.kind == "received"))
 
 
 def _stalls(events: list[Event], attempts: list[Attempt], at: float, span: float) -> tuple[Stall, ...]:
@@ -423,12 +503,15 @@ def _returned(runs: tuple[NotifyRun, ...], obs: Observations) -> tuple[NotifyRun
     return tuple(replace(n, how="ended", outcome=outcome, returned=True) if i == chord[-1] else n for i, n in enumerate(runs))
 
 
-def _side(obs: Observations, run: SideRun, span: float, body: str) -> SideTimeline:
-    """A side chord, built as a chord of its own on the run's time base."""
+def _side(obs: Observations, run: SideRun, span: float, body: str, exits: list[Event] | None = None) -> SideTimeline:
+    """A side chord, built as a chord of its own on the run's time base (``exits``: the linked worker's exits that
+    belong to it, ``_exits``)."""
     side_obs = replace(obs, run_id=run.run_id, docs=run.docs, attempts=run.attempts, fetch_attempts=run.fetch_attempts,
                        events=run.events, emails=run.emails, chord=run.chord, duplicate=None, members=run.members, sides={},
                        stopped_by=obs.stopped_by)
-    events = sorted(run.events, key=lambda e: e.t)
+    own: list[Event] = [e for e in run.events if e.kind != "worker_exit"] if exits is not None else list(run.events)
+    mine: list[Event] = [*own, *(exits or [])]
+    events = sorted(mine, key=lambda e: e.t)
     tl = _chord(side_obs, events, span, body)
     at = obs.submitted_at
     deliveries = sum(1 for n in tl.notifies if n.role == "chord")
@@ -450,8 +533,122 @@ def _side(obs: Observations, run: SideRun, span: float, body: str) -> SideTimeli
         fate = "sent" if last and last[0].how == "sent" else "ended" if last and last[0].how in ("ended", "skipped") else "running"
         seen = None
     purpose = _purpose(_spec(run.tag), obs)
-    head, facts = _side_words(obs, run, tl, fate, deliveries, kept)
-    return SideTimeline(run.tag, purpose, run.run_id, run.chord.state, head, facts, fate, tl, deliveries, seen)
+    workers = _workers(events, at, tl, obs.run_id)
+    head, facts = _side_words(obs, run, tl, fate, deliveries, kept, workers, events)
+    first = min((e.t - at for e in events), default=span)
+    last = max((e.t - at for e in events), default=span)
+    return SideTimeline(run.tag, purpose, run.run_id, run.chord.state, head, facts, fate, tl, deliveries, seen,
+                        first, last if run.chord.state in ("SUCCESS", "FAILURE") else max(last, span),
+                        _injected(events, at, tl, span), workers, lessons.first_scenario(run.tag))
+
+
+def _injected(events: list[Event], at: float, tl: Timeline, span: float) -> tuple[Injected, ...]:
+    """What the runner did to a side from outside, read off its events (see ``Injected``)."""
+    out: list[Injected] = []
+    downs = [e for e in events if e.kind == "backend_down"]
+    ups = [e for e in events if e.kind == "backend_up"]
+    for i, down in enumerate(downs):
+        up = ups[i] if i < len(ups) else None
+        until = span if up is None else _since(up, at)
+        while_ = "members stored" if down.get("phase") == "members" else "notify held its claim"
+        held = f"{up.get('seconds')} s" if up is not None else "until the run stopped"
+        out.append(Injected("backend_down", down.t - at, max(until, down.t - at),
+                            words=f"result backend down {held} while {while_}"))
+    for cut in (e for e in events if e.kind == "link_cut"):
+        out.append(Injected("link_cut", cut.t - at, doc=cut.get("doc") or cut.get("running"),
+                            words=f"the worker's broker connections cut ({cut.get('connections')}) while "
+                                  f"{cut.get('running')} ran"))
+    for gone in (e for e in events if e.kind == "worker_exit"):
+        out.append(Injected("worker_exit", gone.t - at, words=f"the linked worker exited (status {gone.get('code')})"))
+    linked = next((e for e in events if e.kind == "linked"), None)
+    hung = [e for e in events if e.kind == "received" and e.get("doc") == HUNG_DOC]
+    if linked is not None and hung and any(d.doc == HUNG_DOC for d in tl.docs):
+        seconds = float(linked.get("consumer_timeout") or CONSUMER_TIMEOUT_MS / 1000)
+        deadline = hung[0].t - at + seconds
+        back = hung[1].t - at if len(hung) > 1 else None
+        gone = next((e.t - at for e in events if e.kind == "worker_exit" and e.t - at >= deadline), None)
+        after = f"consumer_timeout ({seconds:g} s after its delivery)"
+        words = (f"{after}: the broker closed the channel, its message back at {back:.2f}s while its body ran"
+                 if back is not None else f"{after}: the broker closed the channel, the worker exited (seen at {gone:.2f}s)"
+                 if gone is not None else f"{after} not reached: nothing came back")
+        out.append(Injected("consumer_timeout", deadline, back if back is not None else gone, HUNG_DOC, words,
+                            fired=back is not None or gone is not None))
+    return tuple(sorted(out, key=lambda i: i.t))
+
+
+def _since(up: Event, at: float) -> float:
+    """When the backend answered again: ``since`` (the server started, a waiting task may have used it), else the event."""
+    try:
+        return float(up.get("since") or up.t) - at
+    except ValueError:
+        return up.t - at
+
+
+def _workers(events: list[Event], at: float, tl: Timeline, run_id: str) -> tuple[WorkerLife, ...]:
+    """Scenario 7's workers, in the order they served, each with the attempts it ran in its pool's slots."""
+    starts = [e for e in events if e.kind == "deploy_start"]
+    if not starts:
+        return ()
+    terms = {e.get("n"): e for e in events if e.kind == "deploy_term"}
+    ends = {e.get("n"): e for e in events if e.kind in ("deploy_exit", "deploy_kill")}
+    received = [e for e in events if e.kind == "received"]
+    first = terms.get("1")
+    names = [first.get("old") if first is not None else "", *(e.get("new") for e in starts)]
+    pids = {e.get("old"): e.get("old_pid") for e in terms.values()}
+    for start in starts:  # a worker never told to stop: the one that took messages no other worker holds
+        if start.get("new") not in pids:
+            known = set(pids.values())
+            pids[start.get("new")] = next((r.get("pid") for r in received if r.t >= start.t and r.get("pid") not in known), "")
+    holder: dict[tuple[str, str], str] = {}  # (doc, attempt) -> the main pid of the worker that ran it
+    for e in events:
+        if e.kind == "attempt_start":
+            took = [r for r in received if r.get("task") == e.get("task") and r.t <= e.t]
+            if took:
+                holder[(e.get("doc"), e.get("attempt"))] = took[-1].get("pid")
+    docs = {d.doc: d for d in tl.docs}
+    out: list[WorkerLife] = []
+    for i, name in enumerate(names):
+        pid = pids.get(name, "")
+        term = next((e for e in terms.values() if e.get("old") == name), None)
+        end = ends.get(term.get("n")) if term is not None else None
+        gone = end.t - at if end is not None else None
+        mine = sorted(((doc, a) for (doc, n), p in holder.items() if p == pid and doc in docs
+                       for a in docs[doc].attempts if str(a.n) == n), key=lambda x: x[1].start)
+        slots: list[float] = []
+        placed: list[Slotted] = []
+        for doc, a in mine:
+            until = a.end if a.end is not None else _next_start(docs[doc], a, gone if gone is not None else tl.span)
+            slot = next((k for k, free in enumerate(slots) if free <= a.start + 1e-6), len(slots))
+            if slot == len(slots):
+                slots.append(until)
+            else:
+                slots[slot] = until
+            placed.append(Slotted(doc, a, slot, until))
+        up = next((r.t - at for r in received if r.get("pid") == pid), None) if pid else None
+        out.append(WorkerLife(
+            name=_worker_name(name, run_id), pid=pid, started=starts[i - 1].t - at if i else None, up=up,
+            term=term.t - at if term is not None else None, gone=gone,
+            how="" if end is None else "killed" if end.kind == "deploy_kill" else "exited",
+            running=_listed(term.get("running")) if term is not None else (),
+            waiting=_listed(term.get("waiting")) if term is not None else (),
+            lost=_listed(end.get("lost")) if end is not None else (), attempts=tuple(placed)))
+    return tuple(out)
+
+
+def _next_start(d: DocTimeline, a: Attempt, fallback: float) -> float:
+    """Where an attempt with no end stops on its worker's lane: the document's next attempt, else ``fallback``."""
+    later = [b.start for b in d.attempts if b.start > a.start]
+    return min([*later, fallback]) if later else fallback
+
+
+def _listed(value: str) -> tuple[str, ...]:
+    return tuple(v for v in value.split(",") if v)
+
+
+def _worker_name(name: str, run_id: str) -> str:
+    """``fm7-deploy1-<run id>`` -> ``deploy1``; the run's own worker (``fm7-<run id>``) -> ``worker``."""
+    part = name.removesuffix(f"-{run_id}")
+    return part.split("-", 1)[1] if "-" in part else "worker"
 
 
 FOREIGN = "{foreign}"
@@ -483,7 +680,8 @@ def _has_claim(fm: str) -> bool:
 
 
 def _side_words(obs: Observations, run: SideRun, tl: Timeline, fate: BodyFate, deliveries: int,
-                kept: list[Event]) -> tuple[str, tuple[Fact, ...]]:
+                kept: list[Event], workers: tuple[WorkerLife, ...] = (),
+                events: list[Event] | None = None) -> tuple[str, tuple[Fact, ...]]:
     """(``chord SUCCESS (envelope FAILURE dead_lettered)``, its facts: ``body dead-lettered after 3 deliveries``, ...)."""
     if not run.submitted:
         return "not sent", (Fact("the run stopped before the runner sent it"),)
@@ -501,16 +699,22 @@ def _side_words(obs: Observations, run: SideRun, tl: Timeline, fate: BodyFate, d
                           "kept"))
     if (spec := _spec(run.tag)) is not None and FOREIGN in spec.purpose:  # sent behind letters no drain can place
         facts.append(_letters_words(obs))
+    if stopped := [w for w in workers if w.term is not None]:  # FM-7: the runner's rolling deploys
+        killed = [w for w in stopped if w.how == "killed"]
+        lost = sorted({d for w in stopped for d in w.lost})
+        facts.append(Fact(f"{len(stopped)} deploy{'s' if len(stopped) > 1 else ''}: SIGTERM, "
+                          + (f"SIGKILL at the grace's end ({len(killed)}x)" if killed else "the old worker exited")
+                          + (f", work lost: {', '.join(lost)}" if lost else ""), "sigterm"))
     for up in (e for e in run.events if e.kind == "backend_up"):  # FM-8: the runner's outages of the result backend
         while_ = "members stored" if up.get("phase") == "members" else "notify held its claim"
-        facts.append(Fact(f"result backend stopped while {while_}, back after {up.get('seconds')}s", "kept"))
+        facts.append(Fact(f"result backend stopped while {while_}, back after {up.get('seconds')}s", "backend_down"))
     if stores := sum(1 for e in run.events if e.kind == "store_failed"):
         facts.append(Fact(f"{stores} result store{'s' if stores > 1 else ''} failed outside the body", "error"))
     for cut in (e for e in run.events if e.kind == "link_cut"):  # FM-9: the runner cut the linked worker's connections
         facts.append(Fact(f"the worker's broker connections cut ({cut.get('connections')}) while {cut.get('running')} "
-                          "ran", "kept"))
-    for gone in (e for e in run.events if e.kind == "worker_exit"):  # FM-9: the linked worker ended
-        facts.append(Fact(f"its worker exited (status {gone.get('code')})", "error"))
+                          "ran", "link_cut"))
+    for gone in (e for e in (run.events if events is None else events) if e.kind == "worker_exit"):  # FM-9: the linked worker ended
+        facts.append(Fact(f"its worker exited (status {gone.get('code')})", "worker_exit"))
     facts += [_side_doc_words(d, run) for d in tl.docs if d.final != "ok"]  # an ok document says nothing new
     if fate == "sent":
         facts.append(Fact("email sent", "email"))

@@ -19,7 +19,7 @@ NOT_YET_GENERIC = {
     "lab/app.py": 14, "lab/backend.py": 1, "lab/by_hand.py": 1, "lab/faults.py": 9, "lab/fm.py": 9, "lab/harness.py": 14,
     "lab/link.py": 3, "lab/matrix.py": 6, "lab/metrics.py": 3, "lab/observe.py": 18, "lab/owned.py": 4, "lab/pipeline.py": 7,
     "lab/pool.py": 1, "lab/quiet_log.py": 5, "lab/records.py": 3, "lab/settings.py": 5, "lab/show/diff.py": 2,
-    "lab/show/report.py": 7, "lab/show/swimlanes.py": 7, "lab/show/timeline.py": 17, "lab/variants.py": 5,
+    "lab/show/report.py": 8, "lab/show/swimlanes.py": 7, "lab/show/timeline.py": 30, "lab/variants.py": 5,
     "lab/worker_log.py": 9,
 }
 """Files of ``lab/`` that still name lessons (mostly in docstrings and examples, some in the fm0/fmN naming of the
