@@ -9,8 +9,8 @@ holds what lessons 1..N add, FM N checks the guarantees of 1..N) is built by the
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from lab.fm import Fm
@@ -48,6 +48,7 @@ class LessonChecks:
     symptom_stop: StopFor | None = None
     hard_symptom: Checker | None = None
     hard_stop: StopFor | None = None
+    words: Mapping[str, str] = field(default_factory=lambda: {})  # each check's label -> what it means, in words
 
 
 class Lesson(Protocol):

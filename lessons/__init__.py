@@ -105,3 +105,12 @@ def cells(name: str) -> list[tuple[str, RunKind]]:
 def first_scenario(tag: str) -> int:
     """The first scenario that holds the side chord ``tag`` (its lesson's number); 0 for none of the lessons'."""
     return next((i + 1 for i, name in enumerate(FMS) if any(side.tag == tag for side in _part(name).sides)), 0)
+
+
+def words() -> dict[str, str]:
+    """What each lesson's checks mean, in words: the guarantees, the symptoms, the hard variants' symptoms, each in
+    the lessons' order (``G1`` .. ``G9``, ``S1`` .. ``S9``, ``S1 hard`` ..)."""
+    found = {label: text for name in FMS for label, text in lesson(name).checks.words.items()}
+    kinds = (lambda label: label.startswith("G"), lambda label: label.startswith("S") and not label.endswith(" hard"),
+             lambda label: label.endswith(" hard"))
+    return {label: found[label] for kind in kinds for label in found if kind(label)}

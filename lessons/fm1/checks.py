@@ -81,4 +81,11 @@ def _hard_stop(fixed: Fm, program: Fm) -> Stop | None:
     return ("doc31's expired head was discarded, and its parse never came", _expired_head_left)
 
 
-CHECKS = LessonChecks(guarantee=g1, symptom=s1, hard_symptom=s1_hard, hard_stop=_hard_stop)
+CHECKS = LessonChecks(
+    guarantee=g1, symptom=s1, hard_symptom=s1_hard, hard_stop=_hard_stop,
+    words={
+        "G1": "notify once, chord SUCCESS, all accounted; expired head",
+        "S1": "a raising member: ChordError, notify never runs",
+        "S1 hard": "an expired chain head: its chord PENDING for ever",
+    },
+)

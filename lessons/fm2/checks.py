@@ -27,4 +27,10 @@ def s2(obs: Observations, fixed: Fm) -> Check:
     return c.result()
 
 
-CHECKS = LessonChecks(guarantee=g2, symptom=s2)
+CHECKS = LessonChecks(
+    guarantee=g2, symptom=s2,
+    words={
+        "G2": "a killed process: doc3 redelivered, ok",
+        "S2": "early ack: the killed task is lost",
+    },
+)

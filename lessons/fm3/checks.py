@@ -115,4 +115,11 @@ def _hard_stop(fixed: Fm, program: Fm) -> Stop | None:
     return ("the drain kept doc9 and the poison body, and never reached doc33", _drain_blocked(fixed, program))
 
 
-CHECKS = LessonChecks(guarantee=g3, symptom=s3, symptom_stop=_symptom_stop, hard_symptom=s3_hard, hard_stop=_hard_stop)
+CHECKS = LessonChecks(
+    guarantee=g3, symptom=s3, symptom_stop=_symptom_stop, hard_symptom=s3_hard, hard_stop=_hard_stop,
+    words={
+        "G3": "poison dead-lettered at the bound; body; letters parked",
+        "S3": "poison redelivered past the bound",
+        "S3 hard": "drain as first built: head, poison body, blocked letters",
+    },
+)

@@ -82,4 +82,11 @@ def _hard_stop(fixed: Fm, program: Fm) -> Stop | None:
     return ("the owner was turned away by its own claim", _owner_turned_away)
 
 
-CHECKS = LessonChecks(guarantee=g4, symptom=s4, hard_symptom=s4_hard, hard_stop=_hard_stop)
+CHECKS = LessonChecks(
+    guarantee=g4, symptom=s4, hard_symptom=s4_hard, hard_stop=_hard_stop,
+    words={
+        "G4": "one email from duplicated notifies",
+        "S4": "duplicated notify: several emails",
+        "S4 hard": "owner's redelivery turned away by its claim",
+    },
+)

@@ -122,4 +122,11 @@ def _hard_stop(fixed: Fm, program: Fm) -> Stop | None:
     return ("the burst's probe came back", lambda r: r.has_event("burst_probe_back"))
 
 
-CHECKS = LessonChecks(guarantee=g5, symptom=s5, hard_symptom=s5_hard, hard_stop=_hard_stop)
+CHECKS = LessonChecks(
+    guarantee=g5, symptom=s5, hard_symptom=s5_hard, hard_stop=_hard_stop,
+    words={
+        "G5": "bounded retries with backoff, probe not held",
+        "S5": "a transient error fails for good",
+        "S5 hard": "ETA retries fill the quorum prefetch",
+    },
+)

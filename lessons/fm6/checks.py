@@ -97,4 +97,11 @@ def _hard_stop(fixed: Fm, program: Fm) -> Stop | None:
             and outlived(r, "doc29", deadline, "fetch_start"))
 
 
-CHECKS = LessonChecks(guarantee=g6, symptom=s6, symptom_stop=_symptom_stop, hard_symptom=s6_hard, hard_stop=_hard_stop)
+CHECKS = LessonChecks(
+    guarantee=g6, symptom=s6, symptom_stop=_symptom_stop, hard_symptom=s6_hard, hard_stop=_hard_stop,
+    words={
+        "G6": "deadlines in every task's body; time_limit backstop as an envelope",
+        "S6": "a hang pins a slot, notify never runs",
+        "S6 hard": "Celery's soft limit after the body; no backstop; hung head",
+    },
+)

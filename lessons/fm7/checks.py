@@ -120,4 +120,10 @@ def s7(obs: Observations, fixed: Fm) -> Check:
     return c.result()
 
 
-CHECKS = LessonChecks(guarantee=g7, symptom=s7)
+CHECKS = LessonChecks(
+    guarantee=g7, symptom=s7,
+    words={
+        "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, no running body killed",
+        "S7": "warm shutdown past the grace: a body SIGKILLed, prefetch charged",
+    },
+)

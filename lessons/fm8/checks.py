@@ -107,4 +107,10 @@ def _symptom_stop(fixed: Fm, program: Fm) -> Stop | None:
     return (f"the outage chord not done {BACKEND_RETURN_SECONDS:.0f}s after the backend's return", _outage_outlived)
 
 
-CHECKS = LessonChecks(guarantee=g8, symptom=s8, symptom_stop=_symptom_stop)
+CHECKS = LessonChecks(
+    guarantee=g8, symptom=s8, symptom_stop=_symptom_stop,
+    words={
+        "G8": "backend outage mid-chord: every member whose store failed runs again, chord whole, one email",
+        "S8": "backend outage: members acked with no result, chord PENDING",
+    },
+)

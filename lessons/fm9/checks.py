@@ -146,4 +146,11 @@ def _hard_stop(fixed: Fm, program: Fm) -> Stop | None:
             lambda r: _overlong_broke(r) or _hung_for(r, HUNG_WAIT))
 
 
-CHECKS = LessonChecks(guarantee=g9, symptom=s9, symptom_stop=_symptom_stop, hard_symptom=s9_hard, hard_stop=_hard_stop)
+CHECKS = LessonChecks(
+    guarantee=g9, symptom=s9, symptom_stop=_symptom_stop, hard_symptom=s9_hard, hard_stop=_hard_stop,
+    words={
+        "G9": "connection cut mid-member: no run twice at once, worker serves on; over-long member an envelope",
+        "S9": "connection cut: a running member not stopped (run twice at once); consumer timeout ends the worker",
+        "S9 hard": "no limit below the consumer timeout: the stuck member's message comes back (406)",
+    },
+)

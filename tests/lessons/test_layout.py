@@ -43,6 +43,9 @@ def test_each_lesson_declares_its_programs_documents_injectors_and_checks(name: 
     assert named <= set(lessons.scenario(lessons.FMS.index(name) + 1).injectors)  # a side's injector is in its scenario
     assert all(doc.what for doc in lesson.part.docs) and all(side.what for side in lesson.part.sides)
     assert (lesson.checks.hard_symptom is None) is (lesson.programs.before_hard_fix is None)
+    n = lessons.FMS.index(name) + 1
+    assert sorted(lesson.checks.words) == sorted([f"G{n}", f"S{n}", *([f"S{n} hard"] if lesson.checks.hard_symptom else [])])
+    assert all(lesson.checks.words.values())  # each check says what it means, in words
 
 
 def test_each_document_has_one_lesson_and_a_name_in_words() -> None:
