@@ -195,6 +195,9 @@ def _run(args: argparse.Namespace) -> int:
                 workers.prune_logs()
                 if args.clean:
                     harness.clean()
+                    if failed := owned.remove_failed():
+                        print(f"namespace {NAMESPACE}: removed what failed starts of the lab's own services left: "
+                              f"{', '.join(failed)}")
                     return 0
                 print(f"namespace {NAMESPACE}: broker {mask_url(broker_url())}, backend {mask_url(backend_url())}", flush=True)
                 runs = harness.plan(fms, args.include_fm0, args.prove)

@@ -33,7 +33,8 @@ Per run: docs/s; ms per member (wall time / N); bytes per message (the mean size
 headers as JSON, of the messages the submitter publishes: the chain heads, which carry the chord's
 body); Redis commands per document (``INFO commandstats``, with the count per command in the
 JSON); CPU seconds of the worker (its process group), the submitter (this process), RabbitMQ
-(``beam.smp``) and Redis (``redis-server``).
+(the ``beam.smp`` that listens on the broker URL's port, found through ``/proc``; a dash when it cannot
+be told) and Redis (``redis-server``).
 
 Output (``bench/results/``, which git ignores but for the published run): ``chord-<time>.json``
 (every run and the min/median/max per variant and N), ``.md`` (the table) and ``.png`` (docs/s
@@ -48,6 +49,7 @@ import dataclasses
 import importlib
 import json
 import os
+from urllib.parse import urlparse
 import platform
 import resource
 import signal
@@ -189,9 +191,49 @@ _own_redis: list[int] = []
 """The pid of the benchmark's own redis-server, when it runs one (the default); empty: the shared one."""
 
 
+def _listener(port: int) -> int | None:
+    """The pid of the process that listens on TCP ``port`` (its socket's inode in ``/proc/net/tcp[6]``, found
+    among each process's file descriptors); None when it cannot be told (another user's process, no ``/proc``)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    entries: list[Path] = list(Path("/proc").iterdir()) if inodes else []
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+def _broker_node() -> list[int]:
+    """The ``beam.smp`` of the RabbitMQ node the broker URL reaches (the one listening on its port), not every
+    node on the machine; empty when it cannot be told: the RabbitMQ CPU column is then left out."""
+    port = urlparse(broker_url()).port or 5672
+    pid = _listener(port)
+    if pid is None:
+        return []
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return []
+    return [pid] if comm == "beam.smp" else []
+
+
 def _services() -> dict[str, list[int]]:
-    return {"rabbitmq": _pids(lambda _p, comm, _f: comm == "beam.smp"),
-            "redis": list(_own_redis) or _pids(lambda _p, comm, _f: comm == "redis-server")}
+    found = {"rabbitmq": _broker_node(),
+             "redis": list(_own_redis) or _pids(lambda _p, comm, _f: comm == "redis-server")}
+    return {k: v for k, v in found.items() if v}  # a party that cannot be told has no column, not a 0
 
 
 def _self_cpu() -> float:
@@ -610,7 +652,7 @@ def markdown(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> str:
         size, worker = _or_dash(r["bytes_per_message"], ".0f"), _or_dash(cpu.get("worker"), ".2f")
         lines.append(f"| {r['variant']} | {r['n']} | {d['min']:.0f} / {d['median']:.0f} / {d['max']:.0f} | "
                      f"{r['ms_per_member']:.2f} | {size} | {r['redis_commands_per_doc']:.1f} | {worker} | "
-                     f"{cpu.get('submitter', 0):.2f} | {cpu.get('rabbitmq', 0):.2f} | {cpu.get('redis', 0):.2f} |")
+                     f"{cpu.get('submitter', 0):.2f} | {_or_dash(cpu.get('rabbitmq'), '.2f')} | {_or_dash(cpu.get('redis'), '.2f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -650,7 +692,7 @@ def per_document(rows: list[dict[str, Any]], n: int) -> str:
         share = _or_dash(rate / plain if plain else None, ".2f")
         size, worker = _or_dash(r["bytes_per_message"], ".0f"), _or_dash(cpu.get("worker"), ".2f")
         lines.append(f"| {r['variant']} | {rate:.0f} | {share} | {r['ms_per_member']:.2f} | {worker} | "
-                     f"{cpu.get('submitter', 0):.2f} | {cpu.get('rabbitmq', 0):.2f} | {cpu.get('redis', 0):.2f} | "
+                     f"{cpu.get('submitter', 0):.2f} | {_or_dash(cpu.get('rabbitmq'), '.2f')} | {_or_dash(cpu.get('redis'), '.2f')} | "
                      f"{sum(cpu.values()):.2f} | {r['redis_commands_per_doc']:.1f} | {size} |")
     return "\n".join(lines) + "\n"
 

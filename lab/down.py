@@ -92,6 +92,8 @@ def down(force: bool = False, say: Callable[[str], None] = print) -> int:
         kinds = " and ".join(k for k, m in (("redis-server", "redis-"), ("RabbitMQ node", "rabbit-"))
                              if any(g.startswith(m) for g in gone))
         did.append(f"stopped the lab's own {', '.join(gone)} (a scenario's {kinds}) left running in namespace {NAMESPACE}")
+    if failed := owned.remove_failed():
+        did.append(f"removed what failed starts of the lab's own services left in namespace {NAMESPACE}: {', '.join(failed)}")
     elsewhere = [r for r in live if r.namespace != NAMESPACE]
     started = services.started_by_lab()
     if started and elsewhere and not force:

@@ -87,10 +87,12 @@ class Fm:
             out.append(q)
             if isinstance(q, DeadLetteringQueue) and q.dead_letters is not None:
                 out += [q.dead_letters, parked_queue(q.dead_letters)]
-        delays = next((d for f in layers(self.parse_document.run) if isinstance(d := getattr(f, "delay_queues", None), DelayQueues)), None)
-        for found in ((delays,) if delays is not None else ()) + self.delays:
+        mine = {str(q.name) for q in self.task_queues}
+        policies = {id(d): d for task in self.app.tasks.values() for f in layers(getattr(task, "run", None))
+                    if isinstance(d := getattr(f, "delay_queues", None), DelayQueues) and d.queue in mine}  # every policy
+        for found in (*policies.values(), *self.delays):
             out += found.queues()
-        return out
+        return list({str(q.name): q for q in out}.values())
 
     @property
     def dead_letter_queue(self) -> Queue | None:

@@ -27,6 +27,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 import zlib
 from pathlib import Path
 from types import TracebackType
@@ -66,6 +67,88 @@ def _free(port: int) -> bool:
     return True
 
 
+FAILED_DIR = OWNED_DIR / "failed"
+"""Where the logs of a start that failed are kept (``remove_failed``, from ``--down`` and ``--clean``, deletes them)."""
+LOG_LINES = 5
+"""How many last lines of its log a failed start's message quotes."""
+
+
+class StartFailed(OSError):
+    """An owned service did not come up (twice: once more on another port); the message says why and where its
+    logs are kept."""
+
+
+def _pick_port(folder: Path, seed: str, pair: bool, avoid: set[int]) -> int:
+    """A free port (with ``pair``, its ``+ DIST_OFFSET`` too) from a point ``seed`` chooses, none of ``avoid``;
+    kept in ``folder/port``."""
+    start = zlib.crc32(seed.encode()) % len(PORTS)
+    for i in range(len(PORTS)):
+        port = PORTS[(start + i) % len(PORTS)]
+        if port not in avoid and _free(port) and (not pair or _free(port + DIST_OFFSET)):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "port").write_text(str(port))
+            return port
+    raise OSError(f"no free port for an owned service in {PORTS.start}..{PORTS.stop - 1}")
+
+
+def _tail(path: Path, lines: int = LOG_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    last = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    return " | ".join(last) if last else "(empty log)"
+
+
+def _why(proc: subprocess.Popen[bytes], waited: float, log: Path) -> str:
+    status = proc.poll()
+    said = f"it exited with status {status}" if status is not None else f"it did not answer within {waited:g} s"
+    return f"{said}; the end of its log: {_tail(log)}"
+
+
+def _keep_logs(folder: Path, port: int, logs: list[Path]) -> Path:
+    """Copy ``logs`` out of ``folder`` (which ``remove()`` deletes) into ``FAILED_DIR``; the copy's folder."""
+    kept = FAILED_DIR / f"{folder.name}-{port}-{time.strftime('%Y%m%d-%H%M%S')}"
+    kept.mkdir(parents=True, exist_ok=True)
+    for log in logs:
+        if log.is_file():
+            shutil.copy2(log, kept / log.name)
+    return kept
+
+
+def _twice(service: Any, first_try: Any) -> None:
+    """``first_try()``; when it fails on the service's first start, once more on another port (a later start
+    must keep its port: the workers hold its URL). Both failures in the message."""
+    first = not (service.folder / "started").exists()
+    try:
+        first_try()
+    except StartFailed as exc:
+        if not first:
+            raise
+        failed = service.port
+        (service.folder / "port").unlink(missing_ok=True)
+        service.avoid.add(failed)
+        try:
+            first_try()
+        except StartFailed as again:
+            raise StartFailed(f"{exc}; tried once more on port {service.port}: {again}") from again
+    (service.folder / "started").write_text("")
+
+
+def remove_failed() -> list[str]:
+    """Delete the logs kept of failed starts and every owned folder of a server that never came up (no pid
+    file, no ``started`` mark: a failed start's); their names. A server that came up once keeps its folder
+    (its port, its data) for its next start. ``run_all_fms.py --down`` and ``--clean`` call it, under the
+    namespace's lock, so no start of this namespace is under way."""
+    removed: list[str] = []
+    for folder in sorted(OWNED_DIR.iterdir()) if OWNED_DIR.exists() else []:
+        if folder.is_dir() and (folder == FAILED_DIR
+                                or not (folder / "pid").exists() and not (folder / "started").exists()):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+    return removed
+
+
 class OwnedRedis:
     """A ``redis-server`` of the lab's own, named ``name`` in this namespace (see the module's docstring)."""
 
@@ -73,6 +156,7 @@ class OwnedRedis:
         self.name, self.persist = name, persist
         self.folder = OWNED_DIR / f"redis-{name}"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.avoid: set[int] = set()  # ports a start failed on
 
     @property
     def port(self) -> int:
@@ -80,14 +164,7 @@ class OwnedRedis:
         kept = self.folder / "port"
         if kept.exists():
             return int(kept.read_text())
-        start = zlib.crc32(f"{NAMESPACE}/{self.name}".encode()) % len(PORTS)
-        for i in range(len(PORTS)):
-            port = PORTS[(start + i) % len(PORTS)]
-            if _free(port):
-                self.folder.mkdir(parents=True, exist_ok=True)
-                kept.write_text(str(port))
-                return port
-        raise OSError(f"no free port for an owned redis-server in {PORTS.start}..{PORTS.stop - 1}")
+        return _pick_port(self.folder, f"{NAMESPACE}/{self.name}", False, self.avoid)
 
     @property
     def url(self) -> str:
@@ -102,20 +179,33 @@ class OwnedRedis:
             return False
 
     def start(self) -> None:
-        """Start it (its data as the last stop left it) and wait until it answers."""
+        """Start it (its data as the last stop left it) and wait until it answers; a first start that fails is
+        tried once more on another port; one that fails for good raises ``StartFailed``, saying why, its log
+        kept under ``FAILED_DIR`` and its folder removed."""
         exe = available()
         if exe is None:
             raise OwnedServiceMissing("needs redis-server (Debian: apt-get install redis-server)")
         if self.proc is not None and self.proc.poll() is None:
             return
+        try:
+            _twice(self, lambda: self._start_once(exe))
+        except StartFailed:
+            if not (self.folder / "started").exists():
+                self.remove()  # nothing of a first start that never came up is worth keeping but its logs
+            raise
+
+    def _start_once(self, exe: str) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        if not _free(self.port):
-            raise OSError(f"port {self.port} of the owned redis-server {self.name} is taken")
+        port = self.port
+        log_path = self.folder / "redis.log"
+        if not _free(port):
+            kept = _keep_logs(self.folder, port, [log_path])
+            raise StartFailed(f"the owned redis-server {self.name} cannot start: port {port} is taken; logs: {kept}")
         durability = (["--appendonly", "yes", "--appendfsync", "always"] if self.persist
                       else ["--appendonly", "no"])
-        with (self.folder / "redis.log").open("ab") as log:
+        with log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder), "--save", "",
+                [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.folder), "--save", "",
                  *durability, "--daemonize", "no"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         (self.folder / "pid").write_text(str(self.proc.pid))
@@ -124,8 +214,10 @@ class OwnedRedis:
         if not wait_until(lambda: proc.poll() is not None or self.answers(), READY_SECONDS, interval=0.05) \
                 or proc.poll() is not None:
             self.stop()
-            raise OSError(f"the owned redis-server {self.name} did not answer on port {self.port}; "
-                          f"log: {self.folder / 'redis.log'}")
+            why = _why(proc, READY_SECONDS, log_path)
+            kept = _keep_logs(self.folder, port, [log_path])
+            raise StartFailed(f"the owned redis-server {self.name} did not come up on port {port}: {why}; log: "
+                              f"{kept / log_path.name}")
 
     def stop(self) -> None:
         """SIGTERM, wait until it is gone (SIGKILL after ``STOP_SECONDS``); the data stays."""
@@ -252,6 +344,7 @@ class OwnedRabbit:
         self.consumer_timeout, self.channel_tick_interval = consumer_timeout, channel_tick_interval
         self.folder = OWNED_DIR / f"rabbit-{name}"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.avoid: set[int] = set()  # ports a start failed on
 
     @property
     def node(self) -> str:
@@ -262,14 +355,7 @@ class OwnedRabbit:
         kept = self.folder / "port"
         if kept.exists():
             return int(kept.read_text())
-        start = zlib.crc32(f"{NAMESPACE}/rabbit/{self.name}".encode()) % len(PORTS)
-        for i in range(len(PORTS)):
-            port = PORTS[(start + i) % len(PORTS)]
-            if _free(port) and _free(port + DIST_OFFSET):
-                self.folder.mkdir(parents=True, exist_ok=True)
-                kept.write_text(str(port))
-                return port
-        raise OSError(f"no free port pair for an owned RabbitMQ node in {PORTS.start}..{PORTS.stop - 1}")
+        return _pick_port(self.folder, f"{NAMESPACE}/rabbit/{self.name}", True, self.avoid)
 
     @property
     def url(self) -> str:
@@ -325,15 +411,31 @@ class OwnedRabbit:
             return False
 
     def start(self) -> None:
-        """Start it (its data as the last stop left it) and wait until the lab can connect."""
+        """Start it (its data as the last stop left it) and wait until the lab can connect; a first start that
+        fails is tried once more on other ports; one that fails for good raises ``StartFailed``, saying why, its
+        logs kept under ``FAILED_DIR`` and its folder removed."""
         exe = rabbit_available()
         if exe is None:
             raise OwnedServiceMissing("needs rabbitmq-server (Debian: apt-get install rabbitmq-server)")
         if self.proc is not None and self.proc.poll() is None:
             return
+        try:
+            _twice(self, lambda: self._start_once(exe))
+        except StartFailed:
+            if not (self.folder / "started").exists():
+                self.remove()
+            raise
+
+    def _logs(self) -> list[Path]:
+        return [self.folder / "server.log", *sorted((self.folder / "log").glob("*.log"))]
+
+    def _start_once(self, exe: str) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        if not (_free(self.port) and _free(self.port + DIST_OFFSET)):
-            raise OSError(f"port {self.port} or {self.port + DIST_OFFSET} of the owned RabbitMQ node {self.name} is taken")
+        port = self.port
+        if not (_free(port) and _free(port + DIST_OFFSET)):
+            kept = _keep_logs(self.folder, port, self._logs())
+            raise StartFailed(f"the owned RabbitMQ node {self.name} cannot start: port {port} or "
+                              f"{port + DIST_OFFSET} is taken; logs: {kept}")
         env = self.env()
         with (self.folder / "server.log").open("ab") as log:
             self.proc = subprocess.Popen([exe], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -344,8 +446,10 @@ class OwnedRabbit:
         if not wait_until(lambda: proc.poll() is not None or self.answers(), RABBIT_READY_SECONDS, interval=0.2) \
                 or proc.poll() is not None:
             self.stop()
-            raise OSError(f"the owned RabbitMQ node {self.node} did not answer on port {self.port}; "
-                          f"log: {self.folder / 'server.log'}")
+            why = _why(proc, RABBIT_READY_SECONDS, self.folder / "server.log")
+            kept = _keep_logs(self.folder, port, self._logs())
+            raise StartFailed(f"the owned RabbitMQ node {self.node} did not come up on port {port}: {why}; logs: "
+                              f"{kept}")
 
     def stop(self) -> None:
         """``rabbitmqctl stop``, wait until it is gone (its process group killed after ``STOP_SECONDS``)."""

@@ -1,9 +1,22 @@
 """The app's result-backend Redis, for primitives that keep state beside the results.
 
-``backend_redis(app)`` gives one client per process and URL (prefork children get
-their own after the fork) and the backend's ``global_keyprefix`` (Celery's
-option for the Redis backend's keys), so that a claim or a counter lives, and is
-cleaned up, beside the app's results.
+``backend_redis(app)`` gives one client per process and backend URL (prefork children get
+their own after the fork) and the backend's ``global_keyprefix`` (Celery's option for the
+Redis backend's keys), so that a claim or a counter lives, and is cleaned up, beside the
+app's results. The client is built by the app's own backend (``RedisBackend._create_client``
+with its ``connparams``, Celery 5.5.3 to 5.7.0; read there), so it connects as Celery's does:
+``redis_socket_timeout``, ``redis_socket_connect_timeout``, ``redis_socket_keepalive``,
+``redis_backend_health_check_interval``, ``redis_backend_use_ssl`` (or ``rediss://``) and a
+``sentinel://`` URL with its ``master_name``; only ``decode_responses=True`` is added.
+tests/test_backend_client.py runs the timeouts against a server that accepts and never
+answers, and checks the SSL and Sentinel clients' connection classes (built, not connected).
+
+What it does not take from Celery: the backend's ``retry_policy`` (``RedisBackend.ensure``
+retries only the backend's own writes). A command of a primitive tries once and raises
+``redis.ConnectionError`` or ``redis.TimeoutError`` on a backend that is gone or hangs, after at
+most the socket timeouts above; Celery's default ``redis_socket_timeout`` is 120 s and its
+``redis_socket_connect_timeout`` unset (the OS's connect timeout), so an app that wants the
+primitives to give up sooner sets both (the lab's: 5 s each, ``lab.app``).
 """
 
 from __future__ import annotations
@@ -14,6 +27,7 @@ from typing import Any, cast
 
 import redis
 from celery import Celery, current_task
+from celery.backends.redis import RedisBackend
 from celery.exceptions import Reject
 from celery.signals import task_postrun, task_prerun
 from celery.utils.dispatch import Signal
@@ -24,11 +38,16 @@ log = logging.getLogger(__name__)
 
 
 def backend_redis(app: Celery) -> tuple[redis.Redis, str]:
-    """``(client, key prefix)`` of ``app``'s Redis result backend."""
+    """``(client, key prefix)`` of ``app``'s Redis result backend, connected with the backend's settings."""
     url = str(app.conf.result_backend)
     key = (os.getpid(), url)
     if key not in _clients:
-        _clients[key] = cast(Any, redis.Redis).from_url(url, decode_responses=True)
+        backend: Any = app.backend
+        if not isinstance(backend, RedisBackend):
+            raise TypeError(f"the primitives need a Redis result backend, this app's is {type(backend).__name__}")
+        made: Any = backend
+        params = {**cast(dict[str, Any], made.connparams), "decode_responses": True}
+        _clients[key] = cast(redis.Redis, made._create_client(**params))  # Celery's pool: its timeouts, SSL, Sentinel
     options = cast(dict[str, Any], app.conf.result_backend_transport_options or {})
     return _clients[key], str(options.get("global_keyprefix") or "")
 
@@ -119,9 +138,14 @@ def reject_unstored(app: Celery, requeue: bool = False) -> None:
 
     Why: ``celery.app.trace`` stores the result after the body; an error there is a failure outside the
     body, which ``Request.on_failure`` acks (``task_acks_on_failure_or_timeout``, True by default; 5.7:
-    ``task_acks_on_failure``), and which Celery also tries to store as the task's FAILURE: in the pool
-    (``handle_failure``) and in the main process (``Request.on_failure``), each with the backend's retries,
-    so a backend back within them records the member as failed and its chord fails. A ``Reject`` is what
+    ``task_acks_on_failure``), and which Celery also tries to store as the task's FAILURE, with the backend's
+    retries: in the pool (``celery.app.trace``'s ``handle_failure``), and in the main process only when the
+    pool did not report the failure as handled (``Request.on_failure`` calls ``mark_as_failure`` when
+    ``return_ok`` is False, 5.5.3 to 5.7.0, read); so a backend back within those retries records the
+    member as failed and its chord fails. Which of the two stores a failed result store reaches on each
+    version is not proven by a run here (issue 38 reports, from runs not repeated here: the main process
+    stores only when the pool's own store failed too; on 5.5.3 the path is an internal error in the pool;
+    ``task_failure`` is sent on 5.5 and 5.7, not 5.6). A ``Reject`` is what
     ``Request.on_failure`` rejects before anything else, on 5.5 to 5.7, storing nothing: the message goes
     to the queue's dead-letter exchange (FM-3), and ``drain(send_back_rejected=True)`` publishes it again
     once the backend answers. Applied to the app's ``redis://`` backend class (``loader.override_backends``,

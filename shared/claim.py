@@ -4,15 +4,21 @@ A Redis key per pipeline, ``<prefix>claim:<pipeline_id>``, moves through two sta
 
 - ``claimed:<owner>``: set with ``SET NX EX claim_ttl`` by the first ``notify``
   that wants to send (the owner is its task id); it expires if nobody finishes;
-- ``sent:<owner>``: set, by the owner only, once the email is out; kept ``sent_ttl``.
+- ``sent:<owner>``: set, by the owner only, once the email is out; kept ``sent_ttl``
+  (a day by default). The limit: a ``notify`` of the same pipeline that comes more
+  than ``sent_ttl`` after the email (a letter sent back from the DLQ, a resubmission)
+  finds no claim and sends again; set ``sent_ttl`` above the longest a message of
+  the pipeline can wait (``shared.dlq.STARTS_TTL_SECONDS`` for letters the drain reads)
+  (not proven by a run).
 
 ``acquire()`` answers:
 
 - ``won``: send now. Also when the claim is already ``claimed:`` by this very task
-  id: RabbitMQ delivers a message again only once the channel that held it is
-  gone, so a second delivery of the owner's own message means the first one
-  died holding the claim (FM-2's ``reject_on_worker_lost`` requeues it at once)
-  and this one resumes it. Without that, the owner's redelivery is turned away by
+  id: RabbitMQ delivers a message again only once its first delivery is over
+  (the channel that held it closed, or the consumer rejected it with requeue, as
+  FM-2's ``reject_on_worker_lost`` does for a pool process that died: AMQP 0-9-1,
+  not proven by a run here), so a second delivery of the owner's own message means
+  the first one died holding the claim, or its connection dropped (below), and this one resumes it. Without that, the owner's redelivery is turned away by
   its own claim ("busy") until the claim expires;
 - ``busy``: someone else is sending: retry shortly, because they may still fail
   and release (``busy_waits``: the wait is spent in the broker, not in the worker). ``policy.busy_retries`` retries of ``policy.poll`` seconds outlast

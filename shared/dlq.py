@@ -13,7 +13,8 @@ The topology is plain RabbitMQ, declared where the reader sees it (``fm3``):
   worker at start, by a publisher, by the lab's reset), so the two cannot part.
 
 How many deliveries: RabbitMQ 3.x counts every return of the message to the
-queue (Celery returns a lost worker's message with ``basic.reject(requeue=True)``);
+queue (Celery returns a lost worker's message with ``basic.reject(requeue=True)``:
+``Request.on_failure`` with ``task_reject_on_worker_lost``, Celery 5.5.3 to 5.7.0);
 with ``x-delivery-limit = L`` the message is delivered ``L + 1`` times, then
 dead-lettered (G3 measures it on the broker you run: 3 deliveries for L = 2).
 RabbitMQ 4.0 changes the default: every quorum queue gets a delivery limit of 20
@@ -79,7 +80,8 @@ of the DLQ, where the next pass would read it first, and a pass's worth of them
 would keep every newer letter waiting for ever. Only a backend that does not
 answer (``BackendUnavailable``: a Redis connection or timeout error) stops a pass:
 that letter and those behind it stay in the DLQ for the next pass, announced
-once per process on ``dead_letter_kept``.
+once per process on ``dead_letter_kept`` (the process remembers the last ``TOLD_LIMIT``
+letters it announced: one kept longer than that many others is announced again).
 
 The drain as fm3 first had it is still here, for ``--prove``:
 ``chains=False`` finalises chord members only (a poison chain head waits in the
@@ -102,10 +104,14 @@ lost worker.
 Deliveries are not attempts, and a body that ended is no crash (FM-7). A poison
 message kills the process that runs it: no ``task_postrun`` follows its start. A
 body that ended (``task_postrun`` fired, whatever the state) and whose message came
-back all the same was not the message's fault: a worker's shutdown cut it (Celery
-5.5+'s cold shutdown, ``celery.worker.consumer.consumer.Consumer.cancel_active_requests``,
-sends the pool process ``TERM_SIGNAME`` through ``Request.cancel``: ``SystemExit`` in the
-body, ``task_postrun`` with ``state=None``), or it finished and its ack was never
+back all the same was not the message's fault: a worker's shutdown cut it (the cold
+shutdown cancels what runs: ``celery.worker.consumer.consumer.Consumer.cancel_all_unacked_requests``
+in Celery 5.5.3, ``Consumer.cancel_active_requests`` in 5.6.3 and 5.7.0, each through
+``Request.cancel``, which sends the pool process billiard's ``TERM_SIGNAME``: SIGTERM, or the
+signal ``REMAP_SIGTERM`` names, SIGQUIT in the lab's workers; ``SystemExit`` in the body,
+``task_postrun`` with ``state=None``; ``Request._announce_cancelled`` also stores RETRY and
+calls ``Task.on_retry``, on 5.5.3 always, on 5.6.3 and 5.7.0 unless called with
+``emit_retry=False``; the functions read, the RETRY not proven by a run), or it finished and its ack was never
 sent (the main process sleeps through the soft wait, then is killed). ``count_starts``
 counts those ends as well (``ends``). With ``send_back=True`` (FM-7) the drain tells an
 innocent letter from a poison one: a letter dead-lettered at its delivery limit
@@ -132,7 +138,7 @@ outside its namespace, so its apps run without that step (``lab.app``).
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -163,8 +169,14 @@ dead_letter_sent_back = Signal(name="dead_letter_sent_back", providing_args=["he
 
 Role = Literal["member", "head", "task"]
 
-STARTS_TTL_SECONDS = 86_400
-"""How long ``count_starts`` remembers a task id's starts."""
+STARTS_TTL_SECONDS = 7 * 86_400
+"""How long ``count_starts`` remembers a task id's starts and ends after the last start, end or read by the
+drain. ``drain(send_back=True)`` reads them for each letter dead-lettered at its delivery limit
+(``send_back_rejected=True``: for each one rejected) and renews the time. The limit: a letter that waits in the DLQ longer than this with no such read
+reads 0 starts and 0 ends, so it is sent back as innocent, up to ``SEND_BACK_LIMIT`` times; run the drain
+more often than this."""
+_starts_ttl: dict[int, int] = {}
+"""Per app (``id``), the TTL ``count_starts`` was given."""
 
 
 class DeadLetteringQueue(Queue):
@@ -195,16 +207,18 @@ def delivery_bound(app: Celery, queue_name: str) -> int | None:
     return bound_of(found[0]) if found else None
 
 
-def count_starts(app: Celery) -> None:
+def count_starts(app: Celery, ttl_seconds: int = STARTS_TTL_SECONDS) -> None:
     """Count each start of a task body of ``app``, per task id (what ``drain`` reports as attempts),
-    and each end (``task_postrun``: the body's process lived on; a crash sends none)."""
+    and each end (``task_postrun``: the body's process lived on; a crash sends none); each count kept
+    ``ttl_seconds`` (``STARTS_TTL_SECONDS`` says the limit)."""
+    _starts_ttl[id(app)] = ttl_seconds
 
     def count(kind: str, task_id: str) -> None:
         r, prefix = backend_redis(app)
         key = f"{prefix}{kind}:{task_id}"
         pipe = cast(Any, r).pipeline(transaction=False)  # one round trip for both
         pipe.incr(key)
-        pipe.expire(key, STARTS_TTL_SECONDS)
+        pipe.expire(key, ttl_seconds)
         pipe.execute()
 
     def on_prerun(sender: object = None, task_id: str = "", task: object = None, **_: object) -> None:
@@ -223,6 +237,20 @@ def _counted(app: Celery, kind: str, task_id: str) -> int:
     r, prefix = backend_redis(app)
     raw = cast(str | None, r.get(f"{prefix}{kind}:{task_id}"))
     return int(raw) if raw is not None else 0
+
+
+def _read_and_renew(app: Celery, task_id: str) -> tuple[int, int]:
+    """(starts, ends) of ``task_id``, their TTL renewed (one round trip): a letter the drain reads keeps them."""
+    r, prefix = backend_redis(app)
+    ttl = _starts_ttl.get(id(app), STARTS_TTL_SECONDS)
+    keys = (f"{prefix}starts:{task_id}", f"{prefix}ends:{task_id}")
+    pipe = cast(Any, r).pipeline(transaction=False)
+    for key in keys:
+        pipe.get(key)
+    for key in keys:
+        pipe.expire(key, ttl)  # a key that does not exist stays absent
+    raw = cast(list[Any], pipe.execute())
+    return (int(raw[0]) if raw[0] is not None else 0), (int(raw[1]) if raw[1] is not None else 0)
 
 
 def starts_of(app: Celery, task_id: str) -> int:
@@ -361,7 +389,7 @@ def _innocent(app: Celery, message: Message, reasons: tuple[str, ...] = ("delive
     if not task_id or death not in reasons or bound is None or _sent_back(headers) >= SEND_BACK_LIMIT:
         return None
     try:
-        started, ended = starts_of(app, task_id), ends_of(app, task_id)
+        started, ended = _read_and_renew(app, task_id)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise BackendUnavailable(f"the result backend did not answer: {type(exc).__name__}: {exc}") from exc
     if started - ended >= bound:
@@ -396,15 +424,21 @@ def _args_of(message: Message) -> list[Any]:
     return cast(list[Any], first) if isinstance(first, list) else []
 
 
-_told: set[str] = set()
+TOLD_LIMIT = 10_000
+"""How many kept letters ``_told`` remembers (the oldest forgotten first): a letter kept while more than this
+many others were told about since is logged and announced (``dead_letter_kept``) once more."""
+_told: OrderedDict[str, None] = OrderedDict()
 
 
 def _tell_kept(app: Celery, message: Message, why: str) -> None:
     headers = cast(Mapping[str, Any], message.headers or {})
     ident = str(headers.get("id") or message.body)
     if ident in _told:
+        _told.move_to_end(ident)
         return
-    _told.add(ident)
+    _told[ident] = None
+    while len(_told) > TOLD_LIMIT:
+        _told.popitem(last=False)
     log.warning("dead letter %s (%s) kept in the DLQ: %s", headers.get("id"), headers.get("task"), why)
     dead_letter_kept.send(sender=app, headers=dict(headers), args=_args_of(message), why=why)
 

@@ -16,7 +16,8 @@ Limits: the wait is a ``time.sleep`` in the worker process. The queue behind wai
 backoff (head-of-line blocking: the price of order); the longest wait is the sum of the
 policy's delays, at most ``2 x (sum of min(cap, base x factor^k))``, which must stay below the
 task's time limit and the broker's consumer timeout (RabbitMQ's ``consumer_timeout``, 30 min
-by default, closes the channel of a consumer that holds a message longer).
+by default since RabbitMQ 3.8.17, closes the channel of a consumer that holds a message longer:
+RabbitMQ's documentation, and FM-9's node shows it with a timeout of 2.4 s).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ reads them, in header order: result ``i`` is document ``i`` (``result_chord_orde
 ``write_manifest(app, pipeline_id, doc_ids)`` before the chord is sent; ``read_manifest(app,
 pipeline_id)`` in the body. The manifest sits in the app's result-backend Redis under its key
 prefix (``shared.backend``), so it is cleaned up with the app's results, and it lives as long
-as they do (``result_expires``, Celery's default one day).
+as they do (``result_expires``: one day by default, ``celery/app/defaults.py`` of Celery 5.5.3 to 5.7.0).
 
 Limits: a body that runs after the manifest expired (or on a backend that lost it) cannot name
 its documents: ``read_manifest`` raises ``ManifestMissing``, which ``@enveloped`` turns into the

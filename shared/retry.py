@@ -33,7 +33,8 @@ memory until it is due (``celery.worker.strategy.default``: ``qos.increment_even
 then ``timer.call_at``). The prefetch count is meant to grow by one for each,
 but on a quorum queue it cannot: ``celery.worker.consumer.tasks.Tasks.qos_global``
 turns global QoS off when ``worker_detect_quorum_queues`` finds one, and RabbitMQ
-applies a per-consumer ``basic.qos`` only to consumers created after it. So
+applies a per-consumer ``basic.qos`` only to consumers created after it (RabbitMQ's
+documentation of ``basic.qos``; the lab does not run that part alone). So
 waiting retries fill the static prefetch (concurrency x ``worker_prefetch_multiplier``)
 and new work queues behind them until they come due (measured on fm5's queue:
 a probe waited as long as the burst's retries did, see ``--prove``). Celery's
@@ -53,7 +54,8 @@ so no ETA header and no delayed-delivery branch; not ``None``, which
 it through to ``kombu.Producer.publish``; Celery 5.5 to 5.7, and G5 runs it on each). When it expires RabbitMQ moves it to
 ``QUEUE``, as a new message (a fresh ``x-delivery-limit`` count), with its
 headers: ``request.retries`` and the chord membership are intact. RabbitMQ
-expires a message only at the head of its queue, so a retry waits behind an
+expires a message only at the head of its queue (RabbitMQ's documentation of
+per-message TTL; not proven by a run here), so a retry waits behind an
 older one with a longer TTL; the queues are therefore split by delay, bucket
 ``b`` holding ``[base * 2**b, base * 2**(b+1))`` in ``slices`` equal parts, and a
 retry runs at most a slice's width late, never early. A delay past the last

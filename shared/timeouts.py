@@ -18,7 +18,8 @@ soft limit cooperates unchanged, and re-arms the timer for the rest of the time.
 The timer starts when the body starts and is cancelled when it ends (a nested
 ``finally``, so that an alarm landing in the first one still cancels it, and an
 alarm that comes after the body does nothing): nothing of it fires outside the
-body, inside ``@enveloped``.
+body, inside ``@enveloped``. One ``ITIMER_REAL`` serves every body running under
+``@hard_timeout`` in the process: it is armed for the earliest of their deadlines.
 
 Do not pair it with Celery's ``soft_time_limit``. That limit is billiard's: the
 worker's main process starts its own timer when the job is accepted and sends the
@@ -39,9 +40,11 @@ process records when ``time_limit`` expires. In Celery 5.5 to 5.7 (with billiard
 4.3.2, which all three environments of ``make matrix`` pin), billiard's
 ``TimeoutHandler.on_hard_timeout`` first sets the job's result to
 ``TimeLimitExceeded``, which calls ``Request.on_failure``, then calls
-``Request.on_timeout(soft=False)``, then ``_trywaitkill`` sends the pool process
-SIGTERM, waits 0.1 s and sends SIGKILL (billiard's SIGTERM handler in a pool
-process is Python code, so a process stuck in C dies of the SIGKILL). Celery's
+``Request.on_timeout(soft=False)``, then ``Pool._trywaitkill`` sends the pool process
+billiard's ``TERM_SIGNAL`` (``Popen.terminate``: SIGTERM, or the signal ``REMAP_SIGTERM``
+names, SIGQUIT in the lab's workers), waits 0.1 s and sends SIGKILL (read in billiard
+4.3.2; the pool process's handler for that signal is Python code, so a process stuck in
+C dies of the SIGKILL: FM-6's ``C_HANG`` runs it). Celery's
 ``on_failure`` and ``on_timeout`` each call ``backend.mark_as_failure``, and the
 chord becomes ``ChordError`` (5.7's ``on_timeout`` also runs ``Task.on_failure``
 and the ``task_failure`` signal; 5.6 and 5.7 store nothing there during a cold shutdown).
@@ -50,12 +53,22 @@ sent after the body (the request's link callbacks and the next step of its
 chain) with a failure envelope, stores that envelope with
 ``backend.mark_as_done``, whose ``on_chord_part_return`` counts the member, so
 the chord body runs, acks the message (``task_acks_late``) and sends
-``task-succeeded``. Its reason is ``time_limit``, apart from ``hard_timeout``: the process was
+``task-succeeded``. The backend calls run on a thread of their own (two threads
+per worker process, ``_settling``), not on the worker's main loop, which would
+otherwise take no message, heartbeat or ack while a backend that hangs uses up
+its socket timeouts and retries (tests/test_backstop_loop.py: the next message
+started 0.10 s after it was sent, 6.1 s before); the ack and the event go back to
+the loop (kombu's ``Hub.call_soon``, which takes a lock in kombu 5.5.4 to 5.7.0).
+An envelope that cannot be stored (the backend's retries used up) is logged and
+its message requeued (``reject(requeue=True)``): it runs again, a whole run
+(same test). A warm shutdown waits for a settling thread that still retries
+(not proven by a run). Its reason is ``time_limit``, apart from ``hard_timeout``: the process was
 killed, no ``finally`` ran and the pool process was replaced; ``attempts`` is
 ``request.retries + 1``. No
 WorkerLostError follows: the job is already settled when its process dies.
 
-Limits (state them to anyone who relies on it):
+Limits (state them to anyone who relies on it; tests/test_hard_timeout_limits.py runs each one marked
+"run"):
 
 - ``@hard_timeout`` runs on the main thread only: signals are delivered to the
   main thread, so it refuses to run elsewhere (prefork pool children run tasks
@@ -63,8 +76,21 @@ Limits (state them to anyone who relies on it):
 - ``@hard_timeout`` cannot interrupt C code that does not return to the
   interpreter (a C extension stuck in a loop, a blocking call that retries on
   EINTR inside C): only ``time_limit`` ends that, by killing the process, and
-  neither ``finally`` blocks nor ``task_postrun`` run in it;
-- one timer per process: nesting ``@hard_timeout`` replaces the outer timer;
+  neither ``finally`` blocks nor ``task_postrun`` run in it (run: the alarm's
+  ``HardTimeout`` comes only as a ``sum(range(n))`` returns);
+- ``HardTimeout`` is raised wherever the body's Python is at that moment: inside
+  a library's I/O or under a lock. A lock released only on the normal path stays
+  taken (run); a ``with`` block releases it. Landing in redis-py's read of a reply
+  (a ``BLPOP``, redis-py 5.2.1, 6.4.0 and 8.1.0), redis-py drops that connection,
+  and the client's next command gets its own reply (run). Inside kombu or py-amqp
+  I/O a connection can be left mid-frame (not proven by a run): do not publish
+  from a body under a deadline without a ``finally`` that closes what it opened;
+- a bare ``except:`` or ``except BaseException:`` in the body catches
+  ``HardTimeout``, and the body then runs on with no deadline left (run);
+- nested ``@hard_timeout`` bodies keep every deadline: the earliest one fires and
+  ends its own body and every body inside it, and when an inner body ends the
+  outer deadline still holds (run, both orders); a ``setitimer`` timer that other
+  code set before the outermost body is given back, with what was left of it (run);
 - ``BackstopRequest`` acks even with ``task_acks_on_timeout=False`` (Celery 5.7;
   in 5.5 and 5.6 ``task_acks_on_failure_or_timeout=False``), where Celery would
   requeue: the envelope is the member's last word. A rerun's result would count in
@@ -85,10 +111,13 @@ Limits (state them to anyone who relies on it):
 from __future__ import annotations
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -97,6 +126,7 @@ from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 from celery.worker.state import task_ready
+from kombu.asynchronous import get_event_loop
 
 from shared.envelope import Result, send_next
 
@@ -106,11 +136,58 @@ R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
 
+_settling = ThreadPoolExecutor(max_workers=2, thread_name_prefix="backstop")
+"""Where ``BackstopRequest`` talks to the backend, off the worker's main loop."""
+
 
 class HardTimeout(BaseException):
     """``@hard_timeout``'s deadline passed; a ``BaseException`` so ``except Exception`` lets it through."""
 
     envelope_reason = "hard_timeout"
+
+
+@dataclass
+class _Deadline:
+    """One running ``@hard_timeout`` body: its deadlines on ``time.monotonic()``."""
+
+    name: str
+    seconds: float
+    soft: float | None
+    hard_at: float
+    soft_at: float | None
+    asked: bool = False  # the soft deadline has raised
+    over: bool = False  # the body ended, or its hard deadline (or an outer one) raised
+
+    def next_at(self) -> float:
+        return self.soft_at if self.soft_at is not None and not self.asked else self.hard_at
+
+
+_running: list[_Deadline] = []
+"""The bodies running under ``@hard_timeout`` in this process, outermost first (main thread only)."""
+_EARLY = 0.002
+"""An alarm this close to a deadline counts as at it (``setitimer`` can fire a little early)."""
+
+
+def _arm() -> None:
+    waiting = [d.next_at() for d in _running if not d.over]
+    signal.setitimer(signal.ITIMER_REAL, max(min(waiting) - time.monotonic(), 0.0001) if waiting else 0)
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    now = time.monotonic()
+    due = [d for d in _running if not d.over and d.next_at() <= now + _EARLY]
+    if not due:  # early, or for a body that is over: wait for the next deadline
+        _arm()
+        return
+    first = min(due, key=_Deadline.next_at)  # the earliest; on a tie the outermost (min keeps the first)
+    if first.soft_at is not None and not first.asked:
+        first.asked = True  # ask, and leave the rest of the time to the hard deadline
+        _arm()
+        raise SoftTimeLimitExceeded(f"{first.name} ran past its soft deadline of {first.soft}s")
+    for inner in _running[_running.index(first):]:  # this body and every body inside it end here
+        inner.over = True
+    _arm()
+    raise HardTimeout(f"{first.name} ran past its hard timeout of {first.seconds}s")
 
 
 def hard_timeout(
@@ -126,28 +203,31 @@ def hard_timeout(
         def wrapper(task: Task[Any, Any], *args: P.args, **kwargs: P.kwargs) -> R:
             if threading.current_thread() is not threading.main_thread():
                 raise RuntimeError("@hard_timeout needs the main thread (use the prefork pool)")
-            stages = [soft, seconds] if soft is not None else [seconds]
-
-            def on_alarm(signum: int, frame: FrameType | None) -> None:
-                if not stages:  # the body is over: a late alarm does nothing
-                    return
-                if len(stages) == 2:  # the soft deadline: ask, and leave the rest of the time to the hard one
-                    stages.pop(0)
-                    signal.setitimer(signal.ITIMER_REAL, seconds - (soft or 0.0))
-                    raise SoftTimeLimitExceeded(f"{task.name} ran past its soft deadline of {soft}s")
-                stages.clear()
-                raise HardTimeout(f"{task.name} ran past its hard timeout of {seconds}s")
-
-            previous = signal.signal(signal.SIGALRM, on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, stages[0])
+            now = time.monotonic()
+            mine = _Deadline(str(task.name), seconds, soft, now + seconds, None if soft is None else now + soft)
+            outermost = not _running
+            if outermost:  # the process's own SIGALRM handler and timer, given back when the outermost body ends
+                previous = signal.signal(signal.SIGALRM, _on_alarm)
+                left = signal.getitimer(signal.ITIMER_REAL)[0]
+                theirs = now + left if left > 0 else None
+            else:
+                previous, theirs = None, None
+            _running.append(mine)
+            _arm()
             try:
                 try:
                     return fn(task, *args, **kwargs)
                 finally:
-                    stages.clear()  # from here on the handler raises nothing and re-arms nothing
-            finally:  # reached even when an alarm raised inside the inner finally, before it cleared the stages
-                signal.setitimer(signal.ITIMER_REAL, 0)  # nothing of this timer outlives the body
-                signal.signal(signal.SIGALRM, previous)
+                    mine.over = True  # from here on no alarm raises for this body
+            finally:  # reached even when an alarm raised inside the inner finally, before it marked the body over
+                _running.remove(mine)
+                if outermost:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+                    if theirs is not None:  # a timer someone else set before: what was left of it
+                        signal.setitimer(signal.ITIMER_REAL, max(theirs - time.monotonic(), 0.0001))
+                else:
+                    _arm()  # the outer deadlines go on
 
         setattr(wrapper, "hard_timeout_seconds", seconds)
         setattr(wrapper, "soft_timeout_seconds", soft)
@@ -180,16 +260,39 @@ class BackstopRequest(Request):
             return
         self._time_limit_handled = True
         task_ready(self)
-        context: Any = getattr(self, "_context")  # the task's Context (celery-types does not declare it)
         message = f"TimeLimitExceeded: {self.name} ran past its time_limit of {timeout}s, and its pool process is killed"
         logger.error("%s[%s]: %s", self.name, self.id, message)
-        if not self._outcome_stored():
-            envelope = Result[Any].failure(message, "time_limit", int(context.retries or 0) + 1).to_wire()
-            send_next(self.task.app, context, envelope)  # what the trace would have sent after the body
-            self.task.backend.mark_as_done(self.id, envelope, request=context)  # counts the chord member
-            self.send_event("task-succeeded", result=repr(envelope), runtime=None)
-        if self.task.acks_late:
-            self.acknowledge()
+        hub = get_event_loop()
+        if hub is None:  # no event loop (a worker without one): settle here, on this thread
+            self._settle(message, lambda step: step())
+            return
+        # The backend calls can take its whole retry budget while it is gone: off the worker's main loop. The ack
+        # (or the reject) and the event go back to the loop (kombu's Hub.call_soon takes a lock: thread-safe).
+        _settling.submit(self._settle, message, lambda step: hub.call_soon(step))
+
+    def _settle(self, message: str, on_loop: Callable[[Callable[[], None]], object]) -> None:
+        """Store the envelope unless the pool process stored an outcome; then ack (or, when the store failed,
+        requeue) on the loop."""
+        context: Any = getattr(self, "_context")  # the task's Context (celery-types does not declare it)
+        try:
+            envelope = None
+            if not self._outcome_stored():
+                envelope = Result[Any].failure(message, "time_limit", int(context.retries or 0) + 1).to_wire()
+                send_next(self.task.app, context, envelope)  # what the trace would have sent after the body
+                self.task.backend.mark_as_done(self.id, envelope, request=context)  # counts the chord member
+        except Exception as exc:  # the envelope is not stored: the message runs again (a whole run)
+            logger.error("%s[%s]: time_limit envelope not stored (%s: %s); its message is requeued", self.name,
+                         self.id, type(exc).__name__, exc)
+            on_loop(lambda: self.reject(requeue=True) if self.task.acks_late else None)
+            return
+
+        def settled() -> None:
+            if envelope is not None:
+                self.send_event("task-succeeded", result=repr(envelope), runtime=None)
+            if self.task.acks_late:
+                self.acknowledge()
+
+        on_loop(settled)
 
     def _outcome_stored(self) -> bool:
         """Did the pool process store its own outcome before the kill (the timer can win that race)?"""

@@ -97,3 +97,31 @@ def test_result_get_reads_the_header_again_through_the_bodys_parent(tmp_path: Pa
     assert by["plain-chain-get"]["accounted"] == by["plain-chain-get-orphan"]["accounted"] == n
     gets = {name: by[name]["redis_by_command"].get("get", 0) for name in variants}
     assert gets["plain-chain-get"] - gets["plain-chain-get-orphan"] >= n, gets
+
+
+@pytest.mark.usefixtures("real_services")
+def test_the_rabbitmq_cpu_is_the_brokers_node_only() -> None:
+    """Issue 38: the column summed every beam.smp on the machine (another node's, an owned one's) and once
+    printed -0.14. Now: the one node that listens on the broker URL's port, whatever else runs."""
+    from urllib.parse import urlparse
+
+    from bench.bench_chord import _services  # pyright: ignore[reportPrivateUsage]
+    from lab import owned
+    from lab.settings import broker_url
+
+    if owned.rabbit_available() is None:
+        pytest.skip("needs rabbitmq-server for a second node")
+    port = urlparse(broker_url()).port or 5672
+    with owned.OwnedRabbit(f"t-bench-{os.getpid()}") as other:
+        assert other.proc is not None
+        found = _services().get("rabbitmq", [])
+        assert len(found) == 1, found
+        listening = Path("/proc/net/tcp").read_text() + Path("/proc/net/tcp6").read_text()
+        inodes = {row.split()[9] for row in listening.splitlines()[1:]
+                  if row.split()[3] == "0A" and int(row.split()[1].rsplit(":", 1)[1], 16) == port}
+        fds = {os.readlink(f) for f in Path(f"/proc/{found[0]}/fd").iterdir()}
+        assert {f"socket:[{i}]" for i in inodes} & fds
+        assert Path(f"/proc/{found[0]}/comm").read_text().strip() == "beam.smp"
+        others = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()
+                  and (e / "comm").exists() and (e / "comm").read_text().strip() == "beam.smp"]
+        assert len(others) >= 2  # the owned node's VM runs too, and is not counted

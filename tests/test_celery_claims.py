@@ -867,3 +867,96 @@ def test_chain_heads_that_cannot_store_their_results_are_not_run_again() -> None
         del chord_result
         gc.collect()
     harness.reset(fm)
+
+
+def _limits_worker(log: Any, task_time_limit: str, consumer_timeout: str) -> Any:
+    """A worker of ``tests.limits_app`` (prefork, one process), its output in ``log``."""
+    import subprocess
+    import sys
+
+    from lab.fm import ROOT
+    env = {**os.environ, "LIM_TASK_TIME_LIMIT": task_time_limit, "LIM_CONSUMER_TIMEOUT": consumer_timeout,
+           "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tests.limits_app", "worker", "--loglevel=WARNING", "-n",
+             f"lim-{uuid.uuid4().hex[:8]}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    return proc
+
+
+@pytest.mark.claim("C22", "within_consumer_timeout never raises a limit and caps every message (fm9)")
+@pytest.mark.parametrize(("task_time_limit", "consumer_timeout"), [("2", "20"), ("", "4")],
+                         ids=["task_time_limit-2-cap-10", "no-setting-cap-2"])
+def test_within_consumer_timeout_never_raises_a_limit(task_time_limit: str, consumer_timeout: str,
+                                                       tmp_path: Any) -> None:
+    """shared.consumer_timeout: the worker enforces Celery's own limit (the message's, else the task's, else
+    the worker's default) or the cap where that is higher or unset; bodies of 5 s. ``task_time_limit=2``
+    under a cap of 10 s: a message with no limit is killed at 2 s (on 5.5.3 and 5.6.3 the task's
+    ``time_limit`` reads None, and the earlier code gave it the cap: the body ended ok), one that asks for
+    1 s at 1 s. A cap of 2 s and no setting: messages that carry 30 s, from a publisher that never capped
+    (``apply_async``) and given by hand (``send_task(time_limit=30)``), are killed at 2 s (the earlier code
+    let them run 5 s); a ``BackstopRequest`` task keeps its envelope under the cap's request class. One
+    warning per task whose message the cap lowered."""
+    from celery.result import AsyncResult
+
+    from tests.limits_app import PREFIX, QUEUE, publisher
+    log = tmp_path / "worker.log"
+    proc = _limits_worker(log, task_time_limit, consumer_timeout)
+    sent: list[AsyncResult[Any]] = []
+    try:
+        with Connection(broker_url()) as conn:
+            assert wait_until(lambda: proc.poll() is not None or _consumers(conn, QUEUE) == 1, 60), log.read_text()
+        assert proc.poll() is None, log.read_text()
+        if task_time_limit:
+            sent = [publisher.send_task("lim.sleep", args=[5]),  # carries no limit
+                    publisher.send_task("lim.sleep", args=[5], time_limit=1)]  # a lower one by hand
+            killed_at = [(2.0,), (1.0,)]
+        else:
+            sent = [publisher.send_task("lim.sleep", args=[5]),
+                    publisher.tasks["lim.sleep"].apply_async((5,)),  # carries the publisher's 30 s
+                    publisher.send_task("lim.sleep", args=[5], time_limit=30),  # 30 s by hand
+                    publisher.tasks["lim.backstop"].apply_async((5,))]  # 30 s, BackstopRequest
+            killed_at = [(2.0,)] * 3
+        assert wait_until(lambda: all(r.ready() for r in sent), 60), [r.state for r in sent]
+        metas = [publisher.backend.get_task_meta(r.id) for r in sent]
+        plain = metas[:len(killed_at)]
+        assert [m["status"] for m in plain] == ["FAILURE"] * len(plain), metas
+        assert [(type(m["result"]).__name__, m["result"].args) for m in plain] == [
+            ("TimeLimitExceeded", at) for at in killed_at], metas
+        text = log.read_text(errors="replace")
+        if task_time_limit:
+            assert "message asks for time_limit" not in text, text
+            return
+        envelope = cast(dict[str, Any], metas[3]["result"])
+        assert metas[3]["status"] == "SUCCESS" and (envelope["status"], envelope["reason"]) == ("FAILURE", "time_limit")
+        assert "its time_limit of 2.0s" in envelope["error"], envelope
+        assert text.count("lim.sleep's message asks for time_limit 30;") == 1, text
+        assert text.count("lim.backstop's message asks for time_limit 30;") == 1, text
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except Exception:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for r in sent:
+            r.forget()
+        with Connection(broker_url()) as conn:
+            channel: Any = conn.default_channel
+            channel.queue_delete(QUEUE)
+            channel.exchange_delete(QUEUE)
+        client = cast(Any, publisher.backend).client
+        for key in client.scan_iter(f"{PREFIX}*"):
+            client.delete(key)
+
+
+def _consumers(conn: Connection, queue: str) -> int | None:
+    try:
+        channel: Any = conn.default_channel
+        return int(channel.queue_declare(queue=queue, passive=True).consumer_count)
+    except Exception:
+        conn.close()  # a passive declare of a missing queue closes the channel: start again on the next look
+        return None

@@ -6,7 +6,9 @@ table and the server's own answers, not the primitive's word."""
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -177,3 +179,62 @@ def test_a_machine_without_rabbitmq_server_skips_scenario_9_saying_why(monkeypat
     assert "  skipped: scenario 9 runs a rabbitmq-server of the lab's own; none is installed here " \
            "(needs rabbitmq-server (Debian: apt-get install rabbitmq-server))" in out, out
     assert "fm9   SKIPPED" in out, out
+
+
+@needs_redis
+def test_a_first_start_on_a_taken_port_is_tried_once_more_on_another() -> None:
+    """Issue 38: before, a port taken between its choice and the start ended the scenario (OSError)."""
+    server = owned.OwnedRedis("t-taken", persist=False)
+    taken = server.port
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", taken))
+        holder.listen(1)
+        try:
+            server.start()
+            assert server.port != taken and server.answers()
+        finally:
+            server.remove()
+    assert not server.folder.exists()
+
+
+def test_a_start_that_fails_twice_says_why_keeps_its_log_and_down_removes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: before, the message named a log that the caller's cleanup had deleted, said no reason, and
+    the folder outlived --down."""
+    fake = tmp_path / "redis-server"
+    fake.write_text('#!/bin/sh\necho "boom: cannot listen on $2"\nexit 3\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(owned, "available", lambda: str(fake))
+    server = owned.OwnedRedis("t-fails", persist=False)
+    with pytest.raises(owned.StartFailed) as failed:
+        server.start()
+    said = str(failed.value)
+    first, second = [int(p) for p in re.findall(r"did not come up on port (\d+)", said)]
+    assert first != second and said.count("it exited with status 3") == 2, said
+    assert f"boom: cannot listen on {first}" in said and f"boom: cannot listen on {second}" in said, said
+    logs = [Path(p) for p in re.findall(r"log: (\S+redis\.log)", said)]
+    assert len(logs) == 2 and all(p.is_file() for p in logs), said
+    assert f"boom: cannot listen on {second}" in logs[1].read_text()
+    assert not server.folder.exists()  # a first start that never came up leaves only its logs
+    stale = owned.OWNED_DIR / "redis-t-stale"  # a folder an older failed start left, no server
+    stale.mkdir(parents=True)
+    (stale / "port").write_text("16999")
+    removed = owned.remove_failed()
+    assert "failed" in removed and "redis-t-stale" in removed
+    assert not owned.FAILED_DIR.exists() and not stale.exists()
+
+
+@pytest.mark.parametrize("flag", ["--down", "--clean"])
+def test_down_and_clean_remove_a_failed_starts_leftovers(flag: str) -> None:
+    ns = derived(f"failed{flag[2:]}")
+    folder = ROOT / ".lab" / ns / "owned"
+    (folder / "failed" / "redis-x-16400-1").mkdir(parents=True, exist_ok=True)  # (a run on older code left it)
+    (folder / "failed" / "redis-x-16400-1" / "redis.log").write_text("boom\n")
+    (folder / "rabbit-y").mkdir(parents=True, exist_ok=True)
+    (folder / "rabbit-y" / "port").write_text("16500")
+    env = {**os.environ, "RCL_NAMESPACE": ns}
+    said = subprocess.run([sys.executable, "run_all_fms.py", flag], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert said.returncode == 0, said.stdout + said.stderr
+    assert "failed, rabbit-y" in said.stdout, said.stdout
+    assert not (folder / "failed").exists() and not (folder / "rabbit-y").exists()
