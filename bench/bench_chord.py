@@ -536,7 +536,7 @@ def run_runner(variant: Variant, n: int, repeat: int, timeout: float) -> Run:
     fm = _fm_of(variant)
     _reset(variant, fm)
     run_id = _run_id(variant, n, repeat)
-    sc = Scenario(1, {f"doc{i}": None for i in range(1, n + 1)}, duplicate_notify=False)
+    sc = Scenario(1, {f"doc{i}": None for i in range(1, n + 1)})
     worker = Worker(fm, run_id, LOG_DIR / f"bench-{variant.name}-{run_id}.log",
                     env={"RCL_BENCH_FM": variant.program, "RCL_BENCH_OBSERVER": "on"})
     worker.start()

@@ -73,11 +73,21 @@ and its result consumer's reconnect): 3 times within 1.5 s, not Celery's 20 time
 so that a Redis gone mid-run is an ERROR within seconds (measured on 5.7: 19 s with Celery's policy)."""
 
 
+BEFORE_HARD_FIX = "before_hard_fix"
+"""The module of a lesson's program as it stood before its hard fix (``lessons/<lesson>/before_hard_fix.py``);
+its namespace is the lesson's name and ``w`` (``fm3w``), apart from the program's own."""
+
+
 def short_name(module: str) -> str:
-    """``fm3`` for ``fm3_dlq_reconciliation`` (and for ``__main__`` run from that file)."""
+    """``fm3`` for ``fm3_dlq_reconciliation`` (and for ``__main__`` run from that file); ``fm3w`` for
+    ``lessons.fm3.before_hard_fix``."""
     if module == "__main__":
-        module = Path(str(getattr(sys.modules["__main__"], "__file__", "fm"))).stem
-    return module.split(".")[-1].split("_", 1)[0]
+        path = Path(str(getattr(sys.modules["__main__"], "__file__", "fm")))
+        module = f"{path.parent.name}.{path.stem}"
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[-1] == BEFORE_HARD_FIX:
+        return f"{parts[-2]}w"
+    return parts[-1].split("_", 1)[0]
 
 
 def app_name(short: str) -> str:

@@ -51,7 +51,8 @@ from lab.harness import RUN_TIMEOUT, SERVICE_CHECK_SECONDS, blame_services, chec
 from lab.records import HarnessError, Kind, RunBroken, RunReport
 from lab.observe import TTL_SECONDS, RunRecorder, client, run_prefix
 from lab.runner import new_run_id, run_scenario
-from lab.scenarios import Scenario, scenario
+from lab.scenarios import Scenario
+from lessons import scenario
 from lab.settings import NAMESPACE, redis_prefix
 from lab.show.progress import Board
 from lab.waiting import Interrupted, wait_until
@@ -119,7 +120,7 @@ def _by_hand(fm: Fm) -> int:
         started = time.monotonic()
         stage("running the scenario")
         try:
-            obs = run_scenario(fm, sc, run_id, RUN_TIMEOUT, watch=WorkerWatch(fm), sides=True)
+            obs = run_scenario(fm, sc, run_id, RUN_TIMEOUT, watch=WorkerWatch(fm), sides=True, injectors=sc.injectors_by_hand())
             stage("checking")
             report.observations, report.checks = obs, checks_of(kind, fm.number, obs, fm)
             if obs.stopped_by == "deadline":

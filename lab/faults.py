@@ -74,7 +74,7 @@ LATE_FINISH_SECONDS = 0.7
 soft deadline of 1 s)."""
 SLOW_SECONDS = 0.8
 """``SLOW``: how long a slow but healthy document's parse works (under fm6's soft deadline of 1 s, longer
-than scenario 7's grace period, ``lab.deploys.GRACE_SECONDS``)."""
+than scenario 7's grace period, ``lessons.fm7.deploy.GRACE_SECONDS``)."""
 STORE_STALLS: dict[str, float] = {"LATE_FINISH": 1.0, "STALL_PAST_LIMIT": 6.0}
 """How long the result store stalls, once, after such a body returned (``lab.backend``): past fm6's
 soft deadline (1 s after the start), and past its ``time_limit`` (3 s)."""

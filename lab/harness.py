@@ -33,17 +33,15 @@ import redis
 from kombu import Connection
 from kombu.exceptions import OperationalError
 
-from lab import checks, services, weak
-from lab.deploys import RollingDeploy
+import lessons
+from lab import services
 from lab.fm import Fm, fm_modules, load_module
 from lab.observe import client, drain_last_run
-from lab.outage import BackendOutage, owned_backend
-from lab.connloss import LINKED, LinkedBroker, linked_broker
+from lab.injector import Harnessed, Injector
 from lab.owned import OwnedServiceMissing
 from lab.queues import on_queue, queue_consumers
 from lab.records import Check, HarnessError, Kind, Observations, OnStage, RunBroken, RunReport, Stage
 from lab.runner import StopCondition, new_run_id, run_scenario
-from lab.scenarios import scenario
 from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, mask_url, observations_url, redis_prefix
 from lab.variants import VARIANTS_DIR
 from lab.waiting import raise_if_interrupted, wait_until
@@ -98,14 +96,14 @@ def resolve(names: list[str]) -> list[str]:
 
 
 def load(short: str) -> Fm:
-    """The FM ``short`` (``fm3``), read off its module; ``fm3w`` is fm3's weak variant (``lab.weak``);
-    ``sb`` and ``sbw`` are case study 1's programs."""
+    """The FM ``short`` (``fm3``), read off its module; ``fm3w`` is fm3's program as it stood before its hard fix
+    (``lessons/fm3/before_hard_fix.py``); ``sb`` and ``sbw`` are case study 1's programs."""
     if is_case(short):
         found = study(short)
         return cast(Fm, found.program(found.CODES[short]))
-    base = short[:-1] if short.endswith("w") else short
-    if base != short and weak.has_weak(base):
-        return checked(weak.weak(base, fm_modules()[base]))
+    before = lessons.before_hard_fix(short[:-1]) if short.endswith("w") else None
+    if before is not None:
+        return checked(load_module(before))
     return checked(load_module(fm_modules()[short]))
 
 
@@ -246,7 +244,7 @@ class Watch:
 
 def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     """fixed: scenario N on FM N; broken: scenario N on FM N-1; weak: scenario N on FM N
-    without the fix of its hard variant (``lab.weak``); bug: scenario 1 on fm0.
+    without the fix of its hard variant (``lessons/<fm>/before_hard_fix.py``); bug: scenario 1 on fm0.
 
     ``on_stage`` hears each stage as it begins: resetting, starting the worker,
     waiting for the worker, running the scenario, stopping the worker, checking
@@ -263,45 +261,37 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     try:
         lab = load(code)
         fixed = load(fm) if kind in ("broken", "weak") else lab
-        stop: tuple[str, StopCondition] | None = (
-            checks.symptom_stop(n, fixed) if kind == "broken" else checks.weak_stop(n, fixed, lab) if kind == "weak" else None)
+        stop: tuple[str, StopCondition] | None = lessons.stop_of(kind, n, fixed, lab)
         run_id = new_run_id()
         on_stage("resetting")
         reset(lab)  # after the last worker of this code is gone and its queues emptied
         label = f"{fm}-{kind}-{code}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
         set_current(lab)
-        sc = scenario(sc_n)
-        deploys = max((side.deploys for side in sc.sides), default=0)
+        sc = lessons.scenario(sc_n)
+        grace = 0.5 if stop else STOP_GRACE
         with ExitStack() as stack:
-            outage: BackendOutage | None = None
-            if any(side.outage for side in sc.sides):  # FM-8: this run's result backend is a Redis the lab owns
-                lab, server = stack.enter_context(owned_backend(lab, run_id))
-                outage = BackendOutage(server)
-                stack.callback(outage.close)
-            broker: LinkedBroker | None = None
-            if any(side.linked for side in sc.sides):  # FM-9: two sides on a RabbitMQ node of the lab's own
-                linked = lab
-                broker = stack.enter_context(linked_broker(
-                    lab, run_id, lambda env: _spawn(linked, run_id, label, LINKED, env), 0.5 if stop else STOP_GRACE))
+            injectors = {name: make() for name, make in sc.injectors.items()}
+            harnessed = Harnessed(run_id, stack, lambda program, part, env: _spawn(program, run_id, label, part, env), grace)
+            for injector in injectors.values():  # a backend or a broker node of the run's own, before the worker
+                lab = injector.prepare(lab, harnessed)
+            served = lab
             worker = stack.enter_context(running_worker(
-                lab, run_id, label, 0.5 if stop else STOP_GRACE, on_stage, wait=False,
-                after=None if deploys else lambda: purge(lab)))  # the run's leftovers go once it is stopped
+                lab, run_id, label, grace, on_stage, wait=False,
+                after=lambda: None if _serving(injectors, worker) is not worker else purge(served)))
+            for injector in injectors.values():
+                injector.attach(worker)
             on_stage("running the scenario")
-            deploy = RollingDeploy(lab, worker, lambda part: _spawn(lab, run_id, label, part), deploys) if deploys else None
-            try:
-                obs = run_scenario(lab, sc, run_id, RUN_TIMEOUT, stop=stop,  # the hard variants' own chords; FM-7's deploys on fm6 too
-                                   sides=kind in ("fixed", "weak") or bool(deploys),
-                                   watch=_deploy_watch(worker, deploy) if deploy else Liveness(worker), deploy=deploy,
-                                   outage=outage, broker=broker)
+            try:  # the hard variants' own chords; a broken run's too when its symptom is in a chord sent after its own
+                obs = run_scenario(lab, sc, run_id, RUN_TIMEOUT, stop=stop,
+                                   sides=kind in ("fixed", "weak") or any(side.after for side in sc.sides),
+                                   watch=_watch(worker, injectors), injectors=injectors)
             finally:
-                if outage is not None:
-                    outage.close()
-                if deploy is not None:  # FM-7: every worker the deploys started, the serving one last (then the purge)
-                    deploy.close()
-                    for spawned in deploy.workers[1:]:
-                        spawned.stop(0.5 if stop else STOP_GRACE, wait=False,
-                                     after=(lambda: purge(lab)) if spawned is deploy.workers[-1] else None)
+                for injector in injectors.values():  # the workers they started, the serving one last (then the purge)
+                    injector.stop()
+                    for spawned in injector.workers():
+                        last = spawned is _serving(injectors, worker)
+                        spawned.stop(grace, wait=False, after=(lambda: purge(served)) if last else None)
         report.observations = obs
         report.drain_last_run = drain_last_run(redis_prefix(lab.short)) if lab.beat else None
         on_stage("checking")
@@ -341,20 +331,29 @@ def interrupted_fms() -> list[Fm]:
 
 
 def _spawn(fm: Fm, run_id: str, label: str, part: str, env: Mapping[str, str] | None = None) -> Worker:
-    """FM-7: a new worker of the same code for a deploy, started (the deploy waits for its consumer);
-    FM-9: the worker of the lab's own broker node, ``env`` its URL and timeout."""
+    """A worker an injector starts (``lab.injector.Harnessed.spawn``): another of the same code (a deploy's, which
+    waits for its consumer), or one with ``env`` (a broker node's URL), started."""
     worker = Worker(fm, run_id, LOG_DIR / f"{label}-{part}-{run_id}.log", part=part, env=dict(env or {}))
     worker.start()
     return worker
 
 
-def _deploy_watch(first: Worker, deploy: RollingDeploy) -> Callable[[], None]:
-    """``Liveness`` that follows the deploys: the serving worker, the one starting, and the services."""
+def _serving(injectors: Mapping[str, Injector], first: Worker) -> Worker:
+    """The worker that serves the run now: the first, unless an injector replaced it (a deploy)."""
+    worker = first
+    for injector in injectors.values():
+        worker = injector.serving(worker)
+    return worker
+
+
+def _watch(first: Worker, injectors: Mapping[str, Injector]) -> Callable[[], None]:
+    """``Liveness`` that follows the serving worker, and each injector's own workers."""
     live = Liveness(first)
 
     def watch() -> None:
-        deploy.watch()
-        live.worker = deploy.current
+        for injector in injectors.values():
+            injector.watch()
+        live.worker = _serving(injectors, first)
         live()
 
     return watch
@@ -517,12 +516,8 @@ def service_cause(exc: BaseException) -> str | None:
 
 
 def _checks(kind: Kind, n: int, obs: Observations, fixed: Fm) -> list[Check]:
-    """fixed: G1..Gn of FM n; broken: Sn; weak: Sn hard; bug: S1 (fm0's own bug)."""
-    if kind == "fixed":
-        return checks.guarantees(n, obs, fixed)
-    if kind == "weak":
-        return [checks.weak_symptom(n, obs, fixed)]
-    return [checks.symptom(n if kind == "broken" else 1, obs, fixed)]
+    """fixed: G1..Gn of FM n; broken: Sn; weak: Sn hard; bug: S1 (fm0's own bug): the lessons' (``lessons``)."""
+    return lessons.checks_of(kind, n, obs, fixed)
 
 
 def describe(r: RunReport) -> str:
@@ -543,7 +538,7 @@ def code_of(fm: str, kind: Kind) -> str:
     if is_case(fm):
         return cast(str, study(fm).code_of(kind))
     if kind == "weak":
-        return weak.weak_name(fm)
+        return f"{fm}w"
     return fm if kind == "fixed" else f"fm{number(fm) - 1}" if kind == "broken" else "fm0"
 
 
@@ -585,6 +580,7 @@ def namespace_names() -> tuple[list[str], list[str]]:
     """Every queue and exchange name the lab may have made in the namespace (FMs, variants, case studies)."""
     shorts = list(fm_modules())
     fms = [load(s) for s in shorts] + [load(code) for codes in _case_codes() for code in codes]
+    fms += [load(f"{s}w") for s in shorts if lessons.before_hard_fix(s) is not None]
     for path in sorted(VARIANTS_DIR.glob("fm*_*.py")) if VARIANTS_DIR.exists() else []:
         try:
             fms.append(checked(load_module(path.stem, VARIANTS_DIR)))
@@ -610,7 +606,7 @@ def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str,
         runs.append((fm, "fixed"))
         if prove:
             runs.append((fm, "broken"))
-            if weak.has_weak(fm):
+            if lessons.before_hard_fix(fm) is not None:
                 runs.append((fm, "weak"))
     if include_fm0 or "fm0" in selected:
         runs.insert(0, ("fm0", "bug"))

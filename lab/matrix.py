@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
+import lessons
 from lab.fm import ROOT
 
 PINS_DIR = ROOT / "matrix"
@@ -79,30 +80,7 @@ class Row:
 
 TITLES: dict[str, str] = {
     "A1": "the audit's tests (tests/test_audit_*.py) pass on this Celery",
-    "G1": "notify once, chord SUCCESS, all accounted; expired head",
-    "G2": "a killed process: doc3 redelivered, ok",
-    "G3": "poison dead-lettered at the bound; body; letters parked",
-    "G4": "one email from duplicated notifies",
-    "G5": "bounded retries with backoff, probe not held",
-    "G6": "deadlines in every task's body; time_limit backstop as an envelope",
-    "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, no running body killed",
-    "G8": "backend outage mid-chord: every member whose store failed runs again, chord whole, one email",
-    "G9": "connection cut mid-member: no run twice at once, worker serves on; over-long member an envelope",
-    "S1": "a raising member: ChordError, notify never runs",
-    "S2": "early ack: the killed task is lost",
-    "S3": "poison redelivered past the bound",
-    "S4": "duplicated notify: several emails",
-    "S5": "a transient error fails for good",
-    "S6": "a hang pins a slot, notify never runs",
-    "S7": "warm shutdown past the grace: a body SIGKILLed, prefetch charged",
-    "S8": "backend outage: members acked with no result, chord PENDING",
-    "S9": "connection cut: a running member not stopped (run twice at once); consumer timeout ends the worker",
-    "S1 hard": "an expired chain head: its chord PENDING for ever",
-    "S3 hard": "drain as first built: head, poison body, blocked letters",
-    "S4 hard": "owner's redelivery turned away by its claim",
-    "S5 hard": "ETA retries fill the quorum prefetch",
-    "S6 hard": "Celery's soft limit after the body; no backstop; hung head",
-    "S9 hard": "no limit below the consumer timeout: the stuck member's message comes back (406)",
+    **lessons.words(),  # each lesson's checks, in words (lessons/<name>/checks.py)
     "SB1": "batch signed with the exact counts",
     "SB2": "ledger holds each row once",
     "SB3": "chunk retries with growing gaps",

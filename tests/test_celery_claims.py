@@ -17,17 +17,19 @@ from celery import chord, group
 from celery.app.task import Context
 from kombu import Connection, Exchange, Producer, Queue
 
-from lab import checks, harness, variants, weak, workers
+from lab import harness, variants, workers
+from lab.checks import overlaps
+from lessons.fm8.checks import BACKEND_RETURN_SECONDS
 from lab.faults import HARD_HANG, SLOW, SOFT_HANG, document_text
 from lab.fm import Fm
 from lab.harness import running_worker
 from lab.observe import Reader, doc_id, short_doc
-from lab.outage import owned_backend
+from lessons.fm8.outage import owned_backend
 from lab.pipeline import store_document
 from lab.queues import queue_depth
 from lab.runner import StopCondition, _member_results, dlq_depth, new_run_id, run_scenario  # pyright: ignore[reportPrivateUsage]
 from lab.records import Observations
-from lab.scenarios import scenario
+from lessons import scenario
 from lab.settings import broker_url
 from lab.waiting import wait_until
 from lab.versions import CELERY
@@ -47,7 +49,9 @@ def run_variant(fm: Fm, n: int, label: str, stop: tuple[str, StopCondition] | No
     harness.reset(fm)
     run_id = new_run_id()
     with running_worker(fm, run_id, label, grace=0.5):
-        obs = run_scenario(fm, scenario(n), run_id, timeout=60, stop=stop, probe_after=False, sides=sides)
+        sc = scenario(n)
+        obs = run_scenario(fm, sc, run_id, timeout=60, stop=stop, probe_after=False, sides=sides,
+                           injectors=sc.injectors_by_hand())
     harness.reset(fm)
     return obs
 
@@ -211,6 +215,21 @@ def test_task_retry_on_worker_lost_bounds_the_poison_loop_and_still_breaks_the_c
 # ---- FM-4's hard variant: the claim's owner dies ----------------------------------------
 
 
+# fm4's claim as it first stood (``lessons/fm4/before_hard_fix.py``), as edits of fm4's file for the variants below
+_FM4_RESUME_AND_BUDGET = (
+    "    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)  # FM-4: SET NX; the owner's redelivery resumes it\n"
+    "    if (state := claim.acquire()) == \"busy\":  # FM-4: another notify is sending; it may still fail\n"
+    "        raise BUSY.retry(self, ClaimBusy(pipeline_id), claim.policy.poll)  # FM-4: ask again later; outlast the claim's TTL\n",
+    "    claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id, policy=ClaimPolicy(resume=False))\n"
+    "    if (state := claim.acquire()) == \"busy\":\n"
+    "        raise self.retry(countdown=0.05, max_retries=400)\n",
+)
+_FM4_IMPORT = ("from shared.claim import ClaimBusy, NotifyClaim, busy_waits, release_when_dead_lettered\n",
+           "from shared.claim import ClaimBusy, ClaimPolicy, NotifyClaim, busy_waits, release_when_dead_lettered\n")
+_FM4_NO_KEY = ("send_email(pipeline_id, summary, idempotency_key=claim.key)  # FM-4: the mail API delivers a key once",
+           "send_email(pipeline_id, summary)")
+
+
 def _fm4_variant(name: str, edits: list[tuple[str, str]]) -> Fm:
     return variants.derive("fm4_duplicated_runs", name, edits)
 
@@ -233,8 +252,8 @@ def test_a_busy_retry_budget_shorter_than_the_claim_ttl_sends_no_email() -> None
     """shared/claim.py: the owner killed before sending, its redelivery busy on its own claim,
     and a budget (20 x 50 ms) that ends long before the claim's 60 s TTL: no email at all, and
     the chord still reports SUCCESS, with notify's MaxRetriesExceededError in the envelope."""
-    resume, budget = weak.EDITS["fm4"][1]
-    fm = _fm4_variant("fm4b_short_budget", [weak.EDITS["fm4"][0], (resume, budget.replace("max_retries=400", "max_retries=20"))])
+    resume, budget = _FM4_RESUME_AND_BUDGET
+    fm = _fm4_variant("fm4b_short_budget", [_FM4_IMPORT, (resume, budget.replace("max_retries=400", "max_retries=20"))])
     obs = run_variant(fm, 4, "variant-fm4-short-budget")
     assert obs.emails == () and obs.mail_calls == 0
     env = obs.chord.envelope
@@ -249,7 +268,7 @@ def test_a_waiting_notify_takes_over_once_a_dead_owners_claim_expires() -> None:
     claim has expired. A 2 s TTL stands for the 60 s one; the chord's own notify, lost,
     is stored FAILURE by Celery, and the duplicate's email is the pipeline's one."""
     fm = _fm4_variant("fm4t_owner_gone", [
-        weak.EDITS["fm4"][0],
+        _FM4_IMPORT,
         ("@app.task(bind=True)\n@enveloped  # FM-1\ndef notify",  # notify alone: a lost notify is not requeued
          "@app.task(bind=True, reject_on_worker_lost=False)\n@enveloped  # FM-1\ndef notify"),
         ("NotifyClaim.of(app, pipeline_id, owner=self.request.id)",
@@ -268,7 +287,7 @@ def test_a_waiting_notify_takes_over_once_a_dead_owners_claim_expires() -> None:
 def test_without_the_idempotency_key_the_owner_killed_after_sending_sends_twice() -> None:
     """docs/failure-modes.md (FM-4): the claim cannot stop the resend of an owner that died after sending;
     the mail API's idempotency key does (G4: 2 calls, 1 email)."""
-    fm = _fm4_variant("fm4k_no_key", [weak.EDITS["fm4"][2]])
+    fm = _fm4_variant("fm4k_no_key", [_FM4_NO_KEY])
     obs = run_variant(fm, 4, "variant-fm4-no-key")
     assert obs.mail_calls == 2 and len(obs.emails) == 2
     assert [e.get("when") for e in obs.events if e.kind == "crash"] == ["before_send", "after_send"]
@@ -661,7 +680,7 @@ def test_an_idle_worker_exits_only_after_celerys_pool_stop() -> None:
     thread it starts to keep heartbeats going, which sleeps 0.5 s between passes: the join waits out the pass it is in,
     0 to 0.5 s more (a 5.6 run exited after 1.33 s). So at least 1 s under all three: no grace below that lets a
     worker exit by itself, and a production grace must add it to the soft timeout and a body."""
-    from lab.deploys import GRACE_SECONDS
+    from lessons.fm7.deploy import GRACE_SECONDS
     fm = harness.load("fm7")
     assert dict(fm.worker_env) == {"REMAP_SIGTERM": "SIGQUIT"}
     floor = 1.0
@@ -792,7 +811,7 @@ def test_a_backend_that_comes_back_empty_loses_the_chord_and_the_run_says_what_w
         assert wait_until(lambda: set(ends()) >= set(docs) and rerun()[0] == rerun()[1], 30), f"after the return: {rerun()}"
         failed = rerun()[0]
         assert failed and not failed & stored
-        assert not wait_until(first.ready, checks.BACKEND_RETURN_SECONDS - (time.monotonic() - back))
+        assert not wait_until(first.ready, BACKEND_RETURN_SECONDS - (time.monotonic() - back))
         states = {doc: str(m.state) for doc, m in _member_results(first, docs).items()}  # pyright: ignore[reportPrivateUsage]
         assert {d for d, s in states.items() if s == "PENDING"} == stored  # stored before the stop: lost
         assert {d for d, s in states.items() if s == "SUCCESS"} == set(docs) - stored  # stored after the return
@@ -843,7 +862,7 @@ def test_chain_heads_that_cannot_store_their_results_are_not_run_again() -> None
         heads = failed("fetch_document")
         assert not {e.get("doc") for e in events if e.kind == "sent_back"} & heads - failed("parse_document")
         assert all(sum(1 for e in events if e.kind == "fetch_start" and e.get("doc") == d) == 1 for d in heads)
-        assert checks._overlaps(events) == []  # pyright: ignore[reportPrivateUsage]
+        assert overlaps(events) == []
         assert len(reader.emails()) == 1
         del chord_result
         gc.collect()

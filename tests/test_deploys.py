@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from lab.checks import _overlaps, killed_at_grace  # pyright: ignore[reportPrivateUsage]
-from lab.deploys import held
+from lab.checks import overlaps
+from lessons.fm7.checks import killed_at_grace
+from lessons.fm7.deploy import held
 from lab.observe import Event
 
 
@@ -35,16 +36,16 @@ def _run(gone_at: float, ended: bool = False) -> list[Event]:
 
 
 def test_an_attempt_that_begins_after_the_worker_of_the_one_before_was_gone_is_no_overlap() -> None:
-    assert _overlaps(_run(gone_at=1.7)) == []
+    assert overlaps(_run(gone_at=1.7)) == []
 
 
 def test_an_attempt_that_begins_while_the_one_before_still_runs_in_a_live_worker_is_an_overlap() -> None:
-    found = _overlaps(_run(gone_at=2.5))  # celery#5998 on 5.5: the broker requeued it, the old worker still ran it
+    found = overlaps(_run(gone_at=2.5))  # celery#5998 on 5.5: the broker requeued it, the old worker still ran it
     assert found == ["doc34 attempt 2 began 0.90s after attempt 1, which still ran"]
 
 
 def test_an_attempt_that_ended_before_the_next_began_is_no_overlap_whatever_its_worker() -> None:
-    assert _overlaps(_run(gone_at=2.5, ended=True)) == []
+    assert overlaps(_run(gone_at=2.5, ended=True)) == []
 
 
 def test_a_body_killed_at_the_grace_counts_against_g7_only_if_it_ran_at_the_sigterm() -> None:

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from lab import harness, weak
+from lab import harness
 from lab.fm import ROOT, fm_modules, layers
-from lab.scenarios import scenario
+from lessons import scenario
 from lab.settings import NAMESPACE
-from lab.variants import VARIANTS_DIR
 from lab.show.diff import code_of, step
 from shared.timeouts import BackstopRequest
 
@@ -255,22 +254,12 @@ def test_scenarios_are_cumulative() -> None:
     assert [side.tag for side in scenario(1).sides] == ["expired"] == [side.tag for side in scenario(2).sides]
     assert [side.tag for side in scenario(3).sides] == ["expired", "body", "behind"] == [side.tag for side in scenario(6).sides]
     assert scenario(5).burst == tuple(f"doc{i}" for i in range(12, 28)) and not scenario(4).burst
-    assert not scenario(3).duplicate_notify and scenario(4).duplicate_notify
-    assert not scenario(3).crash_plan and scenario(4).crash_plan == ("before_send", "after_send")
+    assert "duplicate notify" not in scenario(3).injectors and "duplicate notify" in scenario(4).injectors
     assert [side.tag for side in scenario(7).sides] == ["expired", "body", "behind", "deploy"]
     assert scenario(7).docs == scenario(6).docs  # the slow documents are the side chord's, not the main chord's
     assert [side.tag for side in scenario(8).sides] == ["expired", "body", "behind", "deploy", "outage"]
-    assert scenario(8).docs == scenario(6).docs and [s.outage for s in scenario(8).sides] == [False] * 4 + [True]
+    assert scenario(8).docs == scenario(6).docs and [s.injector for s in scenario(8).sides][-1] == "backend outage"
     assert [side.tag for side in scenario(9).sides] == ["expired", "body", "behind", "deploy", "outage", "connloss", "overlong"]
-    assert scenario(9).docs == scenario(6).docs and [s.linked for s in scenario(9).sides] == [False] * 5 + [True] * 2
+    assert scenario(9).docs == scenario(6).docs and [s.injector for s in scenario(9).sides][-2:] == ["connection cut"] * 2
     with pytest.raises(ValueError):
         scenario(10)
-
-
-def test_every_weak_variant_is_its_fm_without_the_hard_fix() -> None:
-    """lab/weak.py: each edit matches its FM exactly once, and the variant still loads."""
-    for fm, edits in weak.EDITS.items():
-        variant = weak.weak(fm, fm_modules()[fm])
-        assert variant.short == weak.weak_name(fm)
-        source = (VARIANTS_DIR / f"{variant.module}.py").read_text()
-        assert all(new in source for _, new in edits)

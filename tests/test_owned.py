@@ -97,7 +97,7 @@ def _left_by_a_killed_run(server: str, env: dict[str, str], timeout: float = 60)
 
 @needs_redis
 def test_the_next_scenario_8_run_stops_only_the_servers_whose_run_is_gone() -> None:
-    """lab/outage.py starts each run's backend after ``stop_leftovers(orphans_only=True)``: a server whose
+    """lessons/fm8/outage.py starts each run's backend after ``stop_leftovers(orphans_only=True)``: a server whose
     owner died goes (with its folder); one whose owner still runs (another ``--jobs`` run) stays."""
     ns = derived("orphans")
     env = {**os.environ, "RCL_NAMESPACE": ns}

@@ -208,7 +208,7 @@ def test_every_check_is_named_in_words_where_it_appears(page: str) -> None:
 
 
 def test_every_check_the_lab_makes_has_its_words() -> None:
-    sources = [ROOT / "lab" / "checks.py", *sorted((ROOT / "case_studies").glob("*/study.py"))]
+    sources = [*sorted((ROOT / "lessons").glob("*/checks.py")), *sorted((ROOT / "case_studies").glob("*/study.py"))]
     labels = {m for path in sources for m in re.findall(r'Collector\("([^"]+)"\)', path.read_text())}
     labels |= {f"BL{3 + n} write-up" for n in range(1, 6)}  # bl_ingestion's Collector(f"BL{3 + sc.number} write-up")
     assert len(labels) > 40

@@ -15,7 +15,9 @@ from lab import harness
 from lab.observe import Reader, RunRecorder, attempt_starts
 from lab.runner import _metas  # pyright: ignore[reportPrivateUsage]
 from lab.records import Outcome
-from lab.scenarios import BURST, Scenario, scenario
+from lab.scenarios import Scenario
+from lessons import scenario
+from lessons.fm5.scenario import BURST
 from shared.envelope import Result
 from tests.synthetic import fixed_run, large_fixed_run
 
@@ -54,7 +56,7 @@ def test_the_burst_is_its_throttled_documents_not_their_names() -> None:
     """A scenario of clean documents named doc1..docN (the benchmark's) has no burst to wait for: the runner
     would read every retry event at every look for one that never comes."""
     assert scenario(5).burst == BURST
-    assert Scenario(1, {f"doc{i}": None for i in range(1, 40)}, duplicate_notify=False).burst == ()
+    assert Scenario(1, {f"doc{i}": None for i in range(1, 40)}).burst == ()
 
 
 @pytest.mark.parametrize("made", [fixed_run, large_fixed_run])

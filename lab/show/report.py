@@ -39,7 +39,7 @@ from lab.fm import ROOT, fm_modules
 from lab.matrix import TITLES
 from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
 from lab.records import MatrixRow, RunReport, matrix
-from lab.scenarios import SCENARIOS, scenario
+from lessons import scenario, scenarios
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
 """The docstring paragraphs the report shows, in this order."""
@@ -186,7 +186,7 @@ def _previous(fm: str, fixed: Mapping[str, RunReport]) -> tuple[str, RunReport] 
     """The previous FM's fixed run, when FM ``fm``'s scenario adds only side chords (scenarios 7 to 9: its main chord
     is the previous scenario's, its lesson a side chord the runner acts on): its main chord is told against it."""
     n = int(fm[2:]) if fm.startswith("fm") and fm[2:].isdigit() else 0
-    if n < 2 or n not in SCENARIOS or scenario(n).docs != scenario(n - 1).docs:
+    if n < 2 or n not in scenarios() or scenario(n).docs != scenario(n - 1).docs:
         return None
     before = fixed.get(f"fm{n - 1}")
     return (f"fm{n - 1}", before) if before is not None else None

@@ -56,10 +56,12 @@ from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
 from shared.envelope import REASONS
-from lab.connloss import CONSUMER_TIMEOUT_MS
+import lessons
 from lab.observe import Event
 from lab.records import Observations, SideRun
-from lab.scenarios import HUNG_DOC, SCENARIOS, Side, scenario
+from lab.scenarios import SideChord
+from lessons.fm9.connloss import CONSUMER_TIMEOUT_MS
+from lessons.fm9.scenario import HUNG_DOC
 
 End = Literal["ok", "raised", "retried", "killed", "running"]
 UNSTORED = "its body ended ok; its result could not be stored"
@@ -300,7 +302,7 @@ class SideTimeline:
     end: float = 0.0  # its last event
     injected: tuple[Injected, ...] = ()  # what the runner did to it from outside (scenarios 8 and 9)
     workers: tuple[WorkerLife, ...] = ()  # scenario 7: the workers its deploys started and stopped, in order
-    scenario: int = 0  # the first scenario that has it (``lab.scenarios.Side.first``; 0: not a side the lab knows)
+    scenario: int = 0  # the first scenario that has it (``lessons.first_scenario``; 0: not a side the lab knows)
 
     @property
     def hit(self) -> bool:
@@ -530,14 +532,14 @@ def _side(obs: Observations, run: SideRun, span: float, body: str, exits: list[E
         last = [n for n in tl.notifies if n.role == "chord"][-1:]
         fate = "sent" if last and last[0].how == "sent" else "ended" if last and last[0].how in ("ended", "skipped") else "running"
         seen = None
-    purpose = _purpose(_SIDES.get(run.tag), obs)
+    purpose = _purpose(_spec(run.tag), obs)
     workers = _workers(events, at, tl, obs.run_id)
     head, facts = _side_words(obs, run, tl, fate, deliveries, kept, workers, events)
     first = min((e.t - at for e in events), default=span)
     last = max((e.t - at for e in events), default=span)
     return SideTimeline(run.tag, purpose, run.run_id, run.chord.state, head, facts, fate, tl, deliveries, seen,
                         first, last if run.chord.state in ("SUCCESS", "FAILURE") else max(last, span),
-                        _injected(events, at, tl, span), workers, side.first if (side := _SIDES.get(run.tag)) else 0)
+                        _injected(events, at, tl, span), workers, lessons.first_scenario(run.tag))
 
 
 def _injected(events: list[Event], at: float, tl: Timeline, span: float) -> tuple[Injected, ...]:
@@ -649,21 +651,20 @@ def _worker_name(name: str, run_id: str) -> str:
     return part.split("-", 1)[1] if "-" in part else "worker"
 
 
-_SIDES: Mapping[str, Side] = {s.tag: s for s in scenario(SCENARIOS.stop - 1).sides}
-"""Every side chord of the scenarios (the last scenario has them all), by tag."""
+FOREIGN = "{foreign}"
+"""In a side chord's purpose: the number of letters no drain can place put in the DLQ before it."""
 
 
-def _purpose(side: Side | None, obs: Observations) -> str:
-    if side is None:
+def _spec(tag: str) -> SideChord | None:
+    """The side chord ``tag`` of the scenarios (the last scenario has them all)."""
+    return lessons.scenario(len(lessons.FMS)).side(tag)
+
+
+def _purpose(side: SideChord | None, obs: Observations) -> str:
+    if side is None or not side.purpose:
         return ""
-    if side.expired_head:
-        return "a chain head sent already expired"
-    if side.poison_mail:
-        return "a poison notify"
-    if side.behind_letters:
-        count = _foreign(obs)
-        return f"a poison member behind {f'{count} ' if count is not None else ''}letters no drain can place"
-    return ""
+    count = _foreign(obs)
+    return side.purpose.replace(f"{FOREIGN} ", f"{count} " if count is not None else "")
 
 
 def _foreign(obs: Observations) -> int | None:
@@ -696,7 +697,7 @@ def _side_words(obs: Observations, run: SideRun, tl: Timeline, fate: BodyFate, d
         passes = f", {len(kept)} passes" if len(kept) > 1 else ""
         facts.append(Fact(f"body dead-lettered {after}, kept in the DLQ in silence ({kept[0].get('why') or 'kept'}{passes})",
                           "kept"))
-    if run.tag in _SIDES and _SIDES[run.tag].behind_letters:
+    if (spec := _spec(run.tag)) is not None and FOREIGN in spec.purpose:  # sent behind letters no drain can place
         facts.append(_letters_words(obs))
     if stopped := [w for w in workers if w.term is not None]:  # FM-7: the runner's rolling deploys
         killed = [w for w in stopped if w.how == "killed"]

@@ -27,12 +27,15 @@ from contextlib import contextmanager
 from typing import Any
 
 from celery import Celery
+from kombu import Connection
 
 from lab.fm import Fm
 from lab.link import BrokerLink
 from lab.observe import Reader
 from lab.owned import OwnedRabbit, stop_leftovers
-from lab.workers import Worker
+from lab.queues import queue_consumers
+from lab.waiting import wait_until
+from lab.workers import READY_TIMEOUT, Worker, WorkerFailed
 
 OWNED_NAME = "broker"
 """The owned node's name, then the run's id (two runs of scenario 9 at once each have their own)."""
@@ -88,6 +91,26 @@ class LinkedBroker:
                                           "RCL_CONSUMER_TIMEOUT": f"{CONSUMER_TIMEOUT_MS / 1000:g}"})
                 self.worker.wait_ready()
             send()
+
+    def start_worker(self, timeout: float = READY_TIMEOUT) -> None:
+        """Start its worker and wait until the node counts its consumer on the program's task queue. It publishes
+        nothing and leaves the harness's app alone, so it may run on a thread while the run goes on (``submit``
+        then finds the worker started)."""
+        worker = self.spawn({"CELERY_BROKER_URL": self.link.url(self.node.url),
+                             "RCL_CONSUMER_TIMEOUT": f"{CONSUMER_TIMEOUT_MS / 1000:g}"})
+        self.worker = worker
+        name = str(self.fm.task_queues[0].name)
+
+        def consuming() -> bool:
+            proc = worker.proc
+            if proc is not None and proc.poll() is not None:
+                raise WorkerFailed(f"the worker {worker.name} exited ({proc.returncode}) before it consumed; log tail:\n"
+                                   f"{worker.tail()}")
+            return queue_consumers(conn, name) >= 1
+
+        with Connection(self.node.url) as conn:
+            if not wait_until(consuming, timeout, interval=0.05, interruptible=False):
+                raise WorkerFailed(f"the worker {worker.name} did not consume within {timeout:.0f}s; log tail:\n{worker.tail()}")
 
     def step(self, side: Reader, drop: bool) -> None:
         """One look at a side served here: its worker's exit, and (``drop``) the cut when its moment came."""

@@ -1,0 +1,68 @@
+"""What FM-7's lesson adds to the scenarios: rolling deploys while slow but healthy documents run.
+
+A side chord of its own (``deploy``), sent once the run's own chord and the sides sent with it are over, so
+that a deploy meets none of the earlier faults and the earlier scenarios stay as fast; ``RollingDeploys``
+(``lessons.fm7.deploy``) rolls the worker while it runs.
+"""
+
+from __future__ import annotations
+
+from lessons.fm7.deploy import RollingDeploy
+from lab.faults import SLOW
+from lab.fm import Fm
+from lab.injector import Harnessed, Injector, RunView
+from lab.scenarios import MAIN, Doc, Part, SideChord
+from lab.workers import Worker
+
+DEPLOY = "deploy"
+DEPLOY_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(34, 34 + 32))
+"""The slow but healthy documents (``SLOW``): 12.8 s of work on two processes, room for three deploys when a
+worker boots in 0.6 s (idle) and for two when it takes 4 s (loaded; ``lessons.fm7.checks.MIN_DEPLOYS``)."""
+DEPLOYS = 3
+"""Deploys the harness makes while the side ``deploy`` runs."""
+
+
+class RollingDeploys(Injector):
+    """``DEPLOYS`` rolling deploys of the run's worker (``lessons.fm7.deploy.RollingDeploy``) while the side runs."""
+
+    needs_harness = True
+
+    def __init__(self) -> None:
+        self.harnessed: Harnessed | None = None
+        self.deploy: RollingDeploy | None = None
+
+    def prepare(self, fm: Fm, harnessed: Harnessed) -> Fm:
+        self.harnessed = harnessed
+        return fm
+
+    def attach(self, worker: Worker) -> None:
+        """The new versions run the worker's program as it was started (another injector may have moved its backend)."""
+        fm, harnessed = worker.fm, self.harnessed
+        if harnessed is not None:
+            self.deploy = RollingDeploy(fm, worker, lambda part: harnessed.spawn(fm, part, None), DEPLOYS)
+
+    def step(self, run: RunView) -> None:
+        side = run.side(DEPLOY)
+        if self.deploy is not None and side is not None and side.sent:
+            self.deploy.step(side.reader)
+
+    def stop(self) -> None:
+        if self.deploy is not None:
+            self.deploy.close()
+
+    def serving(self, worker: Worker) -> Worker:
+        return self.deploy.current if self.deploy is not None else worker
+
+    def workers(self) -> list[Worker]:
+        return self.deploy.workers[1:] if self.deploy is not None else []
+
+    def watch(self) -> None:
+        if self.deploy is not None:
+            self.deploy.watch()
+
+
+PART = Part(
+    sides=(SideChord(DEPLOY, tuple(Doc(d, SLOW, "slow but healthy: 0.8 s of work") for d in DEPLOY_DOCS),
+                     "slow but healthy documents, rolled over by deploys", injector="rolling deploys", after=(MAIN,)),),
+    injectors={"rolling deploys": RollingDeploys},
+)

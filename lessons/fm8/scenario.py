@@ -1,0 +1,54 @@
+"""What FM-8's lesson adds to the scenarios: the result backend goes away while slow but healthy documents run.
+
+The run's result backend is a Redis the lab owns (``lessons.fm8.outage.owned_backend``); ``BackendOutages`` stops and
+starts it twice while the side chord ``outage`` runs (``lessons.fm8.outage.BackendOutage``), sent after the deploys'.
+While the backend is down the runner reads nothing from it: the run is paused.
+"""
+
+from __future__ import annotations
+
+from lab.faults import SLOW
+from lab.fm import Fm
+from lab.injector import Harnessed, Injector, RunView
+from lessons.fm8.outage import BackendOutage, owned_backend
+from lab.scenarios import Doc, Part, SideChord
+
+OUTAGE = "outage"
+OUTAGE_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(66, 66 + 12))
+"""Slow but healthy documents: 4.8 s of work on two processes, so that bodies still run, and end, while the
+result backend is gone."""
+
+
+class BackendOutages(Injector):
+    """The run's result backend on a Redis of the lab's own, stopped twice while the side ``outage`` runs."""
+
+    needs_harness = True
+
+    def __init__(self) -> None:
+        self.outage: BackendOutage | None = None
+
+    def prepare(self, fm: Fm, harnessed: Harnessed) -> Fm:
+        moved, server = harnessed.stack.enter_context(owned_backend(fm, harnessed.run_id))
+        self.outage = BackendOutage(server)
+        harnessed.stack.callback(self.outage.close)
+        return moved
+
+    def step(self, run: RunView) -> None:
+        side = run.side(OUTAGE)
+        if self.outage is not None and side is not None and side.sent:
+            self.outage.step(side.reader)
+
+    def paused(self) -> bool:
+        return self.outage is not None and self.outage.down
+
+    def stop(self) -> None:
+        if self.outage is not None:
+            self.outage.close()
+
+
+PART = Part(
+    sides=(SideChord(OUTAGE, tuple(Doc(d, SLOW, "slow but healthy: 0.8 s of work") for d in OUTAGE_DOCS),
+                     "slow but healthy documents while the result backend goes away", injector="backend outage",
+                     after=("deploy",)),),
+    injectors={"backend outage": BackendOutages},
+)

@@ -1,0 +1,156 @@
+"""FM-9's checks: G9 (a dropped connection and a member past the consumer timeout: nothing runs twice at once,
+the worker serves again, the member ends as an envelope), S9 and S9 hard.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lab.checks import overlaps, side_done, side_of, side_state, summary_of_side
+from lab.fm import Fm
+from lab.lesson import LessonChecks, Stop
+from lab.observe import Event, Reader, short_doc
+from lab.records import Check, Collector, Observations, SideRun
+from lessons.fm9.scenario import CONNLOSS_DOCS, HUNG_DOC
+
+
+@dataclass(frozen=True)
+class ConnlossFindings:
+    """What scenario 9's sides ``connloss`` and ``overlong`` show (``lessons.fm9.connloss``)."""
+
+    cuts: list[Event]  # link_cut: the worker's connections dropped, and which member ran then
+    overlaps: list[str]  # documents parsed in two processes at once (connloss)
+    ran_on: list[str]  # runs that went on to their end after the cut, their message given back meanwhile (connloss)
+    exits: list[Event]  # worker_exit: the linked worker ended during the run
+    hung_starts: int  # how many times the over-long member's parse began
+    hung_back: int  # how many times its message came back to a worker (the broker's timeout closed its channel)
+    hung_end: str  # how the over-long member ended in its chord's summary
+
+
+def connloss_findings(connloss: SideRun | None, overlong: SideRun | None) -> ConnlossFindings:
+    events = [*(connloss.events if connloss else ()), *(overlong.events if overlong else ())]
+    failed = overlong.failed(HUNG_DOC) if overlong is not None else None
+    return ConnlossFindings(
+        cuts=[e for e in events if e.kind == "link_cut"],
+        overlaps=overlaps(connloss.events) if connloss else [],
+        ran_on=_ran_on(connloss.events) if connloss else [],
+        exits=[e for e in events if e.kind == "worker_exit"],
+        hung_starts=sum(1 for e in (overlong.events if overlong else ()) if e.kind == "attempt_start" and e.get("doc") == HUNG_DOC),
+        hung_back=max(0, sum(1 for e in (overlong.events if overlong else ()) if e.kind == "received" and e.get("doc") == HUNG_DOC) - 1),
+        hung_end=f"failed {failed.get('reason')}" if failed is not None else "no outcome")
+
+
+def _ran_on(events: Sequence[Event]) -> list[str]:
+    """The parses running at a cut that were not stopped: each ended after it other than ``cancelled``, while
+    its message had come back to the worker (``received`` again) before that end."""
+    found: list[str] = []
+    for cut in (e for e in events if e.kind == "link_cut"):
+        started = {e.get("task"): e for e in events if e.kind == "attempt_start" and e.t <= cut.t}
+        for e in events:
+            if e.kind != "attempt_end" or e.t <= cut.t or e.get("outcome") == "cancelled" or e.get("task") not in started \
+                    or started[e.get("task")].get("attempt") != e.get("attempt"):
+                continue
+            back = [r.t for r in events if r.kind == "received" and r.get("task") == e.get("task") and cut.t < r.t < e.t]
+            if back:
+                found.append(f"{e.get('doc')} attempt {e.get('attempt')} ran on {e.t - cut.t:.2f}s after the cut to its end "
+                             f"({e.get('outcome')}), its message back {back[0] - cut.t:.2f}s after the cut")
+    return found
+
+
+def g9(obs: Observations, fm: Fm) -> Check:
+    c = Collector("G9")
+    connloss, overlong = side_of(c, obs, "connloss"), side_of(c, obs, "overlong")
+    if connloss is None or overlong is None:
+        return c.result()
+    f = connloss_findings(connloss, overlong)
+    by_hand = not any(e.kind == "linked" for e in connloss.events)  # by hand the drop is yours, and the broker's timeout
+    if not by_hand:
+        cuts = ", ".join(f"{e.get('connections')} connections while {e.get('running')} ran" for e in f.cuts)
+        c.expect(len(f.cuts) == 1 and f.cuts[0].get("running") in CONNLOSS_DOCS, f"cut: {cuts or 'never'}",
+                 "once, while a member ran")
+    c.expect(not f.overlaps, f"parsed twice at once: {'; '.join(f.overlaps) or 'none'}", "none")
+    c.expect(not f.ran_on, f"ran on after its message went back: {'; '.join(f.ran_on) or 'none'}", "none (cancelled)")
+    for side in (connloss, overlong):
+        summary = summary_of_side(side)
+        ok = sorted(short_doc(str(d)) for d in summary.get("ok", []))
+        wanted = sorted(d for d in side.docs if side is connloss or d != HUNG_DOC)
+        c.expect(side_done(side) and ok == wanted and len(side.emails) == 1,
+                 f"{side.tag} chord {side_state(side)}: ok {', '.join(ok) or 'none'}, emails {len(side.emails)}",
+                 f"SUCCESS, ok {', '.join(wanted)} (each once), 1 email")
+    c.expect(not f.exits, f"the linked worker exited: {', '.join(e.get('code') for e in f.exits) or 'no'}",
+             "no: it reconnects and serves again")
+    c.expect(f.hung_starts == 1 and f.hung_back == 0 and f.hung_end == "failed time_limit",
+             f"the over-long member parsed {f.hung_starts}x, its message back {f.hung_back}x, {f.hung_end}",
+             "1x, never back, failed time_limit (its kill before the broker's consumer timeout)")
+    return c.result()
+
+
+def s9(obs: Observations, fixed: Fm) -> Check:
+    c = Collector("S9")
+    connloss, overlong = side_of(c, obs, "connloss"), side_of(c, obs, "overlong")
+    if connloss is None or overlong is None:
+        return c.result()
+    f = connloss_findings(connloss, overlong)
+    c.expect(bool(f.cuts) and bool(f.overlaps or f.ran_on),
+             f"cut while {', '.join(e.get('running') for e in f.cuts) or 'nothing'} ran; parsed twice at once: "
+             f"{'; '.join(f.overlaps) or 'none'}; ran on after its message went back: {'; '.join(f.ran_on) or 'none'}",
+             "the running member not stopped: run twice at once, or on to its end with its message given back")
+    c.expect(bool(f.exits) or f.hung_starts > 1,
+             f"the linked worker exited: {', '.join(e.get('code') for e in f.exits) or 'no'}; "
+             f"the over-long member parsed {f.hung_starts}x ({f.hung_end})",
+             "the worker ends at the consumer timeout, or the member runs again")
+    return c.result()
+
+
+def s9_hard(obs: Observations, fixed: Fm) -> Check:
+    c = Collector("S9 hard")
+    if (overlong := side_of(c, obs, "overlong")) is None:
+        return c.result()
+    f = connloss_findings(obs.sides.get("connloss"), overlong)
+    twice = overlaps(overlong.events)
+    c.expect(f.hung_back >= 1, f"the over-long member's message back {f.hung_back}x (parsed {f.hung_starts}x, {f.hung_end})",
+             "back at least once: the broker's timeout closed its channel before Celery's kill")
+    c.seen.append(f"a run begun while one before had no end (a cancel cannot reach C code): {'; '.join(twice) or 'none'}")
+    c.expect(not f.exits, f"the linked worker exited: {', '.join(e.get('code') for e in f.exits) or 'no'}",
+             "no (broker_channel_error_retry)")
+    return c.result()
+
+
+HUNG_WAIT = 8.0
+"""S9 hard's stop: the over-long member, stuck in C code, began this long ago and the run goes on (its
+``time_limit`` is 3 s, the node's consumer timeout 2.4 s)."""
+
+
+def _hung_for(r: Reader, seconds: float) -> bool:
+    side = r.side_readers.get("overlong")
+    starts = [e.t for e in side.events() if e.kind == "attempt_start" and e.get("doc") == HUNG_DOC] if side else []
+    return bool(starts) and time.time() - starts[0] > seconds
+
+
+def _overlong_broke(r: Reader) -> bool:
+    """S9's stop: the side ``overlong``'s worker is gone, or its hung member began a second time."""
+    sides = [r.side_readers.get(tag) for tag in ("connloss", "overlong")]
+    events = [e for side in sides if side is not None for e in side.events()]  # the exit is seen by either
+    return any(e.kind == "worker_exit" for e in events) or sum(
+        1 for e in events if e.kind == "attempt_start" and e.get("doc") == HUNG_DOC) > 1
+
+
+def _symptom_stop(fixed: Fm, program: Fm) -> Stop | None:
+    return ("the linked worker exited, or the over-long member ran again", _overlong_broke)
+
+
+def _hard_stop(fixed: Fm, program: Fm) -> Stop | None:
+    return (f"the over-long member ran a second time, or had no outcome {HUNG_WAIT:.0f}s after it began",
+            lambda r: _overlong_broke(r) or _hung_for(r, HUNG_WAIT))
+
+
+CHECKS = LessonChecks(
+    guarantee=g9, symptom=s9, symptom_stop=_symptom_stop, hard_symptom=s9_hard, hard_stop=_hard_stop,
+    words={
+        "G9": "connection cut mid-member: no run twice at once, worker serves on; over-long member an envelope",
+        "S9": "connection cut: a running member not stopped (run twice at once); consumer timeout ends the worker",
+        "S9 hard": "no limit below the consumer timeout: the stuck member's message comes back (406)",
+    },
+)

@@ -1,0 +1,105 @@
+"""What FM-9's lesson adds to the scenarios: the worker's broker connection drops, and a member outlives the
+broker's ``consumer_timeout``.
+
+Two side chords on a RabbitMQ node the lab owns, served by a worker of their own (``lessons.fm9.connloss``), sent one
+after the other once the run's own chord is over (while the deploys run: neither touches the other's worker or
+broker) and before the outage (which would stop the result backend their worker stores in): ``connloss``, whose
+worker's connections ``ConnectionCut`` cuts while the slow member runs alone, and ``overlong``, a member stuck in
+C code (the two cannot overlap: the cut would requeue the stuck member too).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from lessons.fm9.connloss import CONSUMER_TIMEOUT_MS, LINKED, OWNED_NAME, TICK_MS, LinkedBroker
+from lab.faults import C_HANG, SLOW
+from lab.fm import Fm
+from lab.injector import Harnessed, Injector, RunView, SideView
+from lab.link import BrokerLink
+from lab.owned import OwnedRabbit, stop_leftovers
+from lab.scenarios import MAIN, Doc, Part, SideChord
+
+CONNLOSS = "connloss"
+OVERLONG = "overlong"
+HUNG_DOC = "doc81"
+"""The member stuck in C code (side ``overlong``)."""
+CONNLOSS_DOCS: tuple[str, ...] = ("doc78", "doc79", "doc80")
+
+
+class ConnectionCut(Injector):
+    """The owned node, the link to it and its worker (``lessons.fm9.connloss.LinkedBroker``): the sides ``connloss`` and
+    ``overlong`` are sent there, and the link is cut while ``connloss``'s slow member runs alone.
+
+    The node (about 5 s to start on an idle machine, 12 s on a loaded one) and its worker start on a thread while
+    the run's own chord runs: its sides are ready once the worker consumes there."""
+
+    needs_harness = True
+
+    def __init__(self) -> None:
+        self.broker: LinkedBroker | None = None
+        self.starting: threading.Thread | None = None
+        self.failed: BaseException | None = None
+
+    def prepare(self, fm: Fm, harnessed: Harnessed) -> Fm:
+        stop_leftovers(orphans_only=True)  # what a killed run left running
+        node = OwnedRabbit(f"{OWNED_NAME}-{harnessed.run_id}", consumer_timeout=CONSUMER_TIMEOUT_MS,
+                           channel_tick_interval=TICK_MS)
+
+        def start() -> None:
+            try:
+                node.start()
+                self.broker = LinkedBroker(fm, node, BrokerLink.to(node.url), lambda env: harnessed.spawn(fm, LINKED, env))
+                self.broker.start_worker()
+            except BaseException as exc:  # said by ready(), on the run's own thread
+                self.failed = exc
+
+        self.starting = threading.Thread(target=start, name=f"owned-broker-{harnessed.run_id}", daemon=True)
+        self.starting.start()
+        harnessed.stack.callback(self._close, node, harnessed.grace)
+        return fm
+
+    def _close(self, node: OwnedRabbit, grace: float) -> None:
+        """Everything it started stopped and removed (once the start is over: a node half started is removed too)."""
+        if self.starting is not None:
+            self.starting.join()
+        if self.broker is not None:
+            self.broker.close(grace)
+        else:
+            node.remove()
+
+    def ready(self, run: RunView, side: SideView) -> bool:
+        if self.starting is not None and self.starting.is_alive():
+            return False
+        if self.failed is not None:
+            raise self.failed
+        return True
+
+    def send(self, run: RunView, side: SideView) -> None:
+        broker = self.broker
+        if broker is None:
+            side.submit()
+            return
+        broker.submit(side.submit)  # to the lab's own node, served by its own worker
+        side.reader.rec.event("linked", node=broker.node.node)
+
+    def step(self, run: RunView) -> None:
+        if self.broker is None:
+            return
+        for tag in (CONNLOSS, OVERLONG):
+            side = run.side(tag)
+            if side is not None and side.sent:
+                self.broker.step(side.reader, drop=tag == CONNLOSS)
+
+
+PART = Part(
+    sides=(SideChord(CONNLOSS, (Doc("doc78", SLOW, "slow but healthy: runs alone when the connection drops"),
+                                Doc("doc79", None, "a healthy document"), Doc("doc80", None, "a healthy document")),
+                     "a chord whose worker's broker connection drops mid-member", injector="connection cut",
+                     after=(MAIN,), before=("outage",)),
+           SideChord(OVERLONG, (Doc(HUNG_DOC, C_HANG, "a member stuck in C code, past the broker's consumer timeout"),
+                                Doc("doc82", SLOW, "slow but healthy")),
+                     "a member that outlives the broker's consumer_timeout", injector="connection cut",
+                     after=(CONNLOSS,), before=("outage",))),
+    injectors={"connection cut": ConnectionCut},
+)
