@@ -354,7 +354,9 @@ def _collect(app: Celery[Any], target: str) -> AppFacts:
     file = _app_file(target)
     setting_lines = _setting_lines(file, target.partition(":")[2] or "app")
     origins = _origins(app, conf, read, file, setting_lines, unknown)
-    scan = scan_code([file, *(t.file for t in tasks)])
+    # The lab's own probe and idle tasks (lab.app.lab_app adds them to every lab program: the FM files, the case
+    # studies) are the harness's plumbing, not the program's code: the folder they live in is not the program's.
+    scan = scan_code([file, *(t.file for t in tasks if not (t.file and Path(t.file).match("lab/app.py")))])
     backend_class, guards, requeues = _backend_class(app)
     return AppFacts(
         target=target, main=app.main, celery_version=_version("celery"), kombu_version=_version("kombu"),

@@ -830,9 +830,8 @@ RULES: tuple[Rule, ...] = (
                "(past 65,535 the limit is turned off); celery#2218, #3267, #9849; no lab run shows the unbounded hold"),
          "worker_eta_task_limit (5.6+) at the waiting retries one worker may hold, or retries that wait in the broker "
          "(shared.retry.transient_retryable(..., wait_in=QUEUE))", check_eta_limit),
-    Rule("retries-exhausted-fail", "retries that run out fail the task", "case studies severity_batch, cte_ingestion",
-         "medium", Proof("severity_batch SB5 write-up, cte_ingestion CT3 write-up",
-                         f"{_study('severity_batch')}; {_study('cte_ingestion')}"),
+    Rule("retries-exhausted-fail", "retries that run out fail the task", "case study severity_batch",
+         "medium", Proof("severity_batch SB5 write-up", _study("severity_batch")),
          "record the last failure as a result the chord counts (shared.envelope.enveloped over "
          "shared.retry.transient_retryable), or dead-letter it where a replay finds it", check_retries_exhausted),
     Rule("no-deadline", "nothing ends a hung task", "FM-6", "medium", Proof("fm6 S6", _fm(6)),
