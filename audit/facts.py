@@ -26,6 +26,9 @@ What it cannot see: what a task body does (a ``self.retry(countdown=...)`` in th
 deadline of the body's own making). It recognises the lab's primitives by the attributes they
 leave on the function (``shared.timeouts.hard_timeout``: ``hard_timeout_seconds``;
 ``shared.retry.transient_retryable``: ``retry_policy``), through any ``functools.wraps`` layer.
+
+One piece: everything the audit reads from an app is gathered here once, into the ``AppFacts`` every rule
+reads; the rules live in ``audit.rules``.
 """
 
 from __future__ import annotations

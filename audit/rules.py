@@ -8,6 +8,9 @@ and the fix's settings. A rule no lab run proves yet says so in its proof (``cel
 Every consequence sentence was read in Celery 5.5.3, 5.6.3 and 5.7.0 (the module and function are
 named in docs/audit.md); a rule that needs a setting the installed Celery lacks does not run
 (``since``), and a setting the app sets that the installed Celery lacks is a finding of its own.
+
+One piece: the rules' table and their checks sit side by side, so that a rule's words and the condition it
+fires on are read together.
 """
 
 from __future__ import annotations

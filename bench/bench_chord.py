@@ -40,6 +40,9 @@ Output (``bench/results/``, which git ignores but for the published run): ``chor
 (every run and the min/median/max per variant and N), ``.md`` (the table) and ``.png`` (docs/s
 against N per variant; needs the ``bench`` extra: ``pip install -e '.[bench]'``).
 Always give it a namespace of its own (``RCL_NAMESPACE``): it deletes that namespace's keys.
+
+One piece: one command runs, measures and writes the benchmark's tables and plot, so that a published figure
+comes from one file's run.
 """
 
 from __future__ import annotations

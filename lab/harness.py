@@ -17,6 +17,10 @@ stopped answering (URL masked) or the scenario did not end before its deadline.
 The watch during a run (``Liveness``) notices a dead worker at its next look
 (every 20 ms) and a silent service within ``SERVICE_CHECK_SECONDS`` plus its
 connect timeout, not at the run's deadline.
+
+One piece: it is the one place that starts, watches and stops what a run needs (the namespace's reset,
+workers, the injectors' services) and turns a run into its report; the records, the runner and the lessons it
+calls live apart.
 """
 
 from __future__ import annotations

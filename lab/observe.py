@@ -53,6 +53,9 @@ the result backend's by default), every key with a TTL:
 
 How a task call finds its run: the lab's document ids are ``<run_id>/<doc>``
 and its pipeline id is the run id, so the run travels with the work itself.
+
+One piece: the observer that writes a run's events in the worker and the reader that reads them back in the
+runner share one key layout and one event format.
 """
 
 from __future__ import annotations

@@ -133,6 +133,9 @@ Celery 5.5 to 5.7: a quorum queue in ``task_queues`` makes the worker include th
 its ``include_if``), which declares broker-wide ``celery_delayed_*`` exchanges
 and queues and binds every app queue to them. The lab never touches names
 outside its namespace, so its apps run without that step (``lab.app``).
+
+One piece: the topology (quorum queue, delivery limit, dead-letter exchange) and the drain that empties it are
+one primitive a production codebase takes whole; the drain's decisions read the topology's names.
 """
 
 from __future__ import annotations

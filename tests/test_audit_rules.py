@@ -1,4 +1,8 @@
-"""Each audit rule on a small app that breaks it and on one that does not (no broker: the audit needs none)."""
+"""Each audit rule on a small app that breaks it and on one that does not (no broker: the audit needs none).
+
+One piece: each rule's breaking app and passing app sit side by side, so that a rule's two tests are read
+together.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Runs that prove claims the docstrings make about Celery and RabbitMQ (real services)."""
+"""Runs that prove claims the docstrings make about Celery and RabbitMQ (real services).
+
+One piece: the claims ``make matrix`` runs on every Celery version share their variants, workers and namespace
+set-up.
+"""
 
 from __future__ import annotations
 

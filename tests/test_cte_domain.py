@@ -6,6 +6,8 @@ PostgreSQL does not answer, unless ``RCL_REQUIRE_POSTGRES=1``). Ledger tables be
 namespace derived from the session's (``<session namespace>-cte``, ``tests/namespaces.py``), so two
 test runs sharing one database never meet; each test drops them. The SQLite ledgers live in
 pytest's temporary folders.
+
+One piece: the CTE domain's tests on both databases share the ledger fixtures and the generated stream.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ person to look at.
 Geometry (a section's height, a lane's width, whether a lane's name covers a mark) is
 measured in the browser by a copy of the page with a measuring script added (the
 report itself has no script and a policy that forbids one).
+
+One piece: the handout's tests, from its HTML to the printed page, share the synthetic runs and the browser
+they open.
 """
 
 from __future__ import annotations

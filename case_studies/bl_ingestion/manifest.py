@@ -60,6 +60,9 @@ and release characters, and writes segments back); everything of it this module
 uses sits in one section, behind ``_read`` (text to typed segments) and ``_text``
 (segments back to text).
 Pure and deterministic: no I/O, no clock, no global random state.
+
+One piece: the interchange's syntax, its split and its keys are one format: the generator writes what the
+parser reads.
 """
 
 from __future__ import annotations

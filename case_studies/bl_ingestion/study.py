@@ -40,6 +40,9 @@ Guarantees (fixed), in every scenario, exact:
 ``run_one(cell, kind, on_stage)`` is what the harness calls for a cell
 ``bl_ingestion/<scenario>``: kind ``fixed`` runs ``fixed.py``, ``broken`` the
 write-up (``writeup.py``).
+
+One piece: this case study's scenarios, the faults each plays and the checks on their runs read together as
+its specification; its domain code sits beside it.
 """
 
 from __future__ import annotations

@@ -43,6 +43,9 @@ What the write-up's patterns miss:
   key (``"A|shipping"`` + ``"x"`` against ``"A"`` + ``"shipping|x"``), so ``|`` is refused in both.
 
 Pure and deterministic: no I/O, no global random state; the clock only when ``now`` is not given.
+
+One piece: the contract (the KDEs each event type requires), its key and the stream generated from it must
+agree line for line.
 """
 
 from __future__ import annotations

@@ -54,6 +54,9 @@ so a dry run over a whole stream predicts each outcome of a real run in one proc
 Limits: SQLite takes one writer at a time (WAL lets readers go on; a writer waits up to
 ``ledger_base.BUSY_TIMEOUT_MS``). ``create()`` from several processes at the same moment may race on
 PostgreSQL: create the tables once, before dispatching.
+
+One piece: every table and every write of the ledger, on both databases, sit together, so that one reading
+shows all it guarantees (each key committed once, each lot's order).
 """
 
 from __future__ import annotations

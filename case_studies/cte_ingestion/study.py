@@ -48,6 +48,9 @@ drained any of it.
 ``run_one(cell, kind, on_stage)`` is what the harness calls for a cell ``cte_ingestion/<scenario>``:
 kind ``fixed`` runs ``fixed.py`` (one worker per shard), ``broken`` the write-up (one worker, two
 processes on one queue).
+
+One piece: this case study's scenarios, the faults each plays and the checks on their runs read together as
+its specification; its domain code sits beside it.
 """
 
 from __future__ import annotations

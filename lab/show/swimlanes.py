@@ -46,6 +46,9 @@ the right edge), ``kept`` (a dead letter the drain kept), ``email`` and ``dedupl
 body, and ``store_stall`` starts a thin bar over the time its result store stalled.
 ``legend(keys)`` lists marks with their labels: the report puts every mark at the top and,
 per FM, the marks its figures use. Every text is escaped.
+
+One piece: the lanes, their marks and the legend are one SVG vocabulary; split, each mark would sit apart from
+its legend entry.
 """
 
 from __future__ import annotations

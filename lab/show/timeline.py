@@ -46,6 +46,9 @@ A chord's body (``Timeline.body``: ``notify`` in every FM, ``reconcile`` or
 role, with no end between, was killed; the chord's last delivery, with no end seen,
 returned if the chord's result (its return value) is stored. Emails are the FMs' notion
 (``Timeline.counts_emails``): a case study's body sends none.
+
+One piece: one pass over a run's event stream builds every lane's story (documents, body, side chords,
+workers), which the text and the HTML displays both draw.
 """
 
 from __future__ import annotations
