@@ -20,6 +20,8 @@ Fix:
   stops them, and their messages go back unacknowledged to start afresh.
 - ``worker_deduplicate_successful_tasks = True`` (Celery 5.1+): a redelivered message whose
   result is stored as SUCCESS is acked without running again.
+- ``count_stored_members(app)`` (``shared/stored_members.py``; Celery 5.5 to 5.7): a member
+  killed after its result is stored, before the chord counts it, is counted once.
 - ``send_back=True`` on the drain (``shared/dlq.py``; Celery 5.5 to 5.7): a dead letter
   whose process never crashed goes back to its queue, at most 5 times.
 
@@ -57,6 +59,7 @@ from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 from shared.manifest import read_manifest, write_manifest
 from shared.retry import RetryPolicy, transient_retryable
+from shared.stored_members import count_stored_members
 from shared.timeouts import BackstopRequest, hard_timeout
 
 app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
@@ -76,6 +79,7 @@ app.conf.worker_prefetch_multiplier = 1  # FM-7: a worker holds (nearly) only wh
 app.conf.worker_soft_shutdown_timeout = 0.3  # FM-7 (Celery 5.5+): after SIGTERM running bodies get 0.3 s, then go back
 WORKER_ENV = {"REMAP_SIGTERM": "SIGQUIT"}  # FM-7: SIGTERM starts the soft/cold shutdown (Celery reads it at start only)
 app.conf.worker_deduplicate_successful_tasks = True  # FM-7 (5.1+): a redelivered task stored SUCCESS is not run
+count_stored_members(app)  # FM-7: a member killed between its result's store and its count is counted once
 
 
 @app.task(bind=True, time_limit=3, Request=BackstopRequest)  # FM-6: every task has a deadline; Celery's kills last

@@ -58,6 +58,7 @@ from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 from shared.manifest import read_manifest, write_manifest
 from shared.retry import RetryPolicy, transient_retryable
+from shared.stored_members import count_stored_members
 from shared.timeouts import BackstopRequest, hard_timeout
 
 app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
@@ -77,6 +78,7 @@ app.conf.worker_prefetch_multiplier = 1  # FM-7: a worker holds (nearly) only wh
 app.conf.worker_soft_shutdown_timeout = 0.3  # FM-7 (Celery 5.5+): after SIGTERM running bodies get 0.3 s, then go back
 WORKER_ENV = {"REMAP_SIGTERM": "SIGQUIT"}  # FM-7: SIGTERM starts the soft/cold shutdown (Celery reads it at start only)
 app.conf.worker_deduplicate_successful_tasks = True  # FM-7 (5.1+): a redelivered task stored SUCCESS is not run
+count_stored_members(app)  # FM-7: a member killed between its result's store and its count is counted once
 reject_unstored(app)  # FM-8: a result the backend cannot store rejects its message, into the DLX: nothing acked or stored
 BACKEND_GONE = RetryPolicy(max_retries=6, base=0.5, retry_on=(redis.ConnectionError, redis.TimeoutError))  # FM-8: 31.5 to 63 s in all
 
