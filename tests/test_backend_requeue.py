@@ -12,9 +12,6 @@ its body and started again.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -23,39 +20,11 @@ import pytest
 import redis
 
 from lab import owned
-from lab.fm import ROOT
 from lab.waiting import wait_until
+from tests.app_worker import AppWorker
 from tests.requeue_app import PREFIX, QUEUE, producer, shared
 
-READY = 60.0
 pytestmark = pytest.mark.usefixtures("real_services")
-
-
-class RqWorker:
-    def __init__(self, backend: str, guard: str, log: Path) -> None:
-        self.log = log
-        env = {**os.environ, "RQ_BACKEND": backend, "RQ_GUARD": guard, "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "tests.requeue_app", "worker", "--loglevel=INFO", "-n",
-                 f"rq-{uuid.uuid4().hex[:8]}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
-        assert wait_until(lambda: "ready." in self.text() or self.proc.poll() is not None, READY), self.text()
-        assert self.proc.poll() is None, self.text()
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
 
 
 def _meta(server: owned.OwnedRedis, task_id: str) -> str | None:
@@ -77,7 +46,8 @@ def test_a_result_the_backend_cannot_store_on_a_redis_broker(guard: str, tmp_pat
     r = shared()
     server = owned.OwnedRedis(f"t-requeue-{guard}-{os.getpid()}", persist=False)
     server.start()
-    worker = RqWorker(server.url, guard, tmp_path / "worker.log")
+    worker = AppWorker("tests.requeue_app", {"RQ_BACKEND": server.url, "RQ_GUARD": guard}, tmp_path / "worker.log",
+                       ready=lambda w: "ready." in w.text())  # a Redis broker says no consumer count
     try:
         task_id = producer.send_task("rq.work", args=[key]).id
         runs = lambda: int(r.get(f"{PREFIX}runs:{key}") or 0)  # noqa: E731

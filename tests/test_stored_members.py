@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -28,52 +26,25 @@ import pytest
 from celery import chord
 from kombu import Connection
 
-from lab.fm import ROOT
-from lab.queues import queue_depth
+from lab.queues import queue_consumers, queue_depth
 from lab.settings import broker_url
 from lab.versions import CELERY
 from lab.waiting import wait_until
+from tests.app_worker import AppWorker
 from tests.stored_app import PREFIX, QUEUE, app, body, member, shared
 
-READY = 60.0
 NOT_RUN_WINDOW = 10.0
 """How long the body must stay unrun after the kill, to call it never run: the worker's main process notices a
 lost pool process within about 5 s (seen here), and its redelivery (5.5, 5.6) is settled at once after that."""
 pytestmark = pytest.mark.usefixtures("real_services")
 
 
-class Worker:
-    def __init__(self, fix: bool, log: Path) -> None:
-        self.log = log
-        env = {**os.environ, "SM_FIX": "1" if fix else "0", "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "tests.stored_app", "worker", "--loglevel=INFO", "-n",
-                 f"sm-{uuid.uuid4().hex[:8]}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+def _worker(fix: bool, log: Path) -> AppWorker:
+    def consuming(_: AppWorker) -> bool:
         with Connection(broker_url()) as conn:
-            assert wait_until(lambda: self._consuming(conn) or self.proc.poll() is not None, READY), self.text()
-        assert self.proc.poll() is None, self.text()
+            return queue_consumers(conn, QUEUE) > 0
 
-    @staticmethod
-    def _consuming(conn: Connection) -> bool:
-        from lab.queues import queue_consumers
-
-        return queue_consumers(conn, QUEUE) > 0
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+    return AppWorker("tests.stored_app", {"SM_FIX": "1" if fix else "0"}, log, ready=consuming)
 
 
 def _clean() -> None:
@@ -117,7 +88,7 @@ def test_a_member_killed_around_its_count(where: str, fix: bool, tmp_path: Path,
     r = shared()
     key = uuid.uuid4().hex[:10]
     r.set(f"{PREFIX}hold:{key}:0", where, ex=300)
-    worker = Worker(fix, tmp_path / "worker.log")
+    worker = _worker(fix, tmp_path / "worker.log")
     try:
         result = chord(member.s(key, i) for i in range(3))(body.s(key))
         assert wait_until(lambda: bool(r.get(f"{PREFIX}held:{key}:0")), 30), worker.text()
