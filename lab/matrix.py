@@ -206,6 +206,16 @@ def outputs(v: Version) -> Outputs:
                    Path(f"{base}-claims.log"), Path(f"{base}-audit.json"), Path(f"{base}-audit.log"))
 
 
+def steps(v: Version, out: Outputs, env: Mapping[str, str]) -> list[tuple[str, list[str], Path, dict[str, str]]]:
+    """What ``run_version`` runs on ``v``: each step's name, command, log and environment. Only the claims' run
+    writes the claims' results (``RCL_CLAIMS_JSON``): any other pytest run with it set would write its own,
+    empty, over them."""
+    pytest = [str(v.python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    return [("lab", [str(v.python), "run_all_fms.py", *LAB_ARGS, "--json", str(out.lab)], out.lab_log, dict(env)),
+            ("claims", [*pytest, *CLAIMS_TESTS], out.claims_log, {**env, "RCL_CLAIMS_JSON": str(out.claims)}),
+            ("audit", [*pytest, *AUDIT_TESTS], out.audit_log, dict(env))]
+
+
 def run_version(v: Version, say: Callable[[str], None] = print) -> None:
     """The lab and the claims on ``v``'s Python; their JSON and logs go to ``outputs(v)``."""
     out = outputs(v)
@@ -213,15 +223,13 @@ def run_version(v: Version, say: Callable[[str], None] = print) -> None:
     for stale in (out.lab, out.claims, out.audit):
         stale.unlink(missing_ok=True)
     namespace = os.environ.get("RCL_NAMESPACE", "rcl")  # the claims' tests derive theirs from it (tests/namespaces.py)
-    env = {**os.environ, "RCL_NAMESPACE": namespace, "RCL_CLAIMS_JSON": str(out.claims), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "RCL_NAMESPACE": namespace, "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTHONPATH", None)  # the venv's own packages, not the caller's
-    steps = [("lab", [str(v.python), "run_all_fms.py", *LAB_ARGS, "--json", str(out.lab)], out.lab_log),
-             ("claims", [str(v.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *CLAIMS_TESTS], out.claims_log),
-             ("audit", [str(v.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *AUDIT_TESTS], out.audit_log)]
-    for what, cmd, log in steps:
+    env.pop("RCL_CLAIMS_JSON", None)
+    for what, cmd, log, step_env in steps(v, out, env):
         started = time.monotonic()
         with log.open("w") as sink:
-            code = subprocess.run(cmd, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
+            code = subprocess.run(cmd, cwd=ROOT, env=step_env, stdout=sink, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL).returncode
         say(f"celery {v.name}: {what} exited {code} after {time.monotonic() - started:.0f}s "
             f"(output: {log.relative_to(ROOT)})")
@@ -378,7 +386,7 @@ def collect(vs: Sequence[Version]) -> tuple[list[Row], dict[str, str]]:
             cells["lab"] = Cell("FAIL", f"no results: see {shown(out.lab_log)}")
         if out.claims.exists():
             found, named = claim_cells(json.loads(out.claims.read_text()))
-            cells.update(found)
+            cells.update(found or {"claims": Cell("FAIL", f"no claim reported: see {shown(out.claims_log)}")})
             titles.update(named)
         else:
             cells["claims"] = Cell("FAIL", f"no results: see {shown(out.claims_log)}")

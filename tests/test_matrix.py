@@ -120,11 +120,14 @@ def test_an_unknown_version_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 
-def _write_results(envs: Path, version: str, runs: list[dict[str, Any]], celery: str) -> None:
+def _write_results(envs: Path, version: str, runs: list[dict[str, Any]], celery: str,
+                   claims_empty: bool = False) -> None:
     results = envs / "results"
     results.mkdir(parents=True, exist_ok=True)
     (results / f"celery-{version}-lab.json").write_text(json.dumps({"versions": {"celery": celery}, "runs": runs}))
-    (results / f"celery-{version}-claims.json").write_text(json.dumps({"claims": []}))
+    claims = [] if claims_empty else [{"label": "C1", "title": "a claim", "test": "t", "outcome": "passed", "limit": None,
+                                       "message": ""}]
+    (results / f"celery-{version}-claims.json").write_text(json.dumps({"claims": claims}))
 
 
 def test_an_error_in_one_version_fails_its_cells_there_and_leaves_the_other_versions_alone(
@@ -146,7 +149,7 @@ def test_an_error_in_one_version_fails_its_cells_there_and_leaves_the_other_vers
     table, headers = matrix.collect(vs)
     assert headers == {"5.5": "celery 5.5.3", "5.6": "celery 5.6.3", "5.7": "celery 5.7.0"}
     cells = {r.label: r.cells for r in table}
-    assert list(cells) == ["G1", "CT1", "CT2", "CT4", "CT5"]  # no row for the cell's own name
+    assert list(cells) == ["G1", "CT1", "CT2", "CT4", "CT5", "C1"]  # no row for the cell's own name
     error = Cell("FAIL", "cte_ingestion/burst fixed: ERROR: unpack_from requires a buffer of at least 4 bytes")
     for label in ("CT1", "CT2", "CT4"):
         assert cells[label] == {"5.5": error, "5.6": Cell("pass"), "5.7": Cell("pass")}
@@ -174,3 +177,26 @@ def test_table_only_before_any_run_says_there_are_no_results_and_how_to_make_the
                           "celery 5.7: no results yet (python -m lab.matrix --only 5.7 makes them): left out\n")
     grid = out.split("\n\n")[1].splitlines()  # after the two lines and the blank one
     assert grid[0].split() == ["check", "celery", "5.6.3"] and grid[1].split()[0] == "G1" and grid[1].split()[-1] == "pass"
+
+
+def test_only_the_claims_run_writes_the_claims_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """make matrix saw it: the audit's pytest run, started with the claims' RCL_CLAIMS_JSON, wrote an empty list over
+    the claims' results, and every claim row left the table without a FAIL."""
+    monkeypatch.setattr(matrix, "ENVS_DIR", tmp_path / "envs")
+    v = Version("5.7", tmp_path / "celery-5.7.txt")
+    out = matrix.outputs(v)
+    ran = {what: env for what, _, _, env in matrix.steps(v, out, {"RCL_NAMESPACE": "x"})}
+    assert list(ran) == ["lab", "claims", "audit"]
+    assert [what for what, env in ran.items() if "RCL_CLAIMS_JSON" in env] == ["claims"]
+    assert ran["claims"]["RCL_CLAIMS_JSON"] == str(out.claims)
+
+
+def test_a_claims_run_that_reported_no_claim_fails_its_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(matrix, "ENVS_DIR", tmp_path / "envs")
+    _write_results(tmp_path / "envs", "5.7", [_run("fm1", "fixed", [("G1", True, "")])], "5.7.0", claims_empty=True)
+    v = Version("5.7", tmp_path / "celery-5.7.txt")
+    v.pins.write_text("celery==5.7.0\n")
+    table, _ = matrix.collect([v])
+    cells = {r.label: r.cells["5.7"] for r in table}
+    assert cells["claims"].state == "FAIL" and cells["G1"] == Cell("pass")
+    assert matrix.failed(table)
