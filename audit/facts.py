@@ -34,13 +34,15 @@ reads; the rules live in ``audit.rules``.
 from __future__ import annotations
 
 import ast
+import gc
 import importlib
 import importlib.metadata
 import inspect
 import os
 import sys
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -307,9 +309,26 @@ def backend_kind(url: str) -> str:
     return scheme.split("+")[0].lower() or "disabled"
 
 
+@contextmanager
+def _no_collection() -> Generator[None]:
+    """The garbage collector off while the guard holds. A finalizer of the caller's (a Celery result consumer that
+    unsubscribes from Redis when its AsyncResult is collected) would otherwise run inside the guard, meet its refusal,
+    and raise inside ``ast.parse``, which CPython 3.11 turns into ``SystemError: AST constructor recursion depth
+    mismatch`` (seen once in the test suite, where earlier tests leave such results). What is garbage already is
+    collected first, with the network still there."""
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def collect(app: Celery[Any], target: str) -> AppFacts:
     """Everything the rules read, from ``app`` (already imported), under the no-connection guard."""
-    with no_connections():
+    with _no_collection(), no_connections():
         try:
             return _collect(app, target)
         except ConnectionRefusedByAudit as exc:
