@@ -27,7 +27,10 @@ Counting is idempotent, so a member that was counted before it died is not count
   index, and ignores a second report;
 - Celery 5.5 and 5.6 add the encoded ``[1, task id, state, result]`` to a sorted set
   (``RedisBackend.on_chord_part_return``, ``result_chord_ordered``, on by default); the stored result
-  decodes and encodes again to the same JSON, so the member is the one already there.
+  decodes and encodes again to the same JSON, so the member is the one already there. A member found
+  there is not reported again at all: 5.5 and 5.6 send the body whenever the count equals the chord's
+  size, so a second report landing between the last member's count and the deletion of the join's keys
+  would send it twice (a run showed it).
 
 A member that was the last to count and died before it sent the body has the body sent now (5.5 and 5.6:
 the count reaches the chord's size again; 5.7: once the dead process's claim on the dispatch expires, at
@@ -36,7 +39,7 @@ least ``result_chord_join_timeout`` x 2 s after it was taken, the count is no lo
 
 Costs: one read of the task's stored meta per redelivered chord member and per chord member whose process
 was lost, in the worker's main process, over the result backend's own client (its socket timeouts and retry
-policy); a member that ends normally costs nothing.
+policy), and on 5.5 and 5.6 one look at the chord's join; a member that ends normally costs nothing.
 
 Limits:
 - Only the Redis result backend's join is covered (the lab's); another backend's ``on_chord_part_return``
@@ -63,6 +66,21 @@ from billiard.exceptions import WorkerLostError
 log = logging.getLogger(__name__)
 
 
+def _already_joined(backend: Any, group_id: str, task_id: str, result: Any) -> bool:
+    """Whether the member is in its chord's join already. Celery 5.7's join script ignores a second report itself
+    (``_chord_part_return_script``): no look is needed. 5.5 and 5.6 add the encoded result to the join's sorted set
+    (a list when ``result_chord_ordered`` is off) and send the body whenever the count equals the chord's size: a
+    second report of a counted member, landing between the last member's count and the deletion of the join's keys,
+    would send the body a second time (seen in ``tests/test_stored_members.py`` on 5.5.3), so it is not made."""
+    if hasattr(backend, "_chord_part_return_script") or not hasattr(backend, "get_key_for_group"):
+        return False
+    jkey = backend.get_key_for_group(group_id, ".j")
+    encoded = backend.encode([1, task_id, SUCCESS, backend.encode_result(result, SUCCESS)])
+    if getattr(backend, "_chord_zset", True):
+        return backend.client.zscore(jkey, encoded) is not None
+    return backend.client.lpos(jkey, encoded) is not None
+
+
 def count_stored(app: Celery, request: Any) -> bool:
     """Count ``request``'s stored SUCCESS into its chord, if it is a chord member whose result is stored SUCCESS."""
     chord_body, group_id = request.chord, request.group
@@ -73,6 +91,8 @@ def count_stored(app: Celery, request: Any) -> bool:
         meta = cast(dict[str, Any], backend.get_task_meta(request.id, cache=False))
         if meta.get("status") != SUCCESS:
             return False  # not stored, or stored as something else: the member runs again, or its failure stands
+        if _already_joined(backend, group_id, request.id, meta.get("result")):
+            return False  # counted before its process died: counting again could send the body twice (5.5, 5.6)
         context = Context({**cast(dict[str, Any], request.request_dict), "chord": chord_body,
                            "group": group_id, "group_index": request.group_index})
         backend.on_chord_part_return(context, SUCCESS, meta.get("result"))
