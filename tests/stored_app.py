@@ -7,7 +7,8 @@ worker lost, ``worker_deduplicate_successful_tasks`` as fm7..fm9 set them; ``SM_
 
 The gate (pool processes only): a member whose ``hold:<key>:<i>`` key says ``before`` stops after Celery stored
 its SUCCESS and before ``on_chord_part_return`` counts it; ``after``, once it counted. It then writes its pid to
-``held:<key>:<i>`` and waits to be killed. The other members wait for ``go:<key>``, so that the test decides
+``held:<key>:<i>`` and waits to be killed (or for ``release:<key>``, which a failed test sets). The other
+members wait for ``go:<key>``, so that the test decides
 when they count. Each delivery of a member is counted in ``received:<key>:<i>``. ``body`` appends what the chord gave it to ``bodies:<key>``."""
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def _gate(**_: Any) -> None:
             counted(self, request, state, result, **kwargs)
         if where in ("before", "after"):
             shared().set(f"{PREFIX}held:{key}:{index}", os.getpid(), ex=300)
-            wait_until(lambda: False, WAIT_SECONDS)  # the test kills this process here
+            # the test kills this process here; a test that failed before says so with release:<key>
+            wait_until(lambda: bool(shared().exists(f"{PREFIX}release:{key}")), WAIT_SECONDS)
         if where != "after":
             counted(self, request, state, result, **kwargs)
 
