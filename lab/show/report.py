@@ -467,6 +467,7 @@ ul.checks li.earlier{list-style:none;margin-left:-16px} ul.earlier{display:flex;
 ul.earlier li.check{list-style:none}
 .lanes .axis.block>*{border-top:1px solid #90a4ae;background:#eceff1;padding-top:2px}
 .lanes .axis.block .name{color:#37474f;font-weight:600;font-size:11.5px} .lanes .axis.block .what{color:#333;font-size:11.5px}
+.lanes .block-facts .what{grid-column:2/-1;background:#eceff1;color:#333;font-size:11.5px;padding-bottom:2px}
 @media print{@page{margin:12mm} body{background:#fff;font-size:11.5px} header,nav,aside,main{max-width:none;padding:0}
 *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
 section.fm{break-before:page;border:none;padding:0;margin:0} .diff span{white-space:pre-wrap;width:auto}
