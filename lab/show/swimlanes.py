@@ -60,7 +60,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-from lab.show.timeline import MARKS, Attempt, DocTimeline, Injected, NotifyRun, SideTimeline, Stall, Timeline, WorkerLife
+from lab.show.timeline import MARKS, Attempt, DocTimeline, Injected, NotifyRun, SideTimeline, Stall, Timeline, UNSTORED, WorkerLife
 from lab.show.timeline_text import short
 
 LANE = 17  # px: the height of a lane's plot
@@ -603,6 +603,8 @@ def _story(d: DocTimeline, exact: bool = True) -> str:
                 break
         elif a.reason == "retries_exhausted":
             steps.append("gave up")  # its mark and its final word say retries_exhausted, its tooltip the attempt
+        elif a.error.startswith(UNSTORED):
+            steps.append(UNSTORED)  # why the store failed is in its tooltip (cut to fit, it read "... stored (…")
         else:
             steps.append(short(_unqualified(a.error), 40 if steps else 52) if a.error and exact else f"raised {a.reason}")
     member = d.final == "member failure"  # its final word and its mark say Celery stored it outside the body
