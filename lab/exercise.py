@@ -1,0 +1,546 @@
+"""Exercises (DESIGN.md §11): the attendee writes a lesson's fix, the lab checks it under the lesson's faults.
+
+- ``hand_out(lesson, folder)`` writes the attendee's starting file: the program of the lesson before, renamed
+  ``<lesson>x_<name>.py`` (so its queues, exchanges and Redis keys sit in a namespace part of their own, apart
+  from the lab's program of the same lesson: ``lab.app.short_name``), its docstring replaced by the lesson's task
+  (``Task`` in ``lessons/<lesson>/exercise.py``), its code unchanged.
+- ``check(path)`` runs the lesson's scenario (with its hard variants' documents and side chords) on that program,
+  with the lab's faults, in the caller's namespace, and judges the lesson's guarantee and the earlier ones. The
+  bounds a guarantee needs (deliveries, retries, deadlines) are the ones the lesson states (``Stated``), never
+  read off the program under check: a fix written with Celery's own settings or with ``shared/`` passes alike.
+  A wrong answer whose chord never ends gets its verdict as soon as the lesson's ``early`` conditions see its
+  symptom, not at the run's deadline.
+- ``hint(lesson, step)``: where to look, which setting or primitive, then the diff to the lab's fix.
+
+No lesson is named here: what a lesson says lives in its folder.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import lessons
+from lab import harness
+from lab.fm import ROOT, Fm, fm_modules, load_module
+from lab.injector import Harnessed, Injector
+from lab.lesson import Stop
+from lab.observe import Reader
+from lab.owned import OwnedServiceMissing
+from lab.queues import queue_consumers
+from lab.records import Check, Observations, RunReport
+from lab.runner import StopCondition, new_run_id, run_scenario
+from lab.scenarios import Scenario
+from lab.show import diff, timeline, timeline_text
+from lab.workers import LOG_DIR, STOP_GRACE, Worker
+from shared.retry import RetryPolicy
+
+DEFAULT_FOLDER = ROOT / "exercises"
+"""Where ``--exercise`` writes when no folder is given (git ignores it)."""
+EXERCISE_MARK = "x"
+"""The exercise's namespace part: the lesson's name and this (the lab's own program keeps the lesson's name)."""
+WORDS_LIMIT = 400
+"""An exercise's docstring, like an FM file's, stays under this many words."""
+
+
+@dataclass(frozen=True)
+class Stated:
+    """The bounds a lesson's guarantee needs, as the lesson states them (None: it states none)."""
+
+    delivery_bound: int | None = None  # deliveries before the broker dead-letters a message
+    retry_policy: RetryPolicy | None = None  # how many retries, with which delays
+    hard_timeout: float | None = None  # the chord member's deadline, in seconds
+    fetch_hard_timeout: float | None = None  # the chain head's deadline, in seconds
+
+    def over(self, earlier: Stated) -> Stated:
+        """These bounds, and the earlier lessons' where this one states none."""
+        return Stated(**{f.name: getattr(self, f.name) if getattr(self, f.name) is not None else getattr(earlier, f.name)
+                         for f in dataclasses.fields(self)})
+
+
+EarlyFor = Callable[[Stated], Sequence[Stop]]
+"""``stated bounds -> symptoms a wrong answer shows before its chord ends`` (each holds in no run that passes)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """A lesson's exercise (``lessons/<lesson>/exercise.py``, ``EXERCISE``)."""
+
+    symptom: str  # what the attendee sees on the starting file, in words
+    must_hold: tuple[str, ...]  # the lesson's guarantee in words, with the numbers it needs
+    hints: tuple[str, str]  # where to look; which Celery setting or shared/ primitive (the third is the diff)
+    stated: Stated = Stated()
+    early: EarlyFor = lambda _: ()
+
+
+@dataclass(frozen=True)
+class Held(Fm):
+    """The program under check, held to the bounds the lesson states instead of its own."""
+
+    stated: Stated = Stated()
+
+    @property
+    def delivery_bound(self) -> int | None:
+        return self.stated.delivery_bound
+
+    @property
+    def retry_policy(self) -> RetryPolicy | None:
+        return self.stated.retry_policy
+
+    @property
+    def hard_timeout(self) -> float | None:
+        return self.stated.hard_timeout
+
+    def fetch_hard_timeout(self) -> float | None:
+        return self.stated.fetch_hard_timeout
+
+
+class ExerciseError(Exception):
+    """Bad input to ``--exercise``, ``--check`` or ``--hint`` (exit 2), said in words."""
+
+
+# ---- what a lesson says -------------------------------------------------------------------------------------
+
+
+def lesson_names() -> tuple[str, ...]:
+    return tuple(n for n in lessons.FMS if (lessons.HERE / n / "exercise.py").exists())
+
+
+def task_of(lesson: str) -> Task:
+    if lesson not in lesson_names():
+        raise ExerciseError(f"no exercise {lesson!r}; there are: {', '.join(lesson_names())}")
+    return cast(Task, importlib.import_module(f"lessons.{lesson}.exercise").EXERCISE)
+
+
+def stated(lesson: str) -> Stated:
+    """The bounds of ``lesson``'s guarantee and of every earlier one."""
+    found = Stated()
+    for name in lessons.FMS[:lessons.FMS.index(lesson) + 1]:
+        if name in lesson_names():
+            found = task_of(name).stated.over(found)
+    return found
+
+
+def held(program: Fm, bounds: Stated) -> Held:
+    values = {f.name: getattr(program, f.name) for f in dataclasses.fields(Fm)}
+    return cast(Any, Held)(**values, stated=bounds)
+
+
+SYMPTOM_SEEN = "a symptom the lesson names"
+"""How a run stopped by one of the lessons' ``early`` conditions says so, until the check names which."""
+
+
+def early(lesson: str, bounds: Stated) -> tuple[tuple[str, StopCondition] | None, list[str]]:
+    """A stop for the first symptom, of this lesson or an earlier one, a run shows before its chord ends, and the
+    list that will hold its words once one held."""
+    stops = [s for name in lessons.FMS[:lessons.FMS.index(lesson) + 1] if name in lesson_names()
+             for s in task_of(name).early(bounds)]
+    seen: list[str] = []
+
+    def any_symptom(r: Reader) -> bool:
+        for words, holds in stops:
+            if holds(r):
+                seen.append(words)
+                return True
+        return False
+
+    return ((SYMPTOM_SEEN, any_symptom) if stops else None), seen
+
+
+def title_of(module: str) -> str:
+    """The first line of a program's docstring (its lesson in one line)."""
+    doc = ast.get_docstring(ast.parse((ROOT / f"{module}.py").read_text())) or ""
+    return doc.splitlines()[0] if doc else module
+
+
+def number_of(lesson: str) -> int:
+    return lessons.FMS.index(lesson) + 1
+
+
+def previous_module(lesson: str) -> str:
+    """The program the exercise starts from: the lesson before's (the naive program before the first lesson)."""
+    n = lessons.FMS.index(lesson)
+    modules = fm_modules()
+    return modules[lessons.FMS[n - 1]] if n else min(modules.values())
+
+
+# ---- handing out ---------------------------------------------------------------------------------------------
+
+
+def exercise_name(lesson: str) -> str:
+    """``<lesson>x_<the lab's program's name>``: its own namespace part, the lesson's name in it."""
+    return f"{lesson}{EXERCISE_MARK}_{fm_modules()[lesson].split('_', 1)[1]}"
+
+
+def task_text(lesson: str, path: str) -> str:
+    task, before = task_of(lesson), previous_module(lesson)
+    n = number_of(lesson)
+    earlier = "" if n == 1 else f" and the guarantees of lessons 1 to {n - 1}, which this program holds already"
+    lines = [
+        f"Exercise {title_of(fm_modules()[lesson])}",
+        "",
+        f"This is {before}.py, the lab's program of the lesson before, renamed: it holds every fix so far.",
+        "Change its code so that it holds this lesson's guarantee too.",
+        "",
+        "What you will see if you check it as it is:",
+        "",
+        *[f"    {line}" for line in _wrapped(task.symptom)],
+        "",
+        *_wrapped(f"What must hold (the check runs the lesson's documents and faults on this program; it judges what "
+                  f"happens, not your code){earlier}:"),
+        "",
+        *[line for item in task.must_hold for line in _wrapped(item, first="- ", rest="  ")],
+        "",
+        "Next:",
+        "",
+        f"    .venv/bin/python run_all_fms.py --check {path}",
+        f"    .venv/bin/python run_all_fms.py --hint {lesson} 1      (2, then 3: the lab's own fix)",
+    ]
+    return "\n".join(lines)
+
+
+def _wrapped(text: str, width: int = 100, first: str = "", rest: str = "") -> list[str]:
+    out: list[str] = []
+    line = first
+    for word in text.split():
+        if len(line) + len(word) + 1 > width and line.strip():
+            out.append(line.rstrip())
+            line = rest
+        line += word + " "
+    if line.strip():
+        out.append(line.rstrip())
+    return out
+
+
+def hand_out(lesson: str, folder: Path = DEFAULT_FOLDER, force: bool = False) -> Path:
+    """Write ``lesson``'s starting file into ``folder``; refuse to overwrite one unless ``force``."""
+    task_of(lesson)
+    folder = folder.resolve()
+    if folder == ROOT or folder in (ROOT / "lab", ROOT / "lessons", ROOT / "shared"):
+        raise ExerciseError(f"{folder} holds the lab's own code: give a folder of your own (default: {DEFAULT_FOLDER})")
+    target = folder / f"{exercise_name(lesson)}.py"
+    if target.exists() and not force:
+        raise ExerciseError(f"{target} exists (your work?): not overwritten; move it, or add --force to replace it")
+    source = (ROOT / f"{previous_module(lesson)}.py").read_text()
+    folder.mkdir(parents=True, exist_ok=True)
+    shown = _shown(target)
+    target.write_text(replace_docstring(source, task_text(lesson, shown)))
+    return target
+
+
+def _shown(path: Path) -> str:
+    """``path`` as typed from the repository's folder (relative when it is inside it)."""
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def replace_docstring(source: str, text: str) -> str:
+    """``source`` with its module docstring replaced by ``text`` (its code unchanged)."""
+    tree = ast.parse(source)
+    first = tree.body[0]
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)):
+        raise ExerciseError("the program has no docstring to replace")
+    lines = source.splitlines(keepends=True)
+    start, end = first.lineno - 1, first.end_lineno or first.lineno
+    return "".join([*lines[:start], f'"""{text}\n"""\n', *lines[end:]])
+
+
+# ---- hints ---------------------------------------------------------------------------------------------------
+
+
+def hint(lesson: str, step: int) -> str:
+    task = task_of(lesson)
+    if step not in (1, 2, 3):
+        raise ExerciseError(f"hints are 1 (where to look), 2 (which setting or primitive) and 3 (the lab's fix), not {step}")
+    if step < 3:
+        head = ("where to look", "which setting or primitive")[step - 1]
+        return (f"hint {step} of 3 for {lesson} ({head}):\n\n" + "\n".join(_wrapped(task.hints[step - 1]))
+                + f"\n\nnext: .venv/bin/python run_all_fms.py --hint {lesson} {step + 1}")
+    found = diff.step(lesson)
+    body = found.text if found is not None else "(no diff)"
+    return (f"hint 3 of 3 for {lesson}: the lab's fix, the change from {previous_module(lesson)}.py to "
+            f"{fm_modules()[lesson]}.py (docstrings left out):\n\n{body}")
+
+
+# ---- checking ------------------------------------------------------------------------------------------------
+
+EXERCISE_FILE = re.compile(r"^(?P<lesson>fm[0-9]+)[a-z]*_[a-z0-9_]+$")
+"""A program the check can judge: ``<lesson><mark>_<name>.py`` (an exercise, a wrong answer, the lab's own)."""
+
+
+def program_at(path: Path) -> tuple[str, Fm]:
+    """The lesson a file is an exercise of (from its name) and its program, read as the harness reads an FM."""
+    if not path.is_file() or path.suffix != ".py":
+        raise ExerciseError(f"{path}: no such Python file")
+    path = path.resolve()
+    match = EXERCISE_FILE.match(path.stem)
+    if match is None or match["lesson"] not in lesson_names():
+        raise ExerciseError(f"{path.name}: not an exercise's name (<lesson>x_<name>.py, as --exercise writes it); "
+                            f"lessons with an exercise: {', '.join(lesson_names())}")
+    module, folder = _module_of(path)
+    _on_worker_path(folder)
+    try:
+        program = harness.checked(load_module(module, folder))
+    except harness.HarnessError:
+        raise
+    except Exception as exc:
+        raise ExerciseError(f"{path.name} does not load: {type(exc).__name__}: {exc}") from exc
+    return str(match["lesson"]), program
+
+
+def _module_of(path: Path) -> tuple[str, Path]:
+    """The module name of ``path`` and the folder to import it from (a package under the repository keeps its name)."""
+    try:
+        rel = path.relative_to(ROOT).with_suffix("")
+    except ValueError:
+        rel = None
+    if rel is not None and all((ROOT / Path(*rel.parts[:i]) / "__init__.py").exists() for i in range(1, len(rel.parts))):
+        return ".".join(rel.parts), ROOT
+    return path.stem, path.parent
+
+
+def _on_worker_path(folder: Path) -> None:
+    """Workers the harness starts import the program from ``folder`` too (``lab.workers`` adds ``PYTHONPATH``)."""
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(folder) not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(folder), *parts])
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+
+def focused(sc: Scenario, keep: Sequence[str]) -> Scenario:
+    """``sc`` with only the documents, side chords and injectors named in ``keep`` (a wrong answer's quick verdict)."""
+    wanted = set(keep)
+    unknown = wanted - set(sc.docs) - {s.tag for s in sc.sides} - set(sc.injectors)
+    if unknown:
+        raise ExerciseError(f"--focus {', '.join(sorted(unknown))}: not in the lesson's scenario (documents: "
+                            f"{', '.join(sc.docs)}; side chords: {', '.join(s.tag for s in sc.sides)}; "
+                            f"injectors: {', '.join(sc.injectors)})")
+    sides = tuple(s for s in sc.sides if s.tag in wanted)
+    driving = {s.injector for s in sides if s.injector is not None}
+    return Scenario(sc.number, {d: f for d, f in sc.faults.items() if d in wanted}, sides,
+                    {n: m for n, m in sc.injectors.items() if n in wanted or n in driving},
+                    {d: w for d, w in sc.what.items() if d in wanted})
+
+
+def run_check(lesson: str, program: Fm, focus: Sequence[str] = (), say: Callable[[str], None] = print) -> RunReport:
+    """The lesson's scenario on ``program``, judged by the lesson's guarantee and the earlier ones."""
+    n, bounds = number_of(lesson), stated(lesson)
+    sc = lessons.scenario(n)
+    if focus:
+        sc = focused(sc, focus)
+    report = RunReport(lesson, "fixed", program.short, n)
+    started = time.monotonic()
+    label = f"{lesson}-check-{program.short}"
+    try:
+        run_id = new_run_id()
+        say("resetting the program's queues and keys")
+        harness.reset(program)
+        report.log = LOG_DIR / f"{label}-{run_id}.log"
+        harness.set_current(program)
+        symptom, seen = early(lesson, bounds)
+        obs = _run(program, sc, run_id, label, symptom, say)
+        if obs.stopped_by == SYMPTOM_SEEN and seen:
+            obs = dataclasses.replace(obs, stopped_by=seen[0])
+        report.observations = obs
+        judged = held(program, bounds)
+        report.checks = [lessons.lesson(name).checks.guarantee(obs, judged) for name in lessons.FMS[:n]]
+        if obs.stopped_by == "deadline":
+            report.error = harness.blame_services(f"the scenario did not end within {harness.RUN_TIMEOUT:.0f}s; "
+                                                  f"worker log: {report.log}")
+        if obs.stopped_by != "chord finished":
+            harness.reset(program)  # a looping message goes with the program's own queues
+    except harness.HarnessError:
+        raise
+    except OwnedServiceMissing as exc:  # this machine cannot run the lesson's scenario: said, never a pass
+        report.skipped = f"the lesson's scenario needs a service of the lab's own that is not installed here ({exc})"
+    except Exception as exc:  # the run could not say: its worker died, a service went away
+        report.error = harness.run_error(exc)
+    harness.set_current(None)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _run(program: Fm, sc: Scenario, run_id: str, label: str, symptom: tuple[str, StopCondition] | None,
+         say: Callable[[str], None]) -> Observations:
+    def spawn(fm: Fm, part: str, env: Mapping[str, str] | None) -> Worker:
+        worker = Worker(fm, run_id, LOG_DIR / f"{label}-{part}-{run_id}.log", part=part, env=dict(env or {}))
+        worker.start()
+        return worker
+
+    def serving(injectors: Mapping[str, Injector], first: Worker) -> Worker:
+        for injector in injectors.values():
+            first = injector.serving(first)
+        return first
+
+    with ExitStack() as stack:
+        injectors = {name: make() for name, make in sc.injectors.items()}
+        harnessed = Harnessed(run_id, stack, spawn, STOP_GRACE)
+        lab = program
+        for injector in injectors.values():
+            lab = injector.prepare(lab, harnessed)
+        served = lab
+        say("starting the worker")
+        worker = stack.enter_context(harness.running_worker(
+            lab, run_id, label, STOP_GRACE, wait=False,
+            after=lambda: None if serving(injectors, worker) is not worker else harness.purge(served)))
+        for injector in injectors.values():
+            injector.attach(worker)
+        live = harness.Liveness(worker)
+
+        def watch() -> None:
+            for injector in injectors.values():
+                injector.watch()
+            live.worker = serving(injectors, worker)
+            live()
+
+        say("running the lesson's scenario (its documents, faults and hard variants) on your program")
+        try:
+            return run_scenario(lab, sc, run_id, harness.RUN_TIMEOUT, sides=True, watch=watch, injectors=injectors,
+                                early=symptom)
+        finally:
+            for injector in injectors.values():
+                injector.stop()
+                for spawned in injector.workers():
+                    last = spawned is serving(injectors, worker)
+                    spawned.stop(STOP_GRACE, wait=False, after=(lambda: harness.purge(served)) if last else None)
+
+
+# ---- the verdict in words --------------------------------------------------------------------------------------
+
+DOC = re.compile(r"\bdoc[0-9]+\b")
+
+
+def verdict(lesson: str, report: RunReport, focus: Sequence[str] = ()) -> tuple[str, int]:
+    """What the attendee reads, and the exit status: 0 only when every guarantee held on the whole scenario."""
+    words = lessons.words()
+    n = number_of(lesson)
+    out: list[str] = []
+    obs = report.observations
+    if obs is not None and obs.stopped_by not in ("chord finished", "deadline"):
+        out.append(f"the run stopped early: {obs.stopped_by} (a symptom: your program shows it; no need to wait longer)")
+    stopped_early = obs is not None and obs.stopped_by not in ("chord finished", "deadline")
+    for c in report.checks:
+        mine = "this lesson's guarantee" if c.label == f"G{n}" else "an earlier lesson's guarantee"
+        said = words.get(c.label, "")
+        if not c.ok and stopped_early and c.label != f"G{n}":
+            out.append(f"  not judged {c.label} ({mine}): {said}; the run stopped at the symptom, before the chord "
+                       "could complete")
+        elif c.ok:
+            out.append(f"  held      {c.label} ({mine}): {said}")
+        else:
+            out.append(f"  NOT HELD  {c.label} ({mine}): {said}")
+            out.append(f"            seen, and (in brackets) what was expected instead: {c.detail}")
+    if report.skipped:
+        out.append(f"cannot check here: {report.skipped}")
+    if report.error:
+        out.append(f"the check could not judge your program: {report.error}")
+    failed = [c for c in report.checks if not c.ok and not (stopped_early and c.label != f"G{n}")]
+    if failed and obs is not None:
+        out.append("")
+        out.append("what happened to the documents those guarantees concern (seconds since the chord was sent):")
+        out.extend(concerned(obs, failed))
+    if report.log is not None and not report.ok:
+        out.append(f"worker log: {report.log}")
+    passed = report.ok and not report.skipped and not focus
+    if focus:
+        out.append(f"focused on {', '.join(focus)} alone: a focused check judges a wrong answer quickly and never "
+                   "passes; run it without --focus to pass")
+    out.append(f"{lesson} check of {report.code}: {'PASS' if passed else 'ERROR' if report.error else 'NOT PASSED'}"
+               f" ({report.seconds:.1f}s)")
+    return "\n".join(out), 0 if passed else 3 if report.error else 2 if report.skipped else 1
+
+
+def concerned(obs: Observations, failed: Sequence[Check]) -> list[str]:
+    """The timelines of the documents (and side chords) the failed checks name, and of the chord's body."""
+    docs = {d for c in failed for d in DOC.findall(c.detail)}
+    tags = {tag for c in failed for tag in obs.sides if re.search(rf"\b{re.escape(tag)}\b", c.detail)}
+    tl = timeline.build(obs)
+    mine = dataclasses.replace(tl, docs=tuple(d for d in tl.docs if d.doc in docs) or tl.docs,
+                               sides=tuple(s for s in tl.sides if s.tag in tags or any(d.doc in docs for d in s.timeline.docs)))
+    return ["  " + timeline_text.plain(line) for line in timeline_text.lines(mine, "")[1:]]
+
+
+# ---- the command line (``run_all_fms.py --exercise / --hint / --check``) ----------------------------------------
+
+
+def exercise_command(lesson: str, folder: Path | None, force: bool) -> int:
+    try:
+        target = folder / f"{exercise_name(lesson)}.py" if folder is not None else None
+        replaced = force and target is not None and target.exists()
+        path = hand_out(lesson, folder or DEFAULT_FOLDER, force)
+    except ExerciseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    shown = _shown(path)
+    print(f"{'replaced' if replaced else 'wrote'} {shown}: {previous_module(lesson)}.py renamed for {lesson}, its "
+          "docstring now your task, its code unchanged. Next:")
+    print(f"  1. read the task and write the fix:  $EDITOR {shown}")
+    print(f"  2. check it under the lesson's faults:  .venv/bin/python run_all_fms.py --check {shown}")
+    print(f"  (stuck? .venv/bin/python run_all_fms.py --hint {lesson} 1)")
+    return 0
+
+
+def hint_command(lesson: str, step: int) -> int:
+    try:
+        print(hint(lesson, step))
+    except ExerciseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def refuse_busy(program: Fm) -> None:
+    """A queue of the program that already has a consumer (a worker started by hand) would take the check's
+    messages: say so before anything starts."""
+    with harness.connect(program) as conn:
+        busy = [str(q.name) for q in program.task_queues if queue_consumers(conn, str(q.name))]
+    if busy:
+        raise ExerciseError(f"{', '.join(busy)} already consumed: a worker of this program is running (started by "
+                            "hand?); stop it, or check in another namespace (RCL_NAMESPACE=...)")
+
+
+def check_command(path: Path, focus: Sequence[str] = ()) -> int:
+    """``--check``: 0 only when the lesson's guarantee and the earlier ones held on the whole scenario; 1 when one
+    did not; 2 for bad input or a service this machine lacks; 3 when the check could not judge (ERROR)."""
+    from lab import owned, services, waiting, workers
+
+    try:
+        lesson, program = program_at(path)
+        services.ensure()
+        with workers.NamespaceLock():
+            workers.stop_leftovers()
+            for name in owned.stop_leftovers():
+                print(f"stopped the lab's own {name} left running by an earlier run")
+            refuse_busy(program)
+            print(f"checking {_shown(path)} against lesson {lesson} (program {program.short}, namespace "
+                  f"{harness.NAMESPACE})", flush=True)
+            try:
+                report = run_check(lesson, program, focus, say=lambda s: print(f"  {s} ...", flush=True))
+            except KeyboardInterrupt:
+                workers.stop_leftovers(say=lambda _: None)
+                harness.empty_interrupted(program)
+                print("interrupted: workers stopped, the program's queues emptied", file=sys.stderr)
+                return 130
+            finally:
+                workers.wait_stopped()
+    except (ExerciseError, harness.HarnessError, services.ServiceError, workers.NamespaceBusy) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        waiting.forget_interrupts()
+    text, status = verdict(lesson, report, focus)
+    print(text)
+    return status
