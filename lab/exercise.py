@@ -356,7 +356,8 @@ def run_check(lesson: str, program: Fm, focus: Sequence[str] = (), say: Callable
             obs = dataclasses.replace(obs, stopped_by=seen[0])
         report.observations = obs
         judged = held(program, bounds)
-        report.checks = [lessons.lesson(name).checks.guarantee(obs, judged) for name in lessons.FMS[:n]]
+        judging = lessons.FMS[n - 1:n] if focus else lessons.FMS[:n]  # focused: the lesson's own guarantee alone
+        report.checks = [lessons.lesson(name).checks.guarantee(obs, judged) for name in judging]
         if obs.stopped_by == "deadline":
             report.error = harness.blame_services(f"the scenario did not end within {harness.RUN_TIMEOUT:.0f}s; "
                                                   f"worker log: {report.log}")

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from lab.exercise import Stated, Task
 from lab.lesson import Stop
+from lab.observe import Reader
 
 DELIVERIES = 3
 """The lesson's bound: a message that kills its worker is delivered this many times, then set aside."""
+UNFINALISED_SECONDS = 15.0
+"""A poison document delivered up to the bound and neither finalised nor kept by a drain this long after its last
+delivery began is one no drain will finalise (the lab's drain runs every 0.25 s and finalises within about 1 s)."""
+
+
+def _left_in_dlq(r: Reader, bound: int) -> bool:
+    events = r.events()
+    starts = [e.t for e in events if e.kind == "attempt_start" and e.get("doc") == "doc4"]
+    handled = any(e.kind in ("dead_lettered", "dead_letter_kept") and e.get("doc") == "doc4" for e in events)
+    return len(starts) >= bound and not handled and time.time() - starts[-1] > UNFINALISED_SECONDS
 
 
 def _early(stated: Stated) -> Sequence[Stop]:
     bound = stated.delivery_bound or DELIVERIES
     return (
         (f"doc4 was delivered more than {bound} times", lambda r: r.attempts("doc4") > bound),
+        (f"doc4 was delivered {bound} times and nothing finalised it within {UNFINALISED_SECONDS:.0f} s",
+         lambda r: _left_in_dlq(r, bound)),
         ("doc9's dead letter stayed in the dead-letter queue: nothing finalised it",
          lambda r: r.has_event("dead_letter_kept", doc="doc9")),
     )
