@@ -42,7 +42,7 @@ from lab.records import Check, Observations, RunReport
 from lab.runner import StopCondition, new_run_id, run_scenario
 from lab.scenarios import Scenario
 from lab.show import diff, timeline, timeline_text
-from lab.workers import LOG_DIR, STOP_GRACE, Worker
+from lab.workers import LOG_DIR, STOP_GRACE, Worker, wait_stopped
 from shared.retry import RetryPolicy
 
 DEFAULT_FOLDER = ROOT / "exercises"
@@ -361,14 +361,17 @@ def run_check(lesson: str, program: Fm, focus: Sequence[str] = (), say: Callable
         if obs.stopped_by == "deadline":
             report.error = harness.blame_services(f"the scenario did not end within {harness.RUN_TIMEOUT:.0f}s; "
                                                   f"worker log: {report.log}")
-        if obs.stopped_by != "chord finished":
-            harness.reset(program)  # a looping message goes with the program's own queues
     except harness.HarnessError:
         raise
     except OwnedServiceMissing as exc:  # this machine cannot run the lesson's scenario: said, never a pass
         report.skipped = f"the lesson's scenario needs a service of the lab's own that is not installed here ({exc})"
     except Exception as exc:  # the run could not say: its worker died, a service went away
         report.error = harness.run_error(exc)
+    try:  # nothing of the check stays on the broker (its timelines are in the report)
+        wait_stopped(program.short)
+        harness.delete_names(program.queue_names, program.exchange_names, program)
+    except Exception as exc:
+        report.error = report.error or f"could not delete the check's queues: {harness.run_error(exc)}"
     harness.set_current(None)
     report.seconds = time.monotonic() - started
     return report
