@@ -56,7 +56,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.syntax import Syntax
 
-from lab import down, exercise, harness, owned, records, services, waiting, workers
+from lab import down, exercise, exercise_check, harness, owned, records, services, waiting, workers
 from lab import metrics as lab_metrics
 from lab.fm import ROOT, fm_modules
 from lab.records import HarnessError, RunReport
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         faulthandler.register(signal.SIGUSR1, file=sys.__stderr__.fileno(), all_threads=True)
     handlers = {sig: signal.signal(sig, waiting.interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        return exercise.check_command(args.check, args.focus) if args.check is not None else _run(args)
+        return exercise_check.check_command(args.check, args.focus) if args.check is not None else _run(args)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

@@ -12,7 +12,7 @@ import pytest
 
 import lessons
 import run_all_fms
-from lab import exercise, harness
+from lab import exercise, exercise_check, harness
 from lab.fm import ROOT, fm_modules, load_module
 from lab.show.diff import code_of
 
@@ -22,7 +22,7 @@ LESSONS = ("fm2", "fm3", "fm4", "fm5", "fm6")
 WRONG_LINES = {
     "fm2a_acks_late_alone": 1, "fm2b_reject_alone": 1,
     "fm3a_limit_without_drain": 1, "fm3b_drain_discards": 7,
-    "fm4a_lock_without_ttl": 9, "fm4b_released_before_sending": 12,
+    "fm4a_lock_without_ttl": 11, "fm4b_released_before_sending": 12,
     "fm5a_autoretry_under_envelope": 5, "fm5b_retry_outside_envelope": 2,
     "fm6a_soft_time_limit_alone": 10, "fm6b_time_limit_alone": 10,
 }
@@ -139,7 +139,7 @@ def test_a_wrong_answer_is_the_lab_s_fix_with_one_mistake(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(WRONG_LINES))
 def test_a_wrong_answer_runs_in_a_namespace_part_of_its_own(name: str) -> None:
-    lesson, program = exercise.program_at(ROOT / "lessons" / name[:3] / "wrong" / f"{name}.py")
+    lesson, program = exercise_check.program_at(ROOT / "lessons" / name[:3] / "wrong" / f"{name}.py")
     assert lesson == name[:3] and program.short == name.split("_", 1)[0]
     assert program.module == f"lessons.{lesson}.wrong.{name}"
 
@@ -155,10 +155,10 @@ def test_check_refuses_a_file_that_is_no_exercise(tmp_path: Path, capsys: pytest
 
 def test_a_focus_names_only_what_the_scenario_holds() -> None:
     sc = lessons.scenario(4)
-    kept = exercise.focused(sc, ["doc2", "duplicate notify"])
+    kept = exercise_check.focused(sc, ["doc2", "duplicate notify"])
     assert kept.docs == ("doc2",) and set(kept.injectors) == {"duplicate notify"} and kept.sides == ()
     with pytest.raises(exercise.ExerciseError, match="doc99"):
-        exercise.focused(sc, ["doc99"])
+        exercise_check.focused(sc, ["doc99"])
 
 
 def _code(source: str) -> str:

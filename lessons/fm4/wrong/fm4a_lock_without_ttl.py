@@ -15,7 +15,7 @@ from kombu import Exchange, Queue
 from lab.app import lab_app
 from lab.faults import lab_fault
 from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
-from shared.claim import ClaimBusy, NotifyClaim, busy_waits, release_when_dead_lettered
+from shared.claim import NotifyClaim, busy_waits, release_when_dead_lettered
 from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 from shared.manifest import read_manifest, write_manifest
@@ -54,7 +54,7 @@ def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
 def notify(self: Task[Any, Any], results: list[Wire], pipeline_id: str) -> Summary:
     summary = summarise(results, read_manifest(app, pipeline_id))  # the documents, from the manifest
     claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)
-    if not claim.r.set(claim.key, self.request.id, nx=True):  # a lock: another notify has it
+    if not claim.r.set(claim.key, str(self.request.id), nx=True):  # a lock: another notify has it
         return {**summary, "sent": False}
     send_email(pipeline_id, summary)
     return {**summary, "sent": True}

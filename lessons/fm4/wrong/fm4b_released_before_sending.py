@@ -54,7 +54,7 @@ def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
 def notify(self: Task[Any, Any], results: list[Wire], pipeline_id: str) -> Summary:
     summary = summarise(results, read_manifest(app, pipeline_id))  # the documents, from the manifest
     claim = NotifyClaim.of(app, pipeline_id, owner=self.request.id)
-    if not claim.r.set(claim.key, self.request.id, nx=True, ex=60):  # a lock: another notify has it
+    if not claim.r.set(claim.key, str(self.request.id), nx=True, ex=60):  # a lock: another notify has it
         raise BUSY.retry(self, ClaimBusy(pipeline_id), claim.policy.poll)
     claim.r.delete(claim.key)  # released as soon as this notify is the one to send
     send_email(pipeline_id, summary)

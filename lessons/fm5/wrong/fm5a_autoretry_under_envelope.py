@@ -42,7 +42,7 @@ def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
     return {"doc": doc_id, "text": fetch_text(doc_id)}  # a document store stands in for S3
 
 
-@app.task(bind=True, autoretry_for=(TransientError,), max_retries=3, retry_backoff=0.1)  # retries a transient error
+@app.task(bind=True, autoretry_for=(TransientError,), max_retries=3, retry_backoff=True)  # retries a transient error
 @enveloped  # FM-1
 def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
     document: Fetched = unwrap(fetched)  # FM-1: the fetch's envelope; UpstreamFailed if it failed
