@@ -234,8 +234,11 @@ def concerned(obs: Observations, failed: Sequence[Check]) -> list[str]:
     docs = {d for c in failed for d in DOC.findall(c.detail)}
     tags = {tag for c in failed for tag in obs.sides if re.search(rf"\b{re.escape(tag)}\b", c.detail)}
     tl = timeline.build(obs)
-    mine = dataclasses.replace(tl, docs=tuple(d for d in tl.docs if d.doc in docs) or tl.docs,
-                               sides=tuple(s for s in tl.sides if s.tag in tags or any(d.doc in docs for d in s.timeline.docs)))
+    sides = [s if s.tag in tags and not any(d.doc in docs for d in s.timeline.docs) else
+             dataclasses.replace(s, timeline=dataclasses.replace(s.timeline, docs=tuple(d for d in s.timeline.docs
+                                                                                         if d.doc in docs)))
+             for s in tl.sides if s.tag in tags or any(d.doc in docs for d in s.timeline.docs)]
+    mine = dataclasses.replace(tl, docs=tuple(d for d in tl.docs if d.doc in docs) or tl.docs, sides=tuple(sides))
     return ["  " + timeline_text.plain(line) for line in timeline_text.lines(mine, "")[1:]]
 
 

@@ -35,6 +35,7 @@ FOCUS: dict[str, tuple[str, ...]] = {
     "fm4": ("doc2", "duplicate notify"),
     "fm5": ("doc5",),
     "fm6": ("doc8",),
+    "fm7": ("doc2", "deploy"),
 }
 """The faults each lesson's wrong answers need for their verdict (and the starting file's)."""
 
@@ -59,6 +60,9 @@ SAYS: dict[str, tuple[str, ...]] = {
     "fm6a_soft_time_limit_alone": (r"stopped early: doc8 ran past 1.5 s and did not end",
                                    r"doc8 not failed \(expected hard_timeout\)"),
     "fm6b_time_limit_alone": (r"doc8 not failed \(expected hard_timeout\)", r"chord: FAILURE ChordError"),
+    "fm7 before": (r"\(killed\): doc[0-9]+|dead-lettered: doc[0-9]+",),
+    "fm7a_prefetch_one_alone": (r"\(killed\): doc[0-9]+",),
+    "fm7b_soft_shutdown_without_remap": (r"\(killed\): doc[0-9]+|SIGKILLed after",),
 }
 """What each failing check must say (regular expressions over its output)."""
 
