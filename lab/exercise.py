@@ -67,6 +67,7 @@ class Task:
     hints: tuple[str, str]  # where to look; which Celery setting or shared/ primitive (the third is the diff)
     stated: Stated = Stated()
     early: EarlyFor = lambda _: ()
+    needs: tuple[str, ...] = ()  # services of the lab's own its scenario starts ("redis-server", "rabbitmq-server")
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,12 @@ def stated(lesson: str) -> Stated:
         if name in lesson_names():
             found = task_of(name).stated.over(found)
     return found
+
+
+def needs(lesson: str) -> tuple[str, ...]:
+    """The lab's own services the lesson's scenario starts (its own and the earlier lessons'), each once."""
+    return tuple(dict.fromkeys(n for name in lessons.FMS[:lessons.FMS.index(lesson) + 1] if name in lesson_names()
+                               for n in task_of(name).needs))
 
 
 def held(program: Fm, bounds: Stated) -> Held:

@@ -23,8 +23,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import lessons
-from lab import harness
-from lab.exercise import ExerciseError, early, held, lesson_names, number_of, shown, stated, SYMPTOM_SEEN
+from lab import harness, owned
+from lab.exercise import ExerciseError, early, held, lesson_names, needs, number_of, shown, stated, SYMPTOM_SEEN
 from lab.fm import ROOT, Fm, load_module
 from lab.injector import Harnessed, Injector
 from lab.owned import OwnedServiceMissing
@@ -97,6 +97,11 @@ def focused(sc: Scenario, keep: Sequence[str]) -> Scenario:
                     {d: w for d, w in sc.what.items() if d in wanted})
 
 
+INSTALLED: dict[str, Callable[[], object]] = {"redis-server": lambda: owned.available(),
+                                             "rabbitmq-server": lambda: owned.rabbit_available()}
+"""How to tell whether a service a lesson's scenario starts is installed (``lab.owned``)."""
+
+
 def run_check(lesson: str, program: Fm, focus: Sequence[str] = (), say: Callable[[str], None] = print) -> RunReport:
     """The lesson's scenario on ``program``, judged by the lesson's guarantee and the earlier ones."""
     n, bounds = number_of(lesson), stated(lesson)
@@ -107,6 +112,9 @@ def run_check(lesson: str, program: Fm, focus: Sequence[str] = (), say: Callable
     started = time.monotonic()
     label = f"{lesson}-check-{program.short}"
     try:
+        missing = [name for name in needs(lesson) if not INSTALLED[name]()]
+        if missing:  # said before anything starts (the scenario would meet it only when its injector acts)
+            raise OwnedServiceMissing(f"needs {' and '.join(missing)}, to run a service of the lab's own")
         run_id = new_run_id()
         say("resetting the program's queues and keys")
         harness.reset(program)

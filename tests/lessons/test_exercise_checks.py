@@ -20,12 +20,14 @@ from pathlib import Path
 
 import pytest
 
+import run_all_fms
 from lab import exercise
 from lab.fm import ROOT, fm_modules
 from tests.namespaces import derived
 
-AT_ONCE = 5
-"""Checks running at the same time (each a worker of two pool processes, or fewer)."""
+AT_ONCE = 8
+"""Checks running at the same time (each a worker of two pool processes; most of a check is waiting on its
+scenario's faults, little is CPU)."""
 CHECK_TIMEOUT = 300.0
 """A check that has not ended after this is a failure of the test (the lab's own deadline is 90 s a run)."""
 
@@ -36,6 +38,8 @@ FOCUS: dict[str, tuple[str, ...]] = {
     "fm5": ("doc5",),
     "fm6": ("doc8",),
     "fm7": ("doc2", "deploy"),
+    "fm8": ("doc2", "outage"),
+    "fm9": ("doc2", "connloss", "overlong"),
 }
 """The faults each lesson's wrong answers need for their verdict (and the starting file's)."""
 
@@ -63,6 +67,14 @@ SAYS: dict[str, tuple[str, ...]] = {
     "fm7 before": (r"\(killed\): doc[0-9]+|dead-lettered: doc[0-9]+",),
     "fm7a_prefetch_one_alone": (r"\(killed\): doc[0-9]+",),
     "fm7b_soft_shutdown_without_remap": (r"\(killed\): doc[0-9]+|SIGKILLed after",),
+    "fm8 before": (r"stopped early: the outage's chord was not done 12 s after the backend came back",
+                   r"acked with its outcome unstored: doc[0-9]+"),
+    "fm8a_reject_without_send_back": (r"outage chord SUCCESS envelope FAILURE: 0 ok",),
+    "fm8b_retry_without_reject": (r"stopped early: the outage's chord was not done 12 s after the backend came back",
+                                  r"acked with its outcome unstored: doc[0-9]+"),
+    "fm9 before": (r"stopped early: the worker exited", r"parsed twice at once: doc78"),
+    "fm9a_settings_without_limit": (r"the over-long member parsed 1x, its message back [1-9]x",),
+    "fm9b_cancel_without_channel_retry": (r"stopped early: the worker exited", r"the linked worker exited: 1"),
 }
 """What each failing check must say (regular expressions over its output)."""
 
@@ -136,6 +148,18 @@ def test_a_wrong_answer_fails_with_the_message_an_attendee_needs(checked: dict[s
 def test_every_wrong_answer_is_checked() -> None:
     kept = {p.stem for lesson in FOCUS for p in (ROOT / "lessons" / lesson / "wrong").glob(f"{lesson}?_*.py")}
     assert kept == {n for n in SAYS if " " not in n}
+
+
+def test_a_check_that_cannot_run_its_lesson_s_scenario_here_says_so_and_never_passes(
+        real_services: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """No rabbitmq-server for the lesson's own broker node: said, exit 2, nothing started."""
+    from lab import owned
+
+    monkeypatch.setattr(owned, "rabbit_available", lambda: None)
+    status = run_all_fms.main(["--check", str(ROOT / "fm9_connection_loss.py")])
+    said = capsys.readouterr().out
+    assert status == 2, said
+    assert "cannot check here" in said and "needs rabbitmq-server" in said and "starting the worker" not in said and "PASS" not in said.replace("NOT PASSED", "")
 
 
 def test_two_attendees_checking_at_once_do_not_disturb_each_other(checked: dict[str, Checked]) -> None:

@@ -16,8 +16,8 @@ from lab import exercise, exercise_check, harness
 from lab.fm import ROOT, fm_modules, load_module
 from lab.show.diff import code_of
 
-LESSONS = ("fm2", "fm3", "fm4", "fm5", "fm6", "fm7")
-"""The lessons with an exercise (FM-2..FM-7 so far, issue 42)."""
+LESSONS = ("fm2", "fm3", "fm4", "fm5", "fm6", "fm7", "fm8", "fm9")
+"""The lessons with an exercise (FM-2..FM-9; FM-1's is not written yet)."""
 
 WRONG_LINES = {
     "fm2a_acks_late_alone": 1, "fm2b_reject_alone": 1,
@@ -26,6 +26,8 @@ WRONG_LINES = {
     "fm5a_autoretry_under_envelope": 5, "fm5b_retry_outside_envelope": 2,
     "fm6a_soft_time_limit_alone": 10, "fm6b_time_limit_alone": 10,
     "fm7a_prefetch_one_alone": 2, "fm7b_soft_shutdown_without_remap": 1,
+    "fm8a_reject_without_send_back": 2, "fm8b_retry_without_reject": 2,
+    "fm9a_settings_without_limit": 3, "fm9b_cancel_without_channel_retry": 1,
 }
 """Lines added plus lines removed between each wrong answer's code and the lab's fix (docstrings left out): the
 fix with one plausible mistake, no more; a change to the FM that is not made to them too fails here."""
