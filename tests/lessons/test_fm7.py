@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lessons.fm7.checks import MIN_DEPLOYS
+from lab.observe import Event
+from lessons.fm7.checks import MIN_DEPLOYS, killed_at_grace, unread_at_term
 from lessons.fm7.scenario import DEPLOYS
 from tests.lessons.runs import LabRuns, holds_every_guarantee_up_to_its_own, symptom_run
 
@@ -18,3 +19,22 @@ def test_with_a_warm_shutdown_longer_than_the_grace_a_deploy_kills_a_document_mi
     obs = symptom_run(lab.of("fm7")["broken"], 7, "fm6", "S7")
     kills = [e for e in obs.sides["deploy"].events if e.kind == "deploy_kill"]
     assert MIN_DEPLOYS <= len(kills) <= DEPLOYS and any(e.get("lost") for e in kills)
+
+
+def _e(t: float, kind: str, **fields: str) -> Event:
+    return Event(t, kind, fields)
+
+
+def test_a_body_killed_at_the_grace_is_unread_only_when_its_start_reached_the_worker_after_the_sigterm() -> None:
+    """doc1's start was read (accepted) before the SIGTERM: the soft shutdown had to cancel it; doc2's was read after
+    it (the body began as the SIGTERM came): beyond Celery's cancel. An accept of an earlier delivery does not count."""
+    events = [_e(1.0, "received", task="t2", doc="doc2", pid="10"), _e(1.1, "accepted", task="t2", doc="doc2", pid="10"),
+              _e(2.0, "received", task="t1", doc="doc1", pid="10"), _e(2.1, "attempt_start", task="t1", doc="doc1", pid="11"),
+              _e(2.1, "accepted", task="t1", doc="doc1", pid="10"),
+              _e(3.0, "received", task="t2", doc="doc2", pid="10"), _e(3.1, "attempt_start", task="t2", doc="doc2", pid="12"),
+              _e(3.2, "deploy_term", n="1", old_pid="10", running="doc1,doc2"),
+              _e(3.3, "accepted", task="t2", doc="doc2", pid="10"),
+              _e(3.8, "deploy_kill", n="1", lost="doc1,doc2")]
+    lost, late = killed_at_grace(events)
+    assert (lost, late) == (["doc1", "doc2"], [])
+    assert unread_at_term(events, lost) == ["doc2"]
