@@ -17,8 +17,8 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
   (``received``, with the broker's count of its earlier deliveries: FM-7's deploys);
 - ``Request.on_accepted`` of ``parse_document`` (no signal: ``install`` wraps Celery's method, in
   the main process): the main process read that a pool process began the body (``accepted``). Only
-  a request it has read so is in ``celery.worker.state.active_requests``, all that a shutdown's
-  cancel reaches (``Consumer.cancel_all_unacked_requests``, Celery 5.5 to 5.7);
+  a request it has read so is in ``celery.worker.state.active_requests``, all that a cold shutdown's
+  cancel reaches (``Consumer.cancel_all_unacked_requests`` in 5.5.3, ``cancel_active_requests`` in 5.6.3, 5.7.0);
 - ``task_received`` of the runner's burst probe (``BURST_PROBE`` in its task id): the
   worker's main process took it off the broker, before any pool process is free for it
   (FM-5's hard variant: a prefetch full of waiting retries keeps it on the broker);

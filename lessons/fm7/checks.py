@@ -70,9 +70,10 @@ def killed_at_grace(events: Sequence[Event]) -> tuple[list[str], list[str]]:
 def unread_at_term(events: Sequence[Event], lost: Sequence[str]) -> list[str]:
     """Of the bodies a deploy's SIGKILL killed though they ran at its SIGTERM, those whose start the old worker's
     main process had not read by then: no ``accepted`` event (``lab.observe``) of the delivery it ran, from that
-    worker, before the SIGTERM. A shutdown's cancel reaches only the requests the main process has read as started
-    (``Consumer.cancel_all_unacked_requests`` walks ``active_requests``, Celery 5.5 to 5.7), and in the soft wait it
-    sleeps, reading nothing: such a body runs on to the SIGKILL, whoever won the race by a millisecond."""
+    worker, before the SIGTERM. A cold shutdown's cancel reaches only the requests the main process has read as
+    started (it walks ``active_requests``: ``Consumer.cancel_all_unacked_requests`` in 5.5.3,
+    ``cancel_active_requests`` in 5.6.3 and 5.7.0), and in the soft wait it sleeps, reading nothing: such a body runs
+    on to the SIGKILL, whoever won the race by a millisecond."""
     terms = {e.get("n"): e for e in events if e.kind == "deploy_term"}
     found: list[str] = []
     for kill in (e for e in events if e.kind == "deploy_kill"):
