@@ -9,12 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import time
+
 from lab.checks import overlaps, side_done, side_of, side_state, summary_of_side
 from lab.fm import Fm
-from lab.lesson import LessonChecks
-from lab.observe import Event, short_doc
+from lab.lesson import LessonChecks, Stop
+from lab.observe import Event, Reader, short_doc
 from lab.records import Check, Collector, Observations, SideRun
-from lessons.fm7.scenario import DEPLOYS
+from lessons.fm7.scenario import DEPLOY, DEPLOYS, STORED_DOCS
+from lessons.fm7.stored import STORED
 
 
 MIN_DEPLOYS = 2
@@ -137,7 +140,44 @@ def g7(obs: Observations, fm: Fm) -> Check:
                   f"grace and run again once (checked above: each ok once, none twice at once): {', '.join(f.unread) or 'none'}")
     c.seen.append(f"begun after a SIGTERM, so not Celery's to cancel, and killed at the grace (run again; fm7's Tradeoffs): "
                   f"{', '.join(f.late) or 'none'}")
+    _stored_guarantee(c, obs)
     return c.result()
+
+
+@dataclass(frozen=True)
+class StoredFindings:
+    """What the hard variant's side ``stored`` shows (``lessons.fm7.stored``)."""
+
+    held: list[Event]  # stored_uncounted: the member's SUCCESS stored, its count held
+    kills: list[Event]  # killed_after_store: its pool process SIGKILLed there
+    received: int  # deliveries of the held member's parse
+    ok: list[str]  # the side chord's ok documents, in its summary
+    dead: list[str]  # documents of the side dead-lettered
+
+
+def stored_findings(side: SideRun) -> StoredFindings:
+    events = side.events
+    summary = summary_of_side(side)
+    return StoredFindings(
+        held=[e for e in events if e.kind == "stored_uncounted"],
+        kills=[e for e in events if e.kind == "killed_after_store"],
+        received=sum(1 for e in events if e.kind == "received" and e.get("doc") == STORED_DOCS[0]),
+        ok=sorted(short_doc(str(d)) for d in summary.get("ok", [])),
+        dead=[str(e.get("doc")) for e in events if e.kind == "dead_lettered"])
+
+
+def _stored_guarantee(c: Collector, obs: Observations) -> None:
+    """G7's part for the hard variant: the member killed between its store and its count is counted, once."""
+    if (side := side_of(c, obs, STORED)) is None:
+        return
+    f = stored_findings(side)
+    c.expect(len(f.held) == 1 and len(f.kills) == 1 and f.kills[0].get("killed") == "yes",
+             f"{STORED_DOCS[0]} held after its store {len(f.held)}x, its process killed there {len(f.kills)}x",
+             "1x, killed 1x")
+    c.expect(side_done(side) and f.ok == sorted(side.docs) and len(side.emails) == 1 and not f.dead,
+             f"{STORED} chord {side_state(side)}: ok {', '.join(f.ok) or 'none'}, emails {len(side.emails)}, "
+             f"dead-lettered {', '.join(f.dead) or 'none'}",
+             f"SUCCESS, ok {', '.join(sorted(side.docs))} (each once), 1 email, none dead-lettered")
 
 
 def s7(obs: Observations, fixed: Fm) -> Check:
@@ -152,10 +192,54 @@ def s7(obs: Observations, fixed: Fm) -> Check:
     return c.result()
 
 
+def s7_hard(obs: Observations, fixed: Fm) -> Check:
+    c = Collector("S7 hard")
+    if (side := side_of(c, obs, STORED)) is None:
+        return c.result()
+    f = stored_findings(side)
+    member = side.members.get(STORED_DOCS[0])
+    stored = member.state if member is not None else "no member"
+    c.expect(len(f.kills) == 1 and f.kills[0].get("killed") == "yes",
+             f"{STORED_DOCS[0]}'s process killed after its store, before its count: {len(f.kills)}x", "once")
+    c.expect(stored == "SUCCESS" and not side_done(side) and not f.dead and not side.emails,
+             f"{STORED} chord {side_state(side)}, {STORED_DOCS[0]} stored {stored}, delivered {f.received}x, "
+             f"dead-lettered {', '.join(f.dead) or 'none'}, emails {len(side.emails)}",
+             "the member stored SUCCESS, the chord never completes, in silence: nothing dead-lettered, no email")
+    return c.result()
+
+
+STORED_WAIT = 8.0
+"""S7 hard's stop: the held member was killed this long ago and its chord has not completed (Celery settles its
+message within about 5 s of the kill: 5.7 acks it at once, 5.5 and 5.6 deduplicate its redelivery)."""
+
+
+def _stored_stuck(r: Reader) -> bool:
+    side = r.side_readers.get(STORED)
+    kills = [e.t for e in side.events() if e.kind == "killed_after_store"] if side else []
+    return bool(kills) and time.time() - kills[0] > STORED_WAIT
+
+
+def _side_over(r: Reader, tag: str) -> bool:
+    side = r.side_readers.get(tag)
+    return side is not None and any(e.kind == "notify_end" for e in side.events())
+
+
+def _symptom_stop(fixed: Fm, program: Fm) -> Stop | None:
+    """S7's run (fm6's code) ends once the deploys' chord ended, and the hard variant's side ended or is stuck: fm6
+    has no count for a member killed after its store (5.7 acks it at once: that side never ends there)."""
+    return ("the deploys' chord ended; the member killed after its store counted or stuck",
+            lambda r: _side_over(r, DEPLOY) and (_side_over(r, STORED) or _stored_stuck(r)))
+
+
+def _hard_stop(fixed: Fm, program: Fm) -> Stop | None:
+    return (f"the member killed between its store and its count, {STORED_WAIT:.0f}s ago, still not counted", _stored_stuck)
+
+
 CHECKS = LessonChecks(
-    guarantee=g7, symptom=s7,
+    guarantee=g7, symptom=s7, symptom_stop=_symptom_stop, hard_symptom=s7_hard, hard_stop=_hard_stop,
     words={
         "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, no started body killed",
         "S7": "warm shutdown past the grace: a body SIGKILLed, prefetch charged",
+        "S7 hard": "a member killed between its result's store and its count: never counted, chord PENDING",
     },
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lab.observe import Event
 from lessons.fm7.checks import MIN_DEPLOYS, killed_at_grace, unread_at_term
+from lessons.fm7.scenario import STORED_DOCS
 from lessons.fm7.scenario import DEPLOYS
 from tests.lessons.runs import LabRuns, holds_every_guarantee_up_to_its_own, symptom_run
 
@@ -13,6 +14,21 @@ def test_rolling_deploys_dead_letter_no_innocent_document_and_lose_none(lab: Lab
     deploy = obs.sides["deploy"]
     assert MIN_DEPLOYS <= sum(1 for e in deploy.events if e.kind == "deploy_term") <= DEPLOYS
     assert not any(e.kind == "dead_lettered" for e in deploy.events) and len(deploy.emails) == 1
+
+
+def test_a_member_killed_between_its_store_and_its_count_is_counted_once(lab: LabRuns) -> None:
+    obs = holds_every_guarantee_up_to_its_own(lab.of("fm7")["fixed"], 7)
+    stored = obs.sides["stored"]
+    assert [e.get("killed") for e in stored.events if e.kind == "killed_after_store"] == ["yes"]
+    assert stored.chord.state == "SUCCESS" and len(stored.emails) == 1
+    assert stored.attempts[STORED_DOCS[0]] == 1  # its body ran once: the kill came after it, the count came back
+
+
+def test_without_count_stored_members_a_member_killed_after_its_store_leaves_the_chord_pending(lab: LabRuns) -> None:
+    obs = symptom_run(lab.of("fm7")["weak"], 7, "fm7w", "S7 hard")
+    stored = obs.sides["stored"]
+    assert stored.members[STORED_DOCS[0]].state == "SUCCESS" and stored.chord.state == "PENDING"
+    assert not stored.emails and not any(e.kind == "dead_lettered" for e in stored.events)
 
 
 def test_with_a_warm_shutdown_longer_than_the_grace_a_deploy_kills_a_document_mid_body(lab: LabRuns) -> None:
