@@ -8,6 +8,7 @@ that a deploy meets none of the earlier faults and the earlier scenarios stay as
 from __future__ import annotations
 
 from lessons.fm7.deploy import RollingDeploy
+from lessons.fm7.hand import HandDeploy
 from lab.faults import SLOW
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView
@@ -65,4 +66,5 @@ PART = Part(
     sides=(SideChord(DEPLOY, tuple(Doc(d, SLOW, "slow but healthy: 0.8 s of work") for d in DEPLOY_DOCS),
                      "slow but healthy documents, rolled over by deploys", injector="rolling deploys", after=(MAIN,)),),
     injectors={"rolling deploys": RollingDeploys},
+    by_hand={"rolling deploys": HandDeploy},  # by hand, the attendee deploys, cued (lessons.fm7.hand)
 )
