@@ -87,8 +87,8 @@ class Steps:
     def cue(self, side: Reader, step: str, text: str, command: str, now: float) -> None:
         self.numbers[step] = len(self.numbers) + 1
         self.cued[step] = now
-        self.hand.say(f">>> {self.what}, step {self.numbers[step]} of {self.total}: {text} (within "
-                      f"{self.hand.seconds:.0f}s):")
+        self.hand.say(f">>> {self.what}, step {self.numbers[step]} of {self.total} (within {self.hand.seconds:.0f}s): "
+                      f"{text}:")
         self.hand.say(f"    {command}")
         side.rec.event("hand_step", step=step, state="cued", text=text, command=command)
 

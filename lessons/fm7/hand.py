@@ -3,7 +3,7 @@
 1. ``start the new version``: when the side chord ``deploy`` is due, the submitter prints the worker's own command with
    ``-n new@%h`` (a second shell, same folder, same exports) and waits, before it sends the slow documents, until the
    broker counts a second consumer on the task queue (Kubernetes' readiness: the new version takes work);
-2. ``SIGTERM the old worker``: as soon as the slow documents are sent, ``kill -TERM <pid>``, the pid of the worker that
+2. ``SIGTERM the old worker``: once it has taken one of the slow documents, ``kill -TERM <pid>``, the pid of the worker that
    served the run until then (its main process, as the observer's ``received`` events name it: this namespace's
    worker, never one found by a name pattern); seen once that process is gone while slow documents were still to end.
 
@@ -65,15 +65,21 @@ class HandDeploy(HandInjector):
         if side is None or not side.sent or TERM in self.say.done:
             return
         now = time.monotonic()
+        events = side.reader.events()
         if not self.term_cued:
-            self.term_cued = True
             if NEW not in self.say.done or not self.old:
+                self.term_cued = True
                 self.say.missed(side.reader, TERM, "no new version to deploy to, so no old worker to stop")
                 return
+            if not any(e.kind == "received" and e.get("pid") == self.old for e in events):
+                if any(e.kind == "notify_start" for e in events):
+                    self.term_cued = True
+                    self.say.missed(side.reader, TERM, f"the old worker {self.old} took none of the slow documents")
+                return  # the moment: the old worker holds one of them (it may still finish the run's last work)
+            self.term_cued = True
             self.say.cue(side.reader, TERM, f"SIGTERM the old worker now (pid {self.old}, the one that ran the run so "
                          "far), while the slow documents run (about 6 s)", f"kill -TERM {self.old}", now)
             return
-        events = side.reader.events()
         if pid_gone(self.old):
             ended = sum(1 for e in events if e.kind == "attempt_end" and e.get("outcome") == "ok")
             if ended < len(side.docs):

@@ -77,8 +77,8 @@ class HandOutage(HandInjector):
             if self._answers(now) is False:
                 self.down_at = now
                 ended = sum(1 for e in events if e.kind == "attempt_end")
-                self.say.seen(side.reader, STOP, f"the result backend at {self.server.url} does not answer "
-                              f"({now - self.say.cued[STOP]:.1f}s after the cue, {ended} parses ended before)")
+                self.say.seen(side.reader, STOP, f"the result backend at {self.server.url} does not answer, "
+                              f"{now - self.say.cued[STOP]:.1f}s after the cue; {ended} parses had ended")
                 side.reader.rec.event("backend_gone_by_hand")
             elif any(e.kind == "notify_start" for e in events):
                 self.say.missed(side.reader, STOP, "the backend still answered when every slow document had ended")
