@@ -113,8 +113,10 @@ def _by_hand(fm: Fm) -> int:
         stage = functools.partial(board.stage, fm.short, kind)
         injectors = sc.injectors_by_hand(Hand(fm, board.say, hand_seconds()))
         hands = [inj for inj in injectors.values() if isinstance(inj, HandInjector)]
-        for unmet in (found for inj in hands if (found := inj.unmet()) is not None):
-            raise NoWorker(f"error: {unmet}")
+        unmet = [found for inj in hands if (found := inj.unmet()) is not None]
+        if unmet:  # all at once, then the worker's command once: it must start (or start again) with what they set
+            raise NoWorker("error: " + "\n".join(unmet) + "\nthen start the worker (stop it first if it runs):\n"
+                           f"  {fm.worker_command()}")
         stage("waiting for the worker")
         purge(fm)  # messages no run waits for (an earlier run's leftovers) do not go before this run's
         if not _answers(fm, PROBE_SECONDS):

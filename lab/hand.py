@@ -67,7 +67,8 @@ class HandInjector(Injector):
         self.hand = hand
 
     def unmet(self) -> str | None:
-        """What must be set up before the run, with the exact commands; None when all is set."""
+        """What must be set up before the run, with the exact commands (the submitter adds the worker's); None when all
+        is set."""
         return None
 
 

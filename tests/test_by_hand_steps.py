@@ -1,11 +1,13 @@
 """FM-7, FM-8 and FM-9 by hand, as an attendee does them: the test reads only what the submitter prints and runs the
 commands printed there (real broker and backend, real subprocesses), then checks the verdict. And one run per FM that
-skips the lesson's step: its check fails, saying what was missing.
+skips every step (fm9's, whose scenario holds the deploy, the outage and the cut): G7, G8 and G9 each fail, saying
+what was missing.
 
 The attendee: runs ``.venv/bin/python fmN_*.py``; when it refuses (exit 2), runs the indented commands it printed
-(``export`` lines go to the shells they name; a ``celery ... worker`` or ``python -m lab.link`` is a shell of its own,
-kept open; any other command is run to its end) and runs it again; during the run, each cue (``>>> ..., step i of n:``)
-is followed by one command line, which the attendee runs at once. Afterwards every shell is closed as a person closes
+(an ``export`` goes to its shell and the workers'; a ``celery ... worker`` is a shell of its own, the worker before it
+stopped first, as the refusal says; ``python -m lab.link`` is a shell of its own, whose printed ``export`` goes to the
+workers' shells only; any other command is run to its end) and runs it again; during the run, each cue (``>>> ..., step
+i of n (within Ns): ...``) is followed by one command line, which the attendee runs at once, in a shell of its own. Afterwards every shell is closed as a person closes
 it (Ctrl-C) and the by-hand backend is stopped and removed: nothing of the namespace is left running.
 """
 
@@ -19,6 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +31,7 @@ from lab.hand import HAND_BACKEND
 from lab.owned import OwnedRedis
 from lab.settings import NAMESPACE
 from lab.waiting import wait_until
+from lab.workers import group_alive
 from tests.broker import consumers
 
 CUE = re.compile(r"^>>> .*, step \d+ of \d+ \(within \d+s\): ")
@@ -60,6 +64,9 @@ class Shell:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        if group_alive(self.proc.pid):  # its main process ended (a deploy's SIGTERM): nothing of its group may stay
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            assert wait_until(lambda: not group_alive(self.proc.pid), 10)
         self.reader.join(timeout=5)
 
     @property
@@ -77,14 +84,14 @@ class Attendee:
         self.env.pop("RCL_OBSERVATIONS_URL", None)
         self.worker_env: dict[str, str] = {}  # exports for the workers' shells only
         self.shells: list[Shell] = []
-        self.workers: list[Shell] = []
+        self.workers: list[Shell] = []  # the worker shells open now
 
     def _words(self, command: str) -> tuple[dict[str, str], list[str]]:
         words = command.split()
         first = next(i for i, w in enumerate(words) if "=" not in w)
         return dict(w.split("=", 1) for w in words[:first]), words[first:]
 
-    def do(self, command: str, worker_only: bool = False, wait: bool = True) -> None:
+    def do(self, command: str, worker_only: bool = False, wait: bool = True, restart: bool = False) -> None:
         """Run one printed command as a person would in a shell (see the module docstring)."""
         if command.startswith("export "):
             target = self.worker_env if worker_only else self.env
@@ -92,6 +99,10 @@ class Attendee:
             return
         assigned, words = self._words(command)
         if " worker " in f" {command} ":
+            if restart:  # set-up: "stop it first if it runs", Ctrl-C in its window
+                for old in self.workers:
+                    old.close()
+                self.workers.clear()
             shell = Shell(words, {**self.env, **self.worker_env, **assigned})
             self.shells.append(shell)
             self.workers.append(shell)
@@ -137,13 +148,16 @@ class Attendee:
             commands = [line.strip() for line in shell.lines if line.startswith("  ") and not line.startswith("   ")]
             assert commands, shell.text
             for command in commands:
-                self.do(command, worker_only="worker's shell only" in shell.text and command.startswith("export "))
+                self.do(command, restart=True)  # an export it prints is for its shell and the worker's
         raise AssertionError("the submitter kept refusing after its commands were run")
 
-    def leave(self) -> None:
-        """Every shell closed with Ctrl-C; the by-hand backend stopped and removed."""
-        for shell in reversed(self.shells):
+    def leave(self, logs: Path | None = None) -> None:
+        """Every shell closed with Ctrl-C; the by-hand backend stopped and removed; each shell's window kept in ``logs``."""
+        for i, shell in enumerate(reversed(self.shells)):
             shell.close()
+            if logs is not None:
+                (logs / f"shell{i}-{shell.proc.args[-1] if isinstance(shell.proc.args, list) else ''}.log").write_text(
+                    shell.text)
         subprocess.run([".venv/bin/python", "-m", "lab.hand", "backend", "stop"], cwd=ROOT, env=self.env,
                        capture_output=True, timeout=60)
         shutil.rmtree(OwnedRedis(HAND_BACKEND).folder, ignore_errors=True)
@@ -171,12 +185,14 @@ def _no_worker_left() -> None:
 
 
 @pytest.mark.parametrize("name", ["fm7", "fm8", "fm9"])
-def test_an_attendee_who_does_what_the_submitter_says_passes(name: str, attendee: list[Attendee]) -> None:
+def test_an_attendee_who_does_what_the_submitter_says_passes(name: str, attendee: list[Attendee], tmp_path: Path) -> None:
     me = Attendee(harness.load(name))
     attendee.append(me)
     started = time.monotonic()
     rc, out = me.submit()
     took = time.monotonic() - started
+    if rc != 0:
+        me.leave(tmp_path)  # the windows, to read why
     assert rc == 0, out
     _verdict(name, out, ok=True)
     for label in ("G7", "G8", "G9")[: int(name[2:]) - 6]:
@@ -184,7 +200,7 @@ def test_an_attendee_who_does_what_the_submitter_says_passes(name: str, attendee
     assert out.count("    seen: ") == {"fm7": 2, "fm8": 4, "fm9": 5}[name], out
     assert "missed:" not in out, out
     print(f"{name} by hand: {took:.1f}s")
-    me.leave()
+    me.leave(tmp_path)
     _no_worker_left()
     assert len(me.workers) == 2  # the first and the new version
     for worker in me.workers:  # the worker windows: each fault said in words (lab.quiet_log), none as an error

@@ -47,8 +47,7 @@ class HandOutage(HandInjector):
             return None
         return ("this lesson stops the result backend, so it must be a Redis of your own. Start the lab's, in this "
                 f"namespace:\n  {backend_command('start')}\nthen, in this shell and in the worker's before you start it:"
-                f"\n  export CELERY_RESULT_BACKEND={url} RCL_OBSERVATIONS_URL={shared}\nand start the worker:\n"
-                f"  {self.hand.fm.worker_command()}")
+                f"\n  export CELERY_RESULT_BACKEND={url} RCL_OBSERVATIONS_URL={shared}")
 
     def ready(self, run: RunView, side: SideView) -> bool:
         if not self.armed:

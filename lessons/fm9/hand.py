@@ -45,8 +45,7 @@ class HandCut(HandInjector):
             return None
         return ("this lesson cuts the worker's broker connection, so the worker must reach the broker through the "
                 "lab's link. In a shell of its own:\n  .venv/bin/python -m lab.link\nthen, in the worker's shell only "
-                "(not this one), the `export CELERY_BROKER_URL=...` line it prints, and start the worker:\n"
-                f"  {self.hand.fm.worker_command()}")
+                "(not this one), the `export CELERY_BROKER_URL=...` line it prints.")
 
     def ready(self, run: RunView, side: SideView) -> bool:
         if side.tag != CONNLOSS:
