@@ -129,7 +129,8 @@ def _by_hand(fm: Fm) -> int:
         started = time.monotonic()
         stage("running the scenario")
         try:
-            timeout = RUN_TIMEOUT + sum(inj.steps for inj in hands) * hand_seconds()  # the attendee's steps take their time
+            steps = sum(inj.steps for inj in hands)  # the attendee's steps take their time, and their sides run after them
+            timeout = RUN_TIMEOUT * (2 if steps else 1) + steps * hand_seconds()
             obs = run_scenario(fm, sc, run_id, timeout, watch=WorkerWatch(fm), sides=True, injectors=injectors)
             stage("checking")
             report.observations, report.checks = obs, checks_of(kind, fm.number, obs, fm)

@@ -82,7 +82,8 @@ class Steps:
     def __init__(self, hand: Hand, total: int, what: str) -> None:
         self.hand, self.total, self.what = hand, total, what
         self.cued: dict[str, float] = {}  # step -> when it was cued (monotonic seconds from the event's time)
-        self.done: set[str] = set()
+        self.done: set[str] = set()  # seen or missed
+        self.ok: set[str] = set()  # seen
         self.numbers: dict[str, int] = {}
 
     def cue(self, side: Reader, step: str, text: str, command: str, now: float) -> None:
@@ -98,6 +99,7 @@ class Steps:
 
     def seen(self, side: Reader, step: str, text: str) -> None:
         self.done.add(step)
+        self.ok.add(step)
         self.hand.say(f"    seen: {text}")
         side.rec.event("hand_step", step=step, state="seen", text=text)
 

@@ -154,7 +154,13 @@ def registered() -> tuple[int, int] | None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return (pid, port) if "lab.link" in cmdline else None
+    if not cmdline.rstrip().endswith("-m lab.link"):  # the link itself, not a `--cut` asking it
+        return None
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()  # it listens (the forward may go nowhere yet)
+    except OSError:
+        return None
+    return pid, port
 
 
 def cuts() -> list[tuple[float, int]]:

@@ -27,7 +27,9 @@ import pytest
 
 from lab import harness, link
 from lab.fm import ROOT, Fm
-from lab.hand import HAND_BACKEND
+from lab.hand import HAND_BACKEND, expect_steps
+from lab.observe import Event
+from lab.records import Collector
 from lab.owned import OwnedRedis
 from lab.settings import NAMESPACE
 from lab.waiting import wait_until
@@ -85,6 +87,7 @@ class Attendee:
         self.worker_env: dict[str, str] = {}  # exports for the workers' shells only
         self.shells: list[Shell] = []
         self.workers: list[Shell] = []  # the worker shells open now
+        self.said: list[str] = []  # what each run of the submitter printed, for a failure's message
 
     def _words(self, command: str) -> tuple[dict[str, str], list[str]]:
         words = command.split()
@@ -143,8 +146,9 @@ class Attendee:
                     raise AssertionError(f"the submitter did not end within {timeout:.0f}s:\n{shell.text}")
                 time.sleep(0.02)  # a look at a pipe's new lines, as often as a person's eye
             shell.close()
+            self.said.append(shell.text)
             if shell.proc.returncode != 2:
-                return shell.proc.returncode, shell.text
+                return shell.proc.returncode, "\n".join(self.said)
             commands = [line.strip() for line in shell.lines if line.startswith("  ") and not line.startswith("   ")]
             assert commands, shell.text
             for command in commands:
@@ -186,6 +190,7 @@ def _no_worker_left() -> None:
 
 @pytest.mark.parametrize("name", ["fm7", "fm8", "fm9"])
 def test_an_attendee_who_does_what_the_submitter_says_passes(name: str, attendee: list[Attendee], tmp_path: Path) -> None:
+    assert link.registered() is None, "a link of an earlier run still runs in the namespace"
     me = Attendee(harness.load(name))
     attendee.append(me)
     started = time.monotonic()
@@ -239,3 +244,22 @@ def test_an_attendee_who_skips_a_step_fails_its_check_saying_what_was_missing(
     failed = next((line for line in out.splitlines() if line.startswith(f"  FAIL {label}: ")), "")
     assert missing in failed, out
     assert "Traceback" not in out, out
+
+
+def _step(t: float, step: str, state: str, text: str) -> Event:
+    return Event(t, "hand_step", {"step": step, "state": state, "text": text})
+
+
+def test_a_check_by_hand_passes_only_the_steps_seen_and_names_each_missing_one() -> None:
+    """No broker: ``lab.hand.expect_steps`` over a side's stream, as G7, G8 and G9 call it."""
+    events = [_step(1.0, "a", "cued", "do a"), _step(2.0, "a", "seen", "a happened"),
+              _step(3.0, "b", "cued", "do b"), _step(9.0, "b", "missed", "no b within 4s of the cue")]
+    c = Collector("G")
+    expect_steps(c, events, ["a"])
+    assert c.result().ok and c.result().detail == "by hand, a: seen (a happened)"
+    c = Collector("G")
+    expect_steps(c, events, ["a", "b", "c"])
+    check = c.result()
+    assert not check.ok
+    assert check.detail == ("by hand, b: missed (no b within 4s of the cue) (expected b, done when the submitter said so); "
+                            "by hand, c: never cued (expected c, done when the submitter said so)")

@@ -67,7 +67,7 @@ class HandDeploy(HandInjector):
         now = time.monotonic()
         events = side.reader.events()
         if not self.term_cued:
-            if NEW not in self.say.done or not self.old:
+            if NEW not in self.say.ok or not self.old:
                 self.term_cued = True
                 self.say.missed(side.reader, TERM, "no new version to deploy to, so no old worker to stop")
                 return
