@@ -184,7 +184,9 @@ def _verdict(fm: str, out: str, ok: bool) -> None:
 def _no_worker_left() -> None:
     """No process of the namespace's by-hand run is left: its workers (their command names the namespace's app), its
     link, its backend."""
-    assert not OwnedRedis(HAND_BACKEND).answers()
+    backend = OwnedRedis(HAND_BACKEND)
+    assert not backend.answers()
+    shutil.rmtree(backend.folder, ignore_errors=True)  # the port its look chose
     assert link.registered() is None
 
 
