@@ -37,7 +37,7 @@ The submitter says when to deploy (as FM-7), to stop that Redis and to start it 
 in full. The worker says each lost store in one ``expected:`` line. Or run
 ``.venv/bin/python run_all_fms.py --only fm8``.
 
-Deeper: docs/failure-modes.md (section FM-8) and docs/celery-versions.md.
+Deeper: lessons/fm8/README.md (the walkthrough), docs/failure-modes.md (section FM-8) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

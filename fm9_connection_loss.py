@@ -37,7 +37,7 @@ The submitter says each step (deploy, cut, outage) with its command; the cut,
 ``.venv/bin/python -m lab.link --cut``, it carries out while a slow document runs. The worker says
 the cut in ``lab:`` lines. Or run ``.venv/bin/python run_all_fms.py --only fm9``.
 
-Deeper: docs/failure-modes.md (section FM-9) and docs/celery-versions.md.
+Deeper: lessons/fm9/README.md (the walkthrough), docs/failure-modes.md (section FM-9) and docs/celery-versions.md.
 """
 
 from __future__ import annotations
