@@ -31,13 +31,13 @@ per message. ``REMAP_SIGTERM`` is not a setting: the deployment must set it.
 
 Still open: the result backend going away mid-chord (FM-8).
 
-Run it (shells for the worker, the submitter and a second worker):
+Run it (one shell each; the submitter says when to start the new version and to ``kill -TERM``
+the old worker, with each command):
 
     REMAP_SIGTERM=SIGQUIT .venv/bin/celery -A fm7_rolling_deploys worker --without-gossip --without-mingle --without-heartbeat -B
     .venv/bin/python fm7_rolling_deploys.py
 
-Deploy by hand as docs/failure-modes.md (FM-7) says, or run
-``.venv/bin/python run_all_fms.py --only fm7``. The old worker prints ``lab: cold shutdown``
+Or run ``.venv/bin/python run_all_fms.py --only fm7``. The old worker prints ``lab: cold shutdown``
 and Celery's ``Initiating Soft Shutdown``.
 
 Deeper: lessons/fm7/README.md (the walkthrough), docs/failure-modes.md (section FM-7) and docs/celery-versions.md.

@@ -27,15 +27,15 @@ start counters, so a poison letter may be sent back up to 5 times.
 
 Still open: the broker drops the worker's connection mid-task (FM-9).
 
-Run it: in both shells first ``export CELERY_RESULT_BACKEND=redis://127.0.0.1:16379/0
-RCL_OBSERVATIONS_URL=redis://127.0.0.1:6379/0``, with your own Redis on that port
-(``redis-server --port 16379 --appendonly yes --dir /tmp``):
+Run it: start the lab's Redis for your result backend, ``.venv/bin/python -m lab.hand backend start``;
+in both shells, the ``export`` line the submitter prints until it is set:
 
     REMAP_SIGTERM=SIGQUIT .venv/bin/celery -A fm8_backend_outage worker --without-gossip --without-mingle --without-heartbeat -B
     .venv/bin/python fm8_backend_outage.py
 
-Stop that Redis mid-run, then start it again. The worker says each lost store in one
-``expected:`` line. Or run ``.venv/bin/python run_all_fms.py --only fm8``.
+The submitter says when to deploy (as FM-7), to stop that Redis and to start it again, each command
+in full. The worker says each lost store in one ``expected:`` line. Or run
+``.venv/bin/python run_all_fms.py --only fm8``.
 
 Deeper: lessons/fm8/README.md (the walkthrough), docs/failure-modes.md (section FM-8) and docs/celery-versions.md.
 """

@@ -27,15 +27,15 @@ counts against FM-3's delivery limit. A ``time_limit`` passed to ``apply_async``
 
 Still open: nothing of FM-1 to FM-9. ``docs/audit.md`` checks these settings in your own app.
 
-Run it: as fm8 (its two variables, your own Redis), then in a third shell
-``.venv/bin/python -m lab.link``; in the worker's shell only, the ``export CELERY_BROKER_URL=...``
-it prints:
+Run it: as fm8 (its Redis, its ``export``), then in a third shell ``.venv/bin/python -m lab.link``;
+in each worker's shell only, the ``export CELERY_BROKER_URL=...`` it prints:
 
     REMAP_SIGTERM=SIGQUIT .venv/bin/celery -A fm9_connection_loss worker --without-gossip --without-mingle --without-heartbeat -B
     .venv/bin/python fm9_connection_loss.py
 
-Enter in the link's shell cuts the connection; the worker says so in ``lab:`` lines. Or run
-``.venv/bin/python run_all_fms.py --only fm9``.
+The submitter says each step (deploy, cut, outage) with its command; the cut,
+``.venv/bin/python -m lab.link --cut``, it carries out while a slow document runs. The worker says
+the cut in ``lab:`` lines. Or run ``.venv/bin/python run_all_fms.py --only fm9``.
 
 Deeper: lessons/fm9/README.md (the walkthrough), docs/failure-modes.md (section FM-9) and docs/celery-versions.md.
 """

@@ -47,6 +47,7 @@ from pathlib import Path
 from lab import services, waiting, workers
 from lab.app import IDLE_KEY_SECONDS
 from lab.fm import Fm, NotAnFm, load_module
+from lab.hand import Hand, HandInjector, hand_seconds
 from lab.harness import RUN_TIMEOUT, SERVICE_CHECK_SECONDS, blame_services, checked, checks_of, connect, describe, purge, queue_consumers, run_error, service_problems
 from lab.records import HarnessError, Kind, RunBroken, RunReport
 from lab.observe import TTL_SECONDS, RunRecorder, client, run_prefix
@@ -59,6 +60,8 @@ from lab.waiting import Interrupted, wait_until
 
 PROBE_SECONDS = 10.0
 """How long a by-hand run waits for the worker's first answer."""
+RECONNECT_SECONDS = 5.0
+"""A worker whose connection was cut (a lesson's step by hand) consumes again within this."""
 IDLE_SECONDS = 30.0
 """How long a by-hand run waits for the worker to finish what an interrupted run left it."""
 
@@ -108,6 +111,12 @@ def _by_hand(fm: Fm) -> int:
     sc = scenario(fm.scenario)
     with Board(1) as board:
         stage = functools.partial(board.stage, fm.short, kind)
+        injectors = sc.injectors_by_hand(Hand(fm, board.say, hand_seconds()))
+        hands = [inj for inj in injectors.values() if isinstance(inj, HandInjector)]
+        unmet = [found for inj in hands if (found := inj.unmet()) is not None]
+        if unmet:  # all at once, then the worker's command once: it must start (or start again) with what they set
+            raise NoWorker("error: " + "\n".join(unmet) + "\nthen start the worker (stop it first if it runs):\n"
+                           f"  {fm.worker_command()}")
         stage("waiting for the worker")
         purge(fm)  # messages no run waits for (an earlier run's leftovers) do not go before this run's
         if not _answers(fm, PROBE_SECONDS):
@@ -120,11 +129,13 @@ def _by_hand(fm: Fm) -> int:
         started = time.monotonic()
         stage("running the scenario")
         try:
-            obs = run_scenario(fm, sc, run_id, RUN_TIMEOUT, watch=WorkerWatch(fm), sides=True, injectors=sc.injectors_by_hand())
+            steps = sum(inj.steps for inj in hands)  # the attendee's steps take their time, and their sides run after them
+            timeout = RUN_TIMEOUT * (2 if steps else 1) + steps * hand_seconds()
+            obs = run_scenario(fm, sc, run_id, timeout, watch=WorkerWatch(fm), sides=True, injectors=injectors)
             stage("checking")
             report.observations, report.checks = obs, checks_of(kind, fm.number, obs, fm)
             if obs.stopped_by == "deadline":
-                report.error = blame_services(f"the scenario did not end within {RUN_TIMEOUT:.0f}s; see the worker's window")
+                report.error = blame_services(f"the scenario did not end within {timeout:.0f}s; see the worker's window")
         except KeyboardInterrupt as exc:
             cancel(fm, run_id, sc)
             return _said_interrupted(exc, f"run {run_id} cancelled, its queued messages purged; the next by-hand run "
@@ -203,7 +214,8 @@ class WorkerWatch:
             raise RunBroken(f"{named} {problem} during the run")
         with connect(self.fm) as conn:
             names = [str(q.name) for q in self.fm.task_queues]
-            if conn.transport.driver_type == "amqp" and sum(queue_consumers(conn, name) for name in names) == 0:
+            if conn.transport.driver_type == "amqp" and not wait_until(
+                    lambda: sum(queue_consumers(conn, name) for name in names) > 0, RECONNECT_SECONDS, interval=0.1):
                 raise RunBroken(f"no worker consumes {', '.join(names)} any more: its worker stopped during the run")
 
 

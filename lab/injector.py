@@ -59,6 +59,10 @@ class SideView(Protocol):
     @property
     def sent(self) -> bool: ...
 
+    def ready(self) -> bool:
+        """Sent, and its chord's result is in."""
+        ...
+
     def submit(self) -> None:
         """Send it through the program's own ``submit``."""
         ...

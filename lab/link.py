@@ -16,8 +16,13 @@ broker's Erlang cookie, which a workshop attendee's shared broker does not give.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
 import threading
+import time
+from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit, urlunsplit
 
@@ -123,28 +128,138 @@ class BrokerLink:
         self.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m lab.link``: a link in front of the broker for FM-9 by hand. It prints the URL to give the
-    worker (``CELERY_BROKER_URL``); each Enter cuts the connections going through it; Ctrl-C or end of input
-    stops it."""
-    import argparse
+# ---- the link by hand: found by the namespace, cut on request --------------------------------------------------
+
+LINK_FILE = "link.json"
+"""Under the namespace's state folder (``.lab/<namespace>/``): the running link's pid and port."""
+CUTS_FILE = "link-cuts"
+"""One line per cut the running link made: its time and how many connections it closed."""
+REQUEST_FILE = "link-request"
+"""Written by ``python -m lab.link --cut``: a by-hand run carries the cut out at its mark, then the file goes."""
+ASK_SECONDS = 240.0
+"""How long ``--cut`` waits for a by-hand run to carry its cut out before it has the link cut at once."""
+
+
+def _state(name: str) -> Path:
+    from lab.workers import STATE_DIR
+
+    return STATE_DIR / name
+
+
+def registered() -> tuple[int, int] | None:
+    """The namespace's running link (its pid, its port), found by its file and checked by its command line."""
+    try:
+        found = json.loads(_state(LINK_FILE).read_text())
+        pid, port = int(found["pid"]), int(found["port"])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not cmdline.rstrip().endswith("-m lab.link"):  # the link itself, not a `--cut` asking it
+        return None
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()  # it listens (the forward may go nowhere yet)
+    except OSError:
+        return None
+    return pid, port
+
+
+def cuts() -> list[tuple[float, int]]:
+    """The cuts the namespace's link made: (when, connections closed)."""
+    try:
+        lines = _state(CUTS_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    return [(float(t), int(n)) for t, n in (line.split() for line in lines if line.strip())]
+
+
+def requested() -> float | None:
+    """When ``--cut`` asked for a cut still to carry out (None: none asked)."""
+    try:
+        return float(_state(REQUEST_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def fire(pid: int) -> None:
+    """Have the link ``pid`` cut now (SIGUSR1)."""
+    os.kill(pid, signal.SIGUSR1)
+
+
+def _serve(link: BrokerLink) -> None:
+    """Register ``link`` for the namespace; each Enter or SIGUSR1 cuts, and the cut is written down."""
     import sys
+
+    written = threading.Lock()
+
+    def cut() -> None:
+        n = link.cut()
+        with written, _state(CUTS_FILE).open("a") as out:
+            out.write(f"{time.time()!r} {n}\n")
+        print(f"cut {n} connection(s)", flush=True)
+
+    _state(LINK_FILE).parent.mkdir(parents=True, exist_ok=True)
+    _state(CUTS_FILE).unlink(missing_ok=True)
+    _state(LINK_FILE).write_text(json.dumps({"pid": os.getpid(), "port": link.port}))
+    def on_usr1(signum: int, frame: object) -> None:  # off the signal handler: cut() takes the link's lock
+        threading.Thread(target=cut, daemon=True).start()
+
+    signal.signal(signal.SIGUSR1, on_usr1)
+    try:
+        for _ in sys.stdin:
+            cut()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _state(LINK_FILE).unlink(missing_ok=True)
+
+
+def _ask_cut() -> int:
+    """``--cut``: ask the namespace's link for a cut, carried out by a by-hand run at its mark; say when it is done."""
+    import sys
+
+    from lab.waiting import wait_until
+
+    found = registered()
+    if found is None:
+        print("error: no link runs in this namespace; start one in a shell of its own: .venv/bin/python -m lab.link",
+              file=sys.stderr)
+        return 2
+    before = len(cuts())
+    _state(REQUEST_FILE).write_text(repr(time.time()))
+    print("asked the link to cut the worker's broker connections; the submitter carries the cut out while the slow "
+          "document runs ...", flush=True)
+    try:
+        if not wait_until(lambda: len(cuts()) > before, ASK_SECONDS, interval=0.05):
+            print(f"no by-hand run carried the cut out within {ASK_SECONDS:.0f}s: cutting now", flush=True)
+            fire(found[0])
+            wait_until(lambda: len(cuts()) > before, 5.0, interval=0.05)
+    finally:
+        _state(REQUEST_FILE).unlink(missing_ok=True)
+    made = cuts()[before:]
+    print(f"cut {made[0][1] if made else 0} connection(s)", flush=True)
+    return 0 if made else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lab.link``: a link in front of the broker for a by-hand run. It prints the URL to give the worker
+    (``CELERY_BROKER_URL``); each Enter cuts the connections going through it; Ctrl-C or end of input stops it.
+    ``python -m lab.link --cut``: ask this namespace's link for a cut (a by-hand run carries it out at its mark)."""
+    import argparse
 
     from lab.settings import broker_url, mask_url
 
     p = argparse.ArgumentParser(prog="python -m lab.link", description=main.__doc__)
     p.add_argument("--broker", default=None, help="the broker's AMQP URL (default: CELERY_BROKER_URL, else localhost)")
+    p.add_argument("--cut", action="store_true", help="ask the namespace's running link for a cut, and wait for it")
     args = p.parse_args(argv)
+    if args.cut:
+        return _ask_cut()
     url = str(args.broker or broker_url())
     with BrokerLink.to(url) as link:
         print(f"link to {mask_url(url)} listening; give the worker:", flush=True)
         print(f"export CELERY_BROKER_URL={link.url(url)}", flush=True)
         print("Enter cuts the connections through the link; Ctrl-C stops it", flush=True)
-        try:
-            for _ in sys.stdin:
-                print(f"cut {link.cut()} connection(s)", flush=True)
-        except KeyboardInterrupt:
-            pass
+        _serve(link)
     return 0
 
 

@@ -17,8 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from typing import TYPE_CHECKING
+
 from lab.faults import Fault, THROTTLED
 from lab.injector import Injector, InjectorFactory
+
+if TYPE_CHECKING:
+    from lab.hand import Hand, HandFactory
 
 Place = Literal["own", "hard", "burst", "after burst"]
 PLACES: tuple[Place, ...] = ("own", "hard", "burst", "after burst")
@@ -62,6 +67,7 @@ class Part:
     docs: tuple[Doc, ...] = ()
     sides: tuple[SideChord, ...] = ()
     injectors: Mapping[str, InjectorFactory] = field(default_factory=lambda: {})
+    by_hand: Mapping[str, HandFactory] = field(default_factory=lambda: {})  # an injector's by-hand steps, by its name
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class Scenario:
     sides: tuple[SideChord, ...] = ()
     injectors: Mapping[str, InjectorFactory] = field(default_factory=lambda: {})
     what: Mapping[str, str] = field(default_factory=lambda: {})  # each document's name in words
+    by_hand: Mapping[str, HandFactory] = field(default_factory=lambda: {})
 
     @property
     def burst(self) -> tuple[str, ...]:
@@ -84,16 +91,21 @@ class Scenario:
     def side(self, tag: str) -> SideChord | None:
         return next((s for s in self.sides if s.tag == tag), None)
 
-    def injectors_by_hand(self) -> dict[str, Injector]:
+    def injectors_by_hand(self, hand: Hand | None = None) -> dict[str, Injector]:
         """Its injectors for a run the harness does not make (by hand, a test's): those that need no worker or
-        service of the harness's (``Injector.needs_harness``)."""
+        service of the harness's (``Injector.needs_harness``), and with ``hand`` (a run by hand, ``lab.hand``)
+        in place of those that do, the steps their lessons give the attendee (``Part.by_hand``)."""
         made = {name: make() for name, make in self.injectors.items()}
-        return {name: injector for name, injector in made.items() if not injector.needs_harness}
+        found: dict[str, Injector] = {name: injector for name, injector in made.items() if not injector.needs_harness}
+        if hand is not None:
+            found.update({name: make(hand) for name, make in self.by_hand.items() if name in made})
+        return found
 
 
 def cumulative(number: int, parts: list[Part]) -> Scenario:
     """Scenario ``number``: the documents, side chords and injectors of ``parts`` (lessons 1..number)."""
     docs = [d for place in PLACES for part in parts for d in part.docs if d.place == place]
     injectors = {name: make for part in parts for name, make in part.injectors.items()}
+    hands = {name: make for part in parts for name, make in part.by_hand.items()}
     return Scenario(number, {d.id: d.fault for d in docs}, tuple(s for part in parts for s in part.sides), injectors,
-                    {d.id: d.what for d in docs})
+                    {d.id: d.what for d in docs}, hands)

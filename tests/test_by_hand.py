@@ -18,15 +18,15 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from billiard.exceptions import WorkerLostError
 
-from lab import harness, owned, worker_log
+from lab import harness, worker_log
 from lab.fm import ROOT, Fm, fm_modules
 from lab.observe import client
-from lab.settings import NAMESPACE, observations_url
+from lab.settings import NAMESPACE
 from lab.waiting import wait_until
 from tests.broker import consumers
 
@@ -168,75 +168,6 @@ def test_a_by_hand_fm3_run_prints_the_harness_timeline_and_its_worker_window_exp
         assert recovery in log, log  # at Celery's default level (the docstring's command has no --loglevel)
     warnings = [line for line in log.splitlines() if "WARNING/" in line]
     assert warnings and all("dead letters in" in w and "which no drain can place: " in w for w in warnings), warnings
-
-
-def test_a_by_hand_fm7_deploy_is_a_sigterm_of_one_of_two_workers(hand_worker: Callable[..., Shell]) -> None:
-    """docs/failure-modes.md (FM-7): a worker started with its command (``REMAP_SIGTERM=SIGQUIT`` in front); once the side
-    chord ``deploy`` runs, a second one (the new version), and once it consumes, SIGTERM of the first; G7
-    holds, the slow documents taken by both. Scenarios 1..6 meet one worker, as in every other FM's run."""
-    fm = harness.load("fm7")
-    first = hand_worker(fm, NAMESPACE)
-    pattern = f"{NAMESPACE}:run:*-deploy:attempts:*"
-
-    def scan() -> set[str]:
-        keys = cast(Callable[..., Iterator[str]], cast(Any, client()).scan_iter)
-        return set(keys(match=pattern))
-
-    before = scan()
-    submitter = Shell(fm.submit_command(), NAMESPACE)
-    assert wait_until(lambda: bool(scan() - before) or submitter.proc.poll() is not None, 120)
-    second = hand_worker(fm, NAMESPACE, " -n second@%h")  # ready once the broker counts its consumer too
-    first.proc.send_signal(signal.SIGTERM)  # the deploy: its main process only (the Shell runs celery itself)
-    assert submitter.finish() == 0, submitter.text
-    out = submitter.text
-    assert re.search(r"^fm7 fixed \(scenario 7 on fm7, [\d.]+s\): PASS$", out, re.M), out
-    assert "  ok   G7: by hand: the slow documents were taken by 2 worker(s)" in out, out
-    log = stop(first)
-    assert "Initiating Soft Shutdown, terminating in 0.3 seconds" in log and "worker: Cold shutdown (MainProcess)" in log, log
-    assert "lab: cold shutdown (a SIGTERM" in log and "Hitting Ctrl+C again will terminate" not in log, log  # issue 41
-    assert "Traceback" not in log and "ERROR/" not in log, log
-    stop(second)
-
-
-def test_a_by_hand_fm8_outage_is_a_redis_of_your_own_stopped_and_started(
-        hand_worker: Callable[..., Shell], monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/failure-modes.md (FM-8): both shells with ``CELERY_RESULT_BACKEND`` on a Redis of your own (persistence on) and
-    ``RCL_OBSERVATIONS_URL`` on the shared one; fm7's deploy by hand while the side chord ``deploy`` runs; once
-    the side chord ``outage`` runs, that Redis stopped and, a few seconds later, started again: G7 and G8 by
-    hand hold (G8: a store failed, every document ok once, one email)."""
-    if owned.available() is None:
-        pytest.skip("redis-server is not installed")
-    with owned.OwnedRedis(f"t-by-hand-{os.getpid()}") as mine:
-        monkeypatch.setenv("RCL_OBSERVATIONS_URL", observations_url())  # the shared Redis: before the next line
-        monkeypatch.setenv("CELERY_RESULT_BACKEND", mine.url)
-        fm = harness.load("fm8")
-        first = hand_worker(fm, NAMESPACE)
-
-        def started(side: str) -> int:
-            keys = cast(Callable[..., Iterator[str]], cast(Any, client()).scan_iter)
-            return sum(int(cast(Any, client()).get(k) or 0) for k in keys(match=f"{NAMESPACE}:run:*-{side}:attempts:*"))
-
-        before = started("deploy")
-        submitter = Shell(fm.submit_command(), NAMESPACE)
-        assert wait_until(lambda: started("deploy") > before or submitter.proc.poll() is not None, 120), submitter.text
-        second = hand_worker(fm, NAMESPACE, " -n second@%h")
-        first.proc.send_signal(signal.SIGTERM)  # the deploy, as fm7's
-        before = started("outage")
-        assert wait_until(lambda: started("outage") >= before + 3 or submitter.proc.poll() is not None, 120), submitter.text
-        mine.stop()  # redis-cli -p <port> shutdown, in the docstring's words
-        waited = wait_until(lambda: submitter.proc.poll() is not None, 4)
-        assert not waited, submitter.finish() and submitter.text  # the submitter waits for the backend's return
-        mine.start()
-        assert submitter.finish() == 0, submitter.text
-        windows = {"first": stop(first), "second": stop(second)}  # issue 41: the outage said in lines, not ERRORs
-    out = submitter.text
-    assert re.search(r"^fm8 fixed \(scenario 8 on fm8, [\d.]+s\): PASS$", out, re.M), out
-    assert re.search(r"^  ok   G8: by hand: stores that failed: [1-9]", out, re.M), out
-    for name, log in windows.items():
-        assert "Traceback" not in log and "ERROR/" not in log, (name, log[-3000:])
-        assert "Hitting Ctrl+C again will terminate all running tasks!" not in log, (name, log[-3000:])  # a SIGTERM's
-    assert "lab: cold shutdown" in windows["first"], windows["first"][-3000:]  # the deploy's SIGTERM, in words
-    assert re.search(r"expected: doc\d+'s (parse|fetch)_document ended, but its result was not stored", windows["second"])
 
 
 def _record(msg: str, *args: object) -> logging.LogRecord:

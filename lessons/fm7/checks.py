@@ -6,16 +6,17 @@ cancel: it is killed at the grace and its message runs again, once; G7 lists it 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import time
-
 from lab.checks import overlaps, side_done, side_of, side_state, summary_of_side
 from lab.fm import Fm
+from lab.hand import expect_steps
 from lab.lesson import LessonChecks, Stop
 from lab.observe import Event, Reader, short_doc
 from lab.records import Check, Collector, Observations, SideRun
+from lessons.fm7.hand import NEW, TERM
 from lessons.fm7.scenario import DEPLOY, DEPLOYS, STORED_DOCS
 from lessons.fm7.stored import STORED
 
@@ -119,7 +120,8 @@ def g7(obs: Observations, fm: Fm) -> Check:
     if any(e.kind == "deploy_start" for e in side.events):  # the harness deployed (each needs a new worker booted in time)
         c.expect(MIN_DEPLOYS <= len(f.terms) <= wanted, f"{len(f.terms)} deploys ({'; '.join(f.ends)})",
                  f"{MIN_DEPLOYS} to {wanted}")
-    else:  # by hand: the deploys are yours (SIGTERM of one of two workers); seen as the work changing workers
+    else:  # by hand: the deploy is yours (lessons.fm7.hand), each step cued and seen; and the work changed workers
+        expect_steps(c, side.events, [NEW, TERM])
         workers = {e.get("pid") for e in side.events if e.kind == "received"}
         c.expect(len(workers) >= 2, f"by hand: the slow documents were taken by {len(workers)} worker(s)",
                  "at least 2 (start a second worker, then SIGTERM the first while they run)")

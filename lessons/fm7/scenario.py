@@ -10,6 +10,7 @@ result is stored and before its chord counts it (``lessons.fm7.stored``).
 from __future__ import annotations
 
 from lessons.fm7.deploy import RollingDeploy
+from lessons.fm7.hand import HandDeploy
 from lab.faults import HOLD_AFTER_STORE, SLOW
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView
@@ -75,4 +76,5 @@ PART = Part(
                      "a member killed between its result's store and its count", injector="kill after store",
                      after=(MAIN,))),
     injectors={"rolling deploys": RollingDeploys, "kill after store": KillAfterStore},
+    by_hand={"rolling deploys": HandDeploy},  # by hand, the attendee deploys, cued (lessons.fm7.hand)
 )

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 from lab.checks import overlaps, side_done, side_of, side_state, summary_of_side
 from lab.fm import Fm
+from lab.hand import expect_steps
 from lab.lesson import LessonChecks, Stop
 from lab.observe import Event, Reader, short_doc
 from lab.records import Check, Collector, Observations, SideRun
+from lessons.fm8.hand import START, STOP
 
 
 BACKEND_RETURN_SECONDS = 12.0
@@ -57,8 +59,10 @@ def g8(obs: Observations, fm: Fm) -> Check:
     if (side := side_of(c, obs, "outage")) is None:
         return c.result()
     f = outage_findings(side)
-    by_hand = not f.downs  # the harness stops the backend itself; by hand the outage is yours
-    if not by_hand:
+    by_hand = not f.downs  # the harness stops the backend itself; by hand the outage is yours (lessons.fm8.hand)
+    if by_hand:
+        expect_steps(c, side.events, [STOP, START])
+    else:
         held = ", ".join(f"{e.get('phase')} {e.get('seconds')}s" for e in f.ups)
         c.expect([e.get("phase") for e in f.ups] == ["members", "notify"], f"backend stopped and started again: {held}",
                  "once while members stored, once while notify held its claim")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from lab.faults import SLOW
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView
+from lessons.fm8.hand import HandOutage
 from lessons.fm8.outage import BackendOutage, owned_backend
 from lab.scenarios import Doc, Part, SideChord
 
@@ -51,4 +52,5 @@ PART = Part(
                      "slow but healthy documents while the result backend goes away", injector="backend outage",
                      after=("deploy",)),),
     injectors={"backend outage": BackendOutages},
+    by_hand={"backend outage": HandOutage},  # by hand, the attendee stops and starts the backend (lessons.fm8.hand)
 )

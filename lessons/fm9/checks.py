@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 from lab.checks import overlaps, side_done, side_of, side_state, summary_of_side
 from lab.fm import Fm
+from lab.hand import expect_steps
 from lab.lesson import LessonChecks, Stop
 from lab.observe import Event, Reader, short_doc
 from lab.records import Check, Collector, Observations, SideRun
+from lessons.fm9.hand import CUT
 from lessons.fm9.scenario import CONNLOSS_DOCS, HUNG_DOC
 
 
@@ -66,7 +68,9 @@ def g9(obs: Observations, fm: Fm) -> Check:
         return c.result()
     f = connloss_findings(connloss, overlong)
     by_hand = not any(e.kind == "linked" for e in connloss.events)  # by hand the drop is yours, and the broker's timeout
-    if not by_hand:
+    if by_hand:  # the cut asked for when the submitter said so, and carried out while a member ran (lessons.fm9.hand)
+        expect_steps(c, connloss.events, [CUT])
+    else:
         cuts = ", ".join(f"{e.get('connections')} connections while {e.get('running')} ran" for e in f.cuts)
         c.expect(len(f.cuts) == 1 and f.cuts[0].get("running") in CONNLOSS_DOCS, f"cut: {cuts or 'never'}",
                  "once, while a member ran")

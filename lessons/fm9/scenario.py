@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 
 from lessons.fm9.connloss import CONSUMER_TIMEOUT_MS, LINKED, OWNED_NAME, TICK_MS, LinkedBroker
+from lessons.fm9.hand import HandCut
 from lab.faults import C_HANG, SLOW
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView, SideView
@@ -102,4 +103,5 @@ PART = Part(
                      "a member that outlives the broker's consumer_timeout", injector="connection cut",
                      after=(CONNLOSS,), before=("outage",))),
     injectors={"connection cut": ConnectionCut},
+    by_hand={"connection cut": HandCut},  # by hand, the attendee asks for the cut (lessons.fm9.hand)
 )
