@@ -11,7 +11,7 @@ from lessons.fm7.deploy import RollingDeploy
 from lab.faults import SLOW
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView
-from lab.scenarios import MAIN, Doc, Part, SideChord
+from lab.scenarios import MAIN, Doc, Needs, Part, SideChord
 from lab.workers import Worker
 
 DEPLOY = "deploy"
@@ -65,4 +65,5 @@ PART = Part(
     sides=(SideChord(DEPLOY, tuple(Doc(d, SLOW, "slow but healthy: 0.8 s of work") for d in DEPLOY_DOCS),
                      "slow but healthy documents, rolled over by deploys", injector="rolling deploys", after=(MAIN,)),),
     injectors={"rolling deploys": RollingDeploys},
+    symptom=Needs(docs=("doc2",), sides=(DEPLOY,)),  # S7 reads the deploys' side alone; a healthy chord before it
 )

@@ -11,7 +11,7 @@ from lab.faults import SLOW
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView
 from lessons.fm8.outage import BackendOutage, owned_backend
-from lab.scenarios import Doc, Part, SideChord
+from lab.scenarios import Doc, Needs, Part, SideChord
 
 OUTAGE = "outage"
 OUTAGE_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(66, 66 + 12))
@@ -51,4 +51,5 @@ PART = Part(
                      "slow but healthy documents while the result backend goes away", injector="backend outage",
                      after=("deploy",)),),
     injectors={"backend outage": BackendOutages},
+    symptom=Needs(docs=("doc2",), sides=(OUTAGE,)),  # S8 reads the outage's side alone; a healthy chord before it
 )

@@ -18,7 +18,7 @@ from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView, SideView
 from lab.link import BrokerLink
 from lab.owned import OwnedRabbit, stop_leftovers
-from lab.scenarios import MAIN, Doc, Part, SideChord
+from lab.scenarios import MAIN, Doc, Needs, Part, SideChord
 
 CONNLOSS = "connloss"
 OVERLONG = "overlong"
@@ -102,4 +102,7 @@ PART = Part(
                      "a member that outlives the broker's consumer_timeout", injector="connection cut",
                      after=(CONNLOSS,), before=("outage",))),
     injectors={"connection cut": ConnectionCut},
+    # S9 and S9 hard read these two sides alone (on the lab's own node, not the deploys' or the outage's worker)
+    symptom=Needs(docs=("doc2",), sides=(CONNLOSS, OVERLONG)),
+    hard=Needs(docs=("doc2",), sides=(CONNLOSS, OVERLONG)),
 )
