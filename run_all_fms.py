@@ -15,8 +15,8 @@
     python run_all_fms.py --clean              # also delete the namespace's queues, exchanges and keys
     python run_all_fms.py --diff fm4           # the code change from fm3 to fm4 (FM-4's lesson)
     python run_all_fms.py --diff               # every step, fm0 -> fm1 -> ... -> fm6
-    python run_all_fms.py --jobs 3             # up to 3 runs at once (make lab does this); the output,
-                                               # the report and the exit status are those of a serial run
+    python run_all_fms.py --jobs 1             # one run after another (default: up to 3 at once, as make
+                                               # lab); the output, the report and the exit status are the same
 
 While it works it shows the FM, the stage and the elapsed time (live on a
 terminal, one line per stage elsewhere); after each FM, what happened to each
@@ -66,6 +66,11 @@ DEFAULT_JSON = workers.STATE_DIR / "results.json"
 """Where ``--report`` and ``--json`` without a PATH write (under ``.lab/``, which git ignores)."""
 
 
+DEFAULT_JOBS = 3
+"""Runs at once unless ``--jobs`` says otherwise: a lesson's three cells (fixed, broken, before its hard fix) run
+different programs, each in its own namespace of queues and keys and with owned services of its own run."""
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="run_all_fms.py", description="reliable-celery-lab: run the failure modes")
     p.add_argument("--only", nargs="+", metavar="FM", help="FMs to run, short (fm3) or full (fm3_dlq_reconciliation) names")
@@ -88,9 +93,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "exchanges and Redis keys (nothing else), then exit")
     p.add_argument("--diff", nargs="*", metavar="FM", help="print the code change that makes each FM from the one before "
                    "(docstrings left out), then exit; no name: every step")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="run up to N runs at once, never two on the same code (default 1: one after another); "
-                   "timelines, report and results come out as a serial run's")
+    p.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
+                   help=f"run up to N runs at once, never two on the same code (default {DEFAULT_JOBS}: a lesson's fixed, "
+                   "broken and hard-variant runs together; 1: one after another); timelines, report and results "
+                   "come out as a serial run's")
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error("--jobs takes a whole number from 1 up")
