@@ -56,15 +56,15 @@ class ConnectionCut(Injector):
 
         self.starting = threading.Thread(target=start, name=f"owned-broker-{harnessed.run_id}", daemon=True)
         self.starting.start()
-        harnessed.stack.callback(self._close, node, harnessed.grace)
+        harnessed.stack.callback(self._close, node)
         return fm
 
-    def _close(self, node: OwnedRabbit, grace: float) -> None:
+    def _close(self, node: OwnedRabbit) -> None:
         """Everything it started stopped and removed (once the start is over: a node half started is removed too)."""
         if self.starting is not None:
             self.starting.join()
         if self.broker is not None:
-            self.broker.close(grace)
+            self.broker.close(0.0)  # no warm shutdown: its node and the node's queues are removed next, the run is read
         else:
             node.remove()
 
