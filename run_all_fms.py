@@ -18,8 +18,8 @@
     python run_all_fms.py --exercise fm3       # write lesson fm3's exercise (./exercises/, or a FOLDER after it)
     python run_all_fms.py --check FILE         # check your exercise under the lesson's faults
     python run_all_fms.py --hint fm3 2         # hint 2 of 3 (3: the lab's fix)
-    python run_all_fms.py --jobs 3             # up to 3 runs at once (make lab does this); the output,
-                                               # the report and the exit status are those of a serial run
+    python run_all_fms.py --jobs 1             # one run after another (default: up to 3 at once, as make
+                                               # lab); the output, the report and the exit status are the same
 
 While it works it shows the FM, the stage and the elapsed time (live on a
 terminal, one line per stage elsewhere); after each FM, what happened to each
@@ -69,6 +69,11 @@ DEFAULT_JSON = workers.STATE_DIR / "results.json"
 """Where ``--report`` and ``--json`` without a PATH write (under ``.lab/``, which git ignores)."""
 
 
+DEFAULT_JOBS = 3
+"""Runs at once unless ``--jobs`` says otherwise: a lesson's three cells (fixed, broken, before its hard fix) run
+different programs, each in its own namespace of queues and keys and with owned services of its own run."""
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="run_all_fms.py", description="reliable-celery-lab: run the failure modes")
     p.add_argument("--only", nargs="+", metavar="FM", help="FMs to run, short (fm3) or full (fm3_dlq_reconciliation) names")
@@ -99,9 +104,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--focus", nargs="+", metavar="NAME", default=[], help=argparse.SUPPRESS)  # the lab's own tests
     p.add_argument("--hint", nargs="+", metavar=("FM", "STEP"), help="hint STEP (1: where to look, 2: which setting or "
                    "primitive, 3: the lab's fix) for lesson FM's exercise, then exit")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="run up to N runs at once, never two on the same code (default 1: one after another); "
-                   "timelines, report and results come out as a serial run's")
+    p.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
+                   help=f"run up to N runs at once, never two on the same code (default {DEFAULT_JOBS}: a lesson's fixed, "
+                   "broken and hard-variant runs together; 1: one after another); timelines, report and results "
+                   "come out as a serial run's")
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error("--jobs takes a whole number from 1 up")

@@ -272,7 +272,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
         label = f"{fm}-{kind}-{code}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
         set_current(lab)
-        sc = lessons.scenario(sc_n)
+        sc = lessons.scenario_for(kind, sc_n)  # a symptom's run: only the faults its check needs
         grace = 0.5 if stop else STOP_GRACE
         with ExitStack() as stack:
             injectors = {name: make() for name, make in sc.injectors.items()}

@@ -336,7 +336,7 @@ class OwnedRabbit:
 
     ``consumer_timeout`` (ms) and ``channel_tick_interval`` (ms, how often a channel checks it; 60 s by
     default in RabbitMQ 3.10) are written into its configuration, so that FM-9's consumer timeout fires
-    within seconds. Started in the foreground of a session of its own (``stop()`` asks ``rabbitmqctl stop``,
+    within seconds. Started in the foreground of a session of its own (``stop()`` sends that session SIGTERM,
     then kills what is left); its pid and its owner's beside the data, for ``stop_leftovers``."""
 
     def __init__(self, name: str, consumer_timeout: int | None = None, channel_tick_interval: int | None = None) -> None:
@@ -452,12 +452,16 @@ class OwnedRabbit:
                               f"{kept}")
 
     def stop(self) -> None:
-        """``rabbitmqctl stop``, wait until it is gone (its process group killed after ``STOP_SECONDS``)."""
+        """SIGTERM to its process group, wait until it is gone (the group killed after ``STOP_SECONDS``).
+
+        The Erlang VM (OTP 20 and later) takes SIGTERM as ``init:stop()``: RabbitMQ stops its applications
+        and the VM exits, as ``rabbitmqctl stop`` would have it do, without booting a second VM for
+        ``rabbitmqctl`` (measured at load 24 on two cores: 1.6 s against 6.9 s)."""
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             try:
-                self.ctl("stop", timeout=STOP_SECONDS)
-            except (subprocess.TimeoutExpired, OSError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
                 pass
             try:
                 proc.wait(STOP_SECONDS)

@@ -7,12 +7,17 @@ registry (``lessons``) puts the parts of lessons 1..N together: scenario N is cu
 writes each fault into its document's text (``lab.faults.document_text``), so the code under test meets
 the fault as it is: an earlier program gets a later scenario with no switch and no extra argument.
 
+A lesson may say what the runs of its symptom and of its hard variants need of the cumulative scenario
+(``Needs``): those runs then meet only that (``Scenario.narrowed``), while its fixed run keeps the whole scenario,
+where every earlier guarantee is checked again.
+
 Order of submission: a document's ``place`` (its lesson's own documents first, then the hard variants',
 then a burst, then what must come after the burst), then the lessons' order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -61,13 +66,27 @@ class SideChord:
 
 
 @dataclass(frozen=True)
+class Needs:
+    """What a run that shows one symptom needs of its cumulative scenario: the documents of its own chord, in the
+    scenario's order, and the side chords its check reads (each with the injector that drives it). A symptom's
+    run checks that symptom alone, so the earlier lessons' faults only make it longer."""
+
+    docs: tuple[str, ...]
+    sides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Part:
-    """What one lesson adds to the scenarios from its own on."""
+    """What one lesson adds to the scenarios from its own on; ``symptom`` and ``hard``: what the run of its symptom
+    (on the program before it) and of each hard variant (on its program before the hard fix) need of its scenario
+    (None: the whole of it)."""
 
     docs: tuple[Doc, ...] = ()
     sides: tuple[SideChord, ...] = ()
     injectors: Mapping[str, InjectorFactory] = field(default_factory=lambda: {})
     by_hand: Mapping[str, HandFactory] = field(default_factory=lambda: {})  # an injector's by-hand steps, by its name
+    symptom: Needs | None = None
+    hard: Needs | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +109,24 @@ class Scenario:
 
     def side(self, tag: str) -> SideChord | None:
         return next((s for s in self.sides if s.tag == tag), None)
+
+    def narrowed(self, needs: Needs) -> Scenario:
+        """This scenario with only what ``needs`` names: its documents, its side chords and the injectors that
+        drive them. A side kept is still sent after what it came after: a side left out is replaced by ``MAIN``
+        (every side of the lessons comes after the run's own chord), and it is no longer waited for."""
+        missing = [d for d in needs.docs if d not in self.faults] + [t for t in needs.sides if self.side(t) is None]
+        if missing or not needs.docs:
+            raise ValueError(f"scenario {self.number} cannot be narrowed to {needs}: "
+                             f"{'no ' + ', '.join(missing) if missing else 'its own chord needs a document'}")
+        kept = {MAIN, *needs.sides}
+        sides = tuple(dataclasses.replace(s, after=tuple(dict.fromkeys(t if t in kept else MAIN for t in s.after)),
+                                          before=tuple(t for t in s.before if t in kept))
+                      for s in self.sides if s.tag in needs.sides)
+        driving = {s.injector for s in sides if s.injector is not None}
+        return Scenario(self.number, {d: f for d, f in self.faults.items() if d in needs.docs}, sides,
+                        {name: make for name, make in self.injectors.items() if name in driving},
+                        {d: w for d, w in self.what.items() if d in needs.docs},
+                        {name: make for name, make in self.by_hand.items() if name in driving})
 
     def injectors_by_hand(self, hand: Hand | None = None) -> dict[str, Injector]:
         """Its injectors for a run the harness does not make (by hand, a test's): those that need no worker or

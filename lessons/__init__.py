@@ -51,6 +51,18 @@ def scenario(number: int) -> Scenario:
     return cumulative(number, [_part(lesson) for lesson in FMS[:number]])
 
 
+def scenario_for(kind: RunKind, number: int) -> Scenario:
+    """The scenario a run of ``kind`` meets: scenario ``number`` whole for a fixed run (it checks every guarantee up
+    to its own) and the naive program's bug; for a symptom's run (broken) or a hard variant's (weak), only what the
+    lesson says its check needs (``lab.scenarios.Needs``, its part's ``symptom`` and ``hard``), when it says."""
+    whole = scenario(number)
+    if kind not in ("broken", "weak"):
+        return whole
+    part = _part(FMS[number - 1])
+    needs = part.symptom if kind == "broken" else part.hard
+    return whole.narrowed(needs) if needs is not None else whole
+
+
 def scenarios() -> range:
     """The scenarios' numbers."""
     return range(1, len(FMS) + 1)

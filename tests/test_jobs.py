@@ -69,7 +69,7 @@ def board_to_text(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
         original(self, runs, file=out, live=False)
 
     monkeypatch.setattr(progress.Board, "__init__", plain)
-    monkeypatch.setattr(progress, "_block", no_lines)
+    monkeypatch.setattr(progress, "timeline_of", no_lines)
     return out
 
 

@@ -14,7 +14,7 @@ from lessons.fm7.hand import HandDeploy
 from lab.faults import HOLD_AFTER_STORE, SLOW
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView
-from lab.scenarios import MAIN, Doc, Part, SideChord
+from lab.scenarios import MAIN, Doc, Needs, Part, SideChord
 from lab.workers import Worker
 from lessons.fm7.stored import STORED, KillAfterStore
 
@@ -77,4 +77,7 @@ PART = Part(
                      after=(MAIN,))),
     injectors={"rolling deploys": RollingDeploys, "kill after store": KillAfterStore},
     by_hand={"rolling deploys": HandDeploy},  # by hand, the attendee deploys, cued (lessons.fm7.hand)
+    # S7 reads the deploys' side, and its run stops once that side and ``stored`` are over: both, after one healthy
+    # document (the hard variant's run keeps the whole scenario)
+    symptom=Needs(docs=("doc2",), sides=(DEPLOY, STORED)),
 )

@@ -12,7 +12,7 @@ from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView
 from lessons.fm8.hand import HandOutage
 from lessons.fm8.outage import BackendOutage, owned_backend
-from lab.scenarios import Doc, Part, SideChord
+from lab.scenarios import Doc, Needs, Part, SideChord
 
 OUTAGE = "outage"
 OUTAGE_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(66, 66 + 12))
@@ -53,4 +53,5 @@ PART = Part(
                      after=("deploy",)),),
     injectors={"backend outage": BackendOutages},
     by_hand={"backend outage": HandOutage},  # by hand, the attendee stops and starts the backend (lessons.fm8.hand)
+    symptom=Needs(docs=("doc2",), sides=(OUTAGE,)),  # S8 reads the outage's side alone; a healthy chord before it
 )

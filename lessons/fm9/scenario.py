@@ -19,7 +19,7 @@ from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView, SideView
 from lab.link import BrokerLink
 from lab.owned import OwnedRabbit, stop_leftovers
-from lab.scenarios import MAIN, Doc, Part, SideChord
+from lab.scenarios import MAIN, Doc, Needs, Part, SideChord
 
 CONNLOSS = "connloss"
 OVERLONG = "overlong"
@@ -57,15 +57,15 @@ class ConnectionCut(Injector):
 
         self.starting = threading.Thread(target=start, name=f"owned-broker-{harnessed.run_id}", daemon=True)
         self.starting.start()
-        harnessed.stack.callback(self._close, node, harnessed.grace)
+        harnessed.stack.callback(self._close, node)
         return fm
 
-    def _close(self, node: OwnedRabbit, grace: float) -> None:
+    def _close(self, node: OwnedRabbit) -> None:
         """Everything it started stopped and removed (once the start is over: a node half started is removed too)."""
         if self.starting is not None:
             self.starting.join()
         if self.broker is not None:
-            self.broker.close(grace)
+            self.broker.close(0.0)  # no warm shutdown: its node and the node's queues are removed next, the run is read
         else:
             node.remove()
 
@@ -104,4 +104,7 @@ PART = Part(
                      after=(CONNLOSS,), before=("outage",))),
     injectors={"connection cut": ConnectionCut},
     by_hand={"connection cut": HandCut},  # by hand, the attendee asks for the cut (lessons.fm9.hand)
+    # S9 and S9 hard read these two sides alone (on the lab's own node, not the deploys' or the outage's worker)
+    symptom=Needs(docs=("doc2",), sides=(CONNLOSS, OVERLONG)),
+    hard=Needs(docs=("doc2",), sides=(CONNLOSS, OVERLONG)),
 )

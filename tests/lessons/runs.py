@@ -55,6 +55,8 @@ def symptom_run(report: RunReport, n: int, code: str, label: str) -> Observation
     """Scenario n on ``code`` (broken: FM n-1; weak: FM n without its hard fix), its one symptom holding."""
     obs = observed(report)
     assert report.code == code and obs.scenario == n
+    met = lessons.scenario_for(report.kind, n)  # only what the lesson says its symptom needs (the whole, if it says not)
+    assert obs.docs == met.docs and set(obs.sides) <= {side.tag for side in met.sides}
     assert [(c.label, c.ok) for c in report.checks] == [(label, True)], report.checks
     return obs
 

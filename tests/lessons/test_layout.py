@@ -10,7 +10,8 @@ import pytest
 import lessons
 from lab.fm import ROOT, fm_modules
 from lab.injector import Injector
-from lab.lesson import Lesson
+from lab.lesson import Lesson, RunKind
+from lab.scenarios import MAIN, Needs
 
 LESSONS_DIR = ROOT / "lessons"
 NAMES_A_LESSON = re.compile(r"\bfm[0-9]|FM-[0-9]|[Ss]cenarios? [0-9]")
@@ -46,6 +47,32 @@ def test_each_lesson_declares_its_programs_documents_injectors_and_checks(name: 
     n = lessons.FMS.index(name) + 1
     assert sorted(lesson.checks.words) == sorted([f"G{n}", f"S{n}", *([f"S{n} hard"] if lesson.checks.hard_symptom else [])])
     assert all(lesson.checks.words.values())  # each check says what it means, in words
+
+
+@pytest.mark.parametrize("name", lessons.FMS)
+def test_a_symptoms_run_meets_only_what_its_lesson_says_it_needs_and_a_fixed_run_the_whole_scenario(name: str) -> None:
+    n = lessons.FMS.index(name) + 1
+    whole, part = lessons.scenario(n), lessons.lesson(name).part
+    assert lessons.scenario_for("fixed", n) == whole
+    runs: list[tuple[RunKind, Needs | None]] = [("broken", part.symptom), ("weak", part.hard)]
+    for kind, needs in runs:
+        met = lessons.scenario_for(kind, n)
+        if needs is None:
+            assert met == whole
+            continue
+        assert met.number == n and met.docs == needs.docs and [s.tag for s in met.sides] == list(needs.sides)
+        assert {d: whole.faults[d] for d in needs.docs} == dict(met.faults)
+        assert set(met.injectors) == {s.injector for s in met.sides if s.injector is not None}
+        for side in met.sides:  # each still sent after the run's own chord or a side kept; none waits for one left out
+            assert side.after and set(side.after) <= {MAIN, *needs.sides} and set(side.before) <= set(needs.sides)
+            assert side.docs == next(s for s in whole.sides if s.tag == side.tag).docs
+
+
+def test_a_scenario_cannot_be_narrowed_to_what_it_does_not_hold() -> None:
+    last = lessons.scenario(len(lessons.FMS))
+    for needs in (Needs(docs=("doc2", "no-such-doc")), Needs(docs=("doc2",), sides=("no-such-side",)), Needs(docs=())):
+        with pytest.raises(ValueError, match="cannot be narrowed"):
+            last.narrowed(needs)
 
 
 def test_each_document_has_one_lesson_and_a_name_in_words() -> None:
