@@ -41,11 +41,6 @@ WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 Submit = Callable[[list[str], str], "AsyncResult[Any]"]
 
 
-def fm_modules() -> dict[str, str]:
-    """Short name -> module name, for every ``fm<N>_*.py`` beside run_all_fms.py."""
-    return {short_name(path.stem): path.stem for path in sorted(ROOT.glob("fm[0-9]_*.py"))}
-
-
 def layers(fn: object) -> Iterator[object]:
     """A function and every wrapper beneath it (``functools.wraps`` sets ``__wrapped__``)."""
     while fn is not None:

@@ -23,8 +23,9 @@ from typing import Any, cast
 import pytest
 from billiard.exceptions import WorkerLostError
 
+import lessons
 from lab import harness, owned, worker_log
-from lab.fm import ROOT, Fm, fm_modules
+from lab.fm import ROOT, Fm
 from lab.observe import client
 from lab.settings import NAMESPACE, observations_url
 from lab.waiting import wait_until
@@ -119,7 +120,7 @@ def _docstring_commands(path: Path) -> list[str]:
     return [line.strip() for line in doc.splitlines() if re.match(r"^    (\w+=\S+ )*\S*(celery|python)\b", line)]
 
 
-DOCSTRINGS = [ROOT / f"{module}.py" for module in fm_modules().values()] + sorted(
+DOCSTRINGS = [ROOT / f"{module}.py" for module in lessons.modules().values()] + sorted(
     p for p in (ROOT / "case_studies").glob("*/*.py") if p.stem in ("fixed", "writeup"))
 
 

@@ -36,11 +36,12 @@ from typing import Any, cast
 import pytest
 
 import run_all_fms
+import lessons
 from lab.matrix import TITLES
 from lab.records import Outcome
 from lab.show import report, timeline, timeline_text
 from shared.envelope import REASONS
-from lab.fm import ROOT, fm_modules
+from lab.fm import ROOT
 from lab.records import RunReport
 from lab.records import Check
 from tests.synthetic import (BURST, FOREIGN, LARGE_BROKEN_CHECK, LARGE_CHECKS, LARGE_WEAK_CHECK, broken_run, end, ev, fixed_sides,
@@ -284,7 +285,7 @@ Run it alone (two shells): not shown either.
     }
 
 
-@pytest.mark.parametrize("fm", sorted(fm_modules()))
+@pytest.mark.parametrize("fm", sorted(lessons.modules()))
 def test_every_fm_docstring_gives_symptom_root_cause_and_fix(fm: str) -> None:
     lesson = report.lesson(fm)
     wanted = ["Symptom", "Root cause", "Fix"] + (["Tradeoffs"] if fm != "fm0" else [])

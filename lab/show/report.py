@@ -35,11 +35,11 @@ from pathlib import Path
 
 from lab.show import diff, swimlanes, timeline, timeline_text
 from lab.records import Check
-from lab.fm import ROOT, fm_modules
+from lab.fm import ROOT
 from lab.matrix import TITLES
 from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
 from lab.records import MatrixRow, RunReport, matrix
-from lessons import scenario, scenarios
+from lessons import modules, scenario, scenarios
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
 """The docstring paragraphs the report shows, in this order."""
@@ -96,7 +96,7 @@ def lesson(fm: str) -> Lesson:
         module = f"case_studies/{case}/fixed"
         tree = ast.parse((ROOT / f"{module}.py").read_text())
         return parse_docstring(fm, module.replace("/", "."), ast.get_docstring(tree) or "", CASE_SECTIONS)
-    module = fm_modules()[fm]
+    module = modules()[fm]
     tree = ast.parse((ROOT / f"{module}.py").read_text())  # read, not imported: no app is built
     return parse_docstring(fm, module, ast.get_docstring(tree) or "")
 

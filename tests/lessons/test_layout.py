@@ -8,7 +8,7 @@ import re
 import pytest
 
 import lessons
-from lab.fm import ROOT, fm_modules
+from lab.fm import ROOT
 from lab.injector import Injector
 from lab.lesson import Lesson
 
@@ -30,14 +30,14 @@ scenarios, the checks, the injector and the lesson interface name none already."
 def test_the_registry_holds_every_lesson_folder_and_every_fm_file_in_order() -> None:
     folders = sorted(p.name for p in LESSONS_DIR.iterdir() if (p / "__init__.py").exists())
     assert sorted(lessons.FMS) == folders
-    assert list(lessons.FMS) == [s for s in fm_modules() if s != "fm0"]
+    assert list(lessons.FMS) == [s for s in lessons.modules() if s != "fm0"]
 
 
 @pytest.mark.parametrize("name", lessons.FMS)
 def test_each_lesson_declares_its_programs_documents_injectors_and_checks(name: str) -> None:
     lesson: Lesson = lessons.lesson(name)
-    assert lesson.name == name and lesson.programs.fixed == fm_modules()[name]
-    assert lesson.programs.broken == fm_modules()[f"fm{lessons.FMS.index(name)}"]
+    assert lesson.name == name and lesson.programs.fixed == lessons.modules()[name]
+    assert lesson.programs.broken == lessons.modules()[f"fm{lessons.FMS.index(name)}"]
     assert all(callable(make) and isinstance(make(), Injector) for make in lesson.part.injectors.values())
     named = {side.injector for side in lesson.part.sides if side.injector is not None}
     assert named <= set(lessons.scenario(lessons.FMS.index(name) + 1).injectors)  # a side's injector is in its scenario
