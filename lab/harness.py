@@ -11,7 +11,7 @@ scenario, check, stop the worker (TERM, then KILL) and keep its log in
 ``.lab/<namespace>/logs/`` (``lab.workers``).
 
 Verdicts: a run whose checks all hold is PASS (fixed), REPRODUCED (broken) or BUG
-REPRODUCED (fm0); one whose checks do not is FAIL / NOT REPRODUCED. A run that
+REPRODUCED (the naive program); one whose checks do not is FAIL / NOT REPRODUCED. A run that
 could not say either is ERROR, with the cause: its worker died, a service
 stopped answering (URL masked) or the scenario did not end before its deadline.
 The watch during a run (``Liveness``) notices a dead worker at its next look
@@ -217,7 +217,7 @@ def empty_interrupted(fm: Fm, deadline: float = 5.0) -> None:
     """After an interruption (its workers already killed): delete ``fm``'s queues and exchanges.
 
     Deleted, not purged and not declared again. What was seen in the lab's tries
-    (SIGHUP of ``run_all_fms.py --only fm6`` just as its scenario started): after a
+    (SIGHUP of ``run_all_fms.py --only <an FM>`` just as its scenario started): after a
     purge, or after a delete and a new declare, a message published just before the
     interruption (a ``fetch_document`` of ``submit``, a beat ``drain_dead_letters``)
     was still found in the queue in 1 of 5 to 1 of 12 tries; RabbitMQ orders frames
@@ -317,7 +317,7 @@ def namespace_names() -> tuple[list[str], list[str]]:
 
 def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str, Kind]]:
     """The runs of the selected lessons (with ``prove``, their broken and weak runs too) and case studies, the
-    naive program's bug first when asked for (``--include-fm0``) or selected."""
+    naive program's bug first when asked for (``include_fm0``, the CLI's option) or selected."""
     runs: list[tuple[str, Kind]] = []
     for fm in selected:
         if (case := lessons.case_study(fm)) is not None:

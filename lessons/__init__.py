@@ -73,6 +73,22 @@ def broken_code(name: str) -> str:
     return FMS[n - 2] if n >= 2 else NAIVE
 
 
+CLAIM_FROM = "fm4"
+"""The lesson whose fix adds the notify claim: its program's ``notify`` and every later one's holds one."""
+
+
+def lesson_of(code: str) -> str | None:
+    """The lesson (or the naive program) whose program ``code`` is: its own, its weak variant (``<short>w``) or a
+    variant derived from it (``lab.variants``: ``<short>t_...``); None for a case study's or any other."""
+    return max((name for name in (NAIVE, *FMS) if code.startswith(name)), key=len, default=None)
+
+
+def holds_claim(code: str) -> bool:
+    """Whether program ``code``'s ``notify`` holds a claim (DESIGN.md §1: ``CLAIM_FROM`` adds it)."""
+    lesson_name = lesson_of(code)
+    return lesson_name is not None and number(lesson_name) >= number(CLAIM_FROM)
+
+
 def case_study(name: str) -> CaseStudy | None:
     """The case study named ``name``, or one of its cells (``severity_batch/batch``), or one of its programs'
     codes (``sbw``); None when it is none of these."""

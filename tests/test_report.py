@@ -482,7 +482,7 @@ def test_fm4s_notify_story_reads_one_lane_per_delivery() -> None:
         "notify #1": "killed before sending · held at the runner's gate from 1.005s",
         "notify #2": "killed after sending · delivered again; email sent at 1.095s",
         "notify #3": "sent=True · delivered again; the mail API dropped its repeat (same key)",
-        "duplicate #1–5": "claim busy ×5 · scenario 4's second notify; each retried after 50 ms",
+        "duplicate #1–5": "claim busy ×5 · the scenario's second notify; each retried after 50 ms",
         "duplicate #6": "skipped · the claim said sent: returned sent=False",
     }
     lane2 = html.split('data-doc="notify #2"')[1].split("</div>")[0]
