@@ -33,7 +33,7 @@ The second shell prints ``PASS`` and what happened to each document. The worker 
 ``lab: doc1 failed for good ...`` and ``lab: notify (chord) ended ok``. A ``lab:`` line says
 what the lab saw recover or end. Or run ``.venv/bin/python run_all_fms.py --only fm1``.
 
-Deeper: docs/failure-modes.md (section FM-0 / FM-1) and docs/celery-versions.md.
+Deeper: lessons/fm1/README.md (the walkthrough), docs/failure-modes.md (section FM-0 / FM-1) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

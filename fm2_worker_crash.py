@@ -31,7 +31,7 @@ The second shell prints ``PASS``; ``doc3`` is killed once, then ok. For the kill
 prints two ``expected:`` lines where Celery prints an ``ERROR`` and a traceback, then
 ``lab: doc3 ok on attempt 2``. Or run ``.venv/bin/python run_all_fms.py --only fm2``.
 
-Deeper: docs/failure-modes.md (section FM-2) and docs/celery-versions.md.
+Deeper: lessons/fm2/README.md (the walkthrough), docs/failure-modes.md (section FM-2) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

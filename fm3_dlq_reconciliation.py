@@ -34,7 +34,7 @@ The second shell prints ``PASS``; ``doc4`` is killed 3 times, then dead-lettered
 says each kill in ``expected:`` lines, then ``lab: doc4 dead-lettered``. Its only warnings
 are the drain's, for letters it parks. Or run ``.venv/bin/python run_all_fms.py --only fm3``.
 
-Deeper: docs/failure-modes.md (section FM-3) and docs/celery-versions.md.
+Deeper: lessons/fm3/README.md (the walkthrough), docs/failure-modes.md (section FM-3) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

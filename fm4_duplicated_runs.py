@@ -35,7 +35,7 @@ The second shell prints ``PASS`` and one email. The worker says both kills in ``
 lines, then ``lab: notify (duplicate) ended ok; sent=False``. Or run
 ``.venv/bin/python run_all_fms.py --only fm4``.
 
-Deeper: docs/failure-modes.md (section FM-4) and docs/celery-versions.md.
+Deeper: lessons/fm4/README.md (the walkthrough), docs/failure-modes.md (section FM-4) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

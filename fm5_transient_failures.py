@@ -33,7 +33,7 @@ The second shell prints ``PASS``; ``doc5`` is ok on attempt 3. The worker prints
 line per retry (``retry 1 in 0.15s``) and per recovery (``lab: doc5 ok on attempt 3``). Or run
 ``.venv/bin/python run_all_fms.py --only fm5``.
 
-Deeper: docs/failure-modes.md (section FM-5) and docs/celery-versions.md.
+Deeper: lessons/fm5/README.md (the walkthrough), docs/failure-modes.md (section FM-5) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ The second shell prints ``PASS``; ``doc7`` failed ``soft_timeout``, ``doc8`` ``h
 The worker says each in a ``lab:`` line, and a C hang's kill in two ``expected:`` lines. Or
 run ``.venv/bin/python run_all_fms.py --only fm6``.
 
-Deeper: docs/failure-modes.md (section FM-6) and docs/celery-versions.md.
+Deeper: lessons/fm6/README.md (the walkthrough), docs/failure-modes.md (section FM-6) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ Deploy by hand as docs/failure-modes.md (FM-7) says, or run
 ``.venv/bin/python run_all_fms.py --only fm7``. The old worker prints ``lab: cold shutdown``
 and Celery's ``Initiating Soft Shutdown``.
 
-Deeper: docs/failure-modes.md (section FM-7) and docs/celery-versions.md.
+Deeper: lessons/fm7/README.md (the walkthrough), docs/failure-modes.md (section FM-7) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ RCL_OBSERVATIONS_URL=redis://127.0.0.1:6379/0``, with your own Redis on that por
 Stop that Redis mid-run, then start it again. The worker says each lost store in one
 ``expected:`` line. Or run ``.venv/bin/python run_all_fms.py --only fm8``.
 
-Deeper: docs/failure-modes.md (section FM-8) and docs/celery-versions.md.
+Deeper: lessons/fm8/README.md (the walkthrough), docs/failure-modes.md (section FM-8) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ it prints:
 Enter in the link's shell cuts the connection; the worker says so in ``lab:`` lines. Or run
 ``.venv/bin/python run_all_fms.py --only fm9``.
 
-Deeper: docs/failure-modes.md (section FM-9) and docs/celery-versions.md.
+Deeper: lessons/fm9/README.md (the walkthrough), docs/failure-modes.md (section FM-9) and docs/celery-versions.md.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@
     python run_all_fms.py --clean              # also delete the namespace's queues, exchanges and keys
     python run_all_fms.py --diff fm4           # the code change from fm3 to fm4 (FM-4's lesson)
     python run_all_fms.py --diff               # every step, fm0 -> fm1 -> ... -> fm6
+    python run_all_fms.py --exercise fm3       # write lesson fm3's exercise (./exercises/, or a FOLDER after it)
+    python run_all_fms.py --check FILE         # check your exercise under the lesson's faults
+    python run_all_fms.py --hint fm3 2         # hint 2 of 3 (3: the lab's fix)
     python run_all_fms.py --jobs 3             # up to 3 runs at once (make lab does this); the output,
                                                # the report and the exit status are those of a serial run
 
@@ -53,7 +56,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.syntax import Syntax
 
-from lab import down, harness, owned, records, services, waiting, workers
+from lab import down, exercise, exercise_check, harness, owned, records, services, waiting, workers
 from lab import metrics as lab_metrics
 import lessons
 from lab.fm import ROOT
@@ -89,14 +92,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "exchanges and Redis keys (nothing else), then exit")
     p.add_argument("--diff", nargs="*", metavar="FM", help="print the code change that makes each FM from the one before "
                    "(docstrings left out), then exit; no name: every step")
+    p.add_argument("--exercise", nargs="+", metavar=("FM", "FOLDER"), help="write the exercise of lesson FM (the "
+                   "program before it, its docstring now your task) into FOLDER (default ./exercises/), then exit; "
+                   "an existing file is kept unless --force")
+    p.add_argument("--check", type=Path, metavar="FILE", help="run the lesson's scenario and faults on your exercise "
+                   "FILE and say which guarantee held; exit 0 only when all did")
+    p.add_argument("--focus", nargs="+", metavar="NAME", default=[], help=argparse.SUPPRESS)  # the lab's own tests
+    p.add_argument("--hint", nargs="+", metavar=("FM", "STEP"), help="hint STEP (1: where to look, 2: which setting or "
+                   "primitive, 3: the lab's fix) for lesson FM's exercise, then exit")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run up to N runs at once, never two on the same code (default 1: one after another); "
                    "timelines, report and results come out as a serial run's")
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error("--jobs takes a whole number from 1 up")
-    if args.force and not args.down:
-        p.error("--force goes with --down (it stops a live run)")
+    if args.force and not (args.down or args.exercise):
+        p.error("--force goes with --down (it stops a live run) or --exercise (it replaces your file)")
+    if args.exercise is not None and len(args.exercise) > 2 or args.hint is not None and len(args.hint) > 2:
+        p.error("--exercise takes FM [FOLDER], --hint FM [STEP]")
+    if args.hint is not None and len(args.hint) == 2 and not args.hint[1].isdigit():
+        p.error("--hint FM STEP: STEP is 1, 2 or 3")
     return args
 
 
@@ -162,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.down:
         return down.down(force=args.force)
+    if args.exercise is not None:
+        return exercise.exercise_command(args.exercise[0], Path(args.exercise[1]) if len(args.exercise) > 1 else None,
+                                         args.force)
+    if args.hint is not None:
+        return exercise.hint_command(args.hint[0], int(args.hint[1]) if len(args.hint) > 1 else 1)
     if args.diff is not None:
         try:
             return print_diffs(harness.resolve(list(args.diff)) if args.diff else [])
@@ -172,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         faulthandler.register(signal.SIGUSR1, file=sys.__stderr__.fileno(), all_threads=True)
     handlers = {sig: signal.signal(sig, waiting.interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        return _run(args)
+        return exercise_check.check_command(args.check, args.focus) if args.check is not None else _run(args)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

@@ -9,6 +9,13 @@ once (``lab.faults.STORE_STALLS``), in the pool process, inside ``celery.app.tra
 stored. That is where a slow Redis (a large result, a fork for a snapshot, a network hiccup) keeps a
 task, and where a Celery time limit that fires lands outside the body (a time limits' lesson's first hard variant).
 Every other store goes straight to Celery's code.
+
+And one after the store: the SUCCESS of a ``parse_document`` whose document carries ``HOLD_AFTER_STORE``
+is held once where ``Backend.mark_as_done`` has stored it and is about to count the member in its chord
+(``on_chord_part_return``): the backend records ``stored_uncounted`` (with the pool process's pid) and
+waits until the run's key ``<HELD_ACTED>:<doc>`` says an injector acted on it (killed the process, cut
+its connection), at most ``HOLD_SECONDS``; then it counts as Celery does. The window it opens is the one a
+kill meets between a member's store and its count, made as long as the injector needs, never guessed.
 """
 
 from __future__ import annotations
@@ -23,8 +30,14 @@ from celery.backends.redis import RedisBackend
 
 from lab.faults import STORE_STALLS, fault_in
 from lab.observe import RunRecorder, doc_in
+from lab.waiting import wait_until
 from shared.envelope import is_envelope
 
+
+HELD_ACTED = "acted-after-store"
+"""The run key (``<HELD_ACTED>:<doc>``) an injector sets once it acted on a member held after its store."""
+HOLD_SECONDS = 30.0
+"""The most a held member waits for its injector (by hand, with none, it then counts)."""
 
 LOGGER = logging.getLogger("lab.worker")  # the lab's lines in the worker window (lab.worker_log)
 
@@ -37,6 +50,11 @@ class LabRedisBackend(RedisBackend):
         if state == states.SUCCESS and str(getattr(request, "task", "") or "").endswith(".parse_document"):
             _stall_once(task_id, result)
         return super().store_result(task_id, result, state, traceback, request, **kwargs)
+
+    def on_chord_part_return(self, request: Any, state: Any, result: Any, propagate: Any = None, **kwargs: Any) -> Any:
+        if state == states.SUCCESS and str(getattr(request, "task", "") or "").endswith(".parse_document"):
+            _hold_once(str(getattr(request, "id", "")), result)
+        return super().on_chord_part_return(request, state, result, propagate, **kwargs)
 
 
 def _stall_once(task_id: str, result: object) -> None:
@@ -53,3 +71,18 @@ def _stall_once(task_id: str, result: object) -> None:
                     "no in-body deadline is left to fire, Celery's time_limit (3 s from the start) still may", found[1],
                     seconds, fault.kind if fault is not None else "?")
         time.sleep(seconds)  # the fault: a store that takes this long (a Celery limit may end it sooner)
+
+
+def _hold_once(task_id: str, result: object) -> None:
+    payload = cast(Mapping[str, object], result).get("payload") if is_envelope(result) else None
+    found = doc_in([cast(object, payload)]) if isinstance(payload, Mapping) else None
+    if found is None:
+        return
+    run = RunRecorder(found[0])
+    fault = fault_in(run.get(f"doc:{found[1]}") or "")
+    if fault is None or fault.kind != "HOLD_AFTER_STORE" or not run.claim_once(f"held-after-store:{found[1]}", task_id):
+        return
+    run.event("stored_uncounted", task=task_id, doc=found[1])
+    LOGGER.info("lab: %s's result is stored and not yet counted in its chord: held until the run acts on it "
+                "(scenario fault HOLD_AFTER_STORE)", found[1])
+    wait_until(lambda: run.get(f"{HELD_ACTED}:{found[1]}") is not None, HOLD_SECONDS)

@@ -6,7 +6,7 @@ into the lab's document store), so the same task code meets every fault
 unchanged and no task signature carries the lab. On the wire a fault is a short
 string: ``FAIL``, ``CRASH_ONCE``, ``POISON``, ``FETCH_POISON``, ``FLAKY:2``,
 ``FLAKE_FOREVER``, ``THROTTLED``, ``SOFT_HANG``, ``HARD_HANG``, ``SWALLOW_HANG``,
-``C_HANG``, ``LATE_FINISH``, ``STALL_PAST_LIMIT``, ``FETCH_HANG``, ``SLOW``. ``THROTTLED`` is a 429 with ``Retry-After`` on the first attempt
+``C_HANG``, ``LATE_FINISH``, ``STALL_PAST_LIMIT``, ``FETCH_HANG``, ``SLOW``, ``HOLD_AFTER_STORE``. ``THROTTLED`` is a 429 with ``Retry-After`` on the first attempt
 (``TransientError(retry_after=THROTTLE_SECONDS)``), then success: a burst of
 them is a burst of waiting retries.
 
@@ -32,6 +32,8 @@ soft deadline, and then the result store stalls for 1 s, as a slow Redis (a larg
 result, a snapshot's fork, a network hiccup) would; ``STALL_PAST_LIMIT`` stalls past
 ``time_limit``. A Celery limit that fires then lands outside the body.
 
+``HOLD_AFTER_STORE``: a healthy parse whose member the lab's backend holds once after its result is stored and
+before its chord counts it, until an injector has acted on it (``lab.backend``).
 ``SLOW`` is no fault at all: a healthy document that takes ``SLOW_SECONDS`` to parse, under
 the time limits' soft deadline (the rolling deploys' lesson meets it running and waiting prefetched).
 
@@ -56,7 +58,8 @@ from lab.observe import current_attempt, short_doc
 from shared.retry import TransientError
 
 Kind = Literal["FAIL", "CRASH_ONCE", "POISON", "FETCH_POISON", "FLAKY", "FLAKE_FOREVER", "THROTTLED", "SOFT_HANG",
-               "HARD_HANG", "SWALLOW_HANG", "C_HANG", "LATE_FINISH", "STALL_PAST_LIMIT", "FETCH_HANG", "SLOW"]
+               "HARD_HANG", "SWALLOW_HANG", "C_HANG", "LATE_FINISH", "STALL_PAST_LIMIT", "FETCH_HANG", "SLOW",
+               "HOLD_AFTER_STORE"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 SOFT_HANG_SECONDS = 2.0
@@ -121,6 +124,7 @@ HARD_HANG = Fault("HARD_HANG")
 SWALLOW_HANG = Fault("SWALLOW_HANG")
 C_HANG = Fault("C_HANG")
 SLOW = Fault("SLOW")
+HOLD_AFTER_STORE = Fault("HOLD_AFTER_STORE")
 
 
 def FLAKY(times: int) -> Fault:  # noqa: N802 - reads like the other sentinels
@@ -161,6 +165,8 @@ def inject(fault: Fault | None, attempt: int, *, doc: str = "") -> None:
             time.sleep(SLOW_SECONDS)  # the work of a big but healthy document
         case "FETCH_POISON" | "FETCH_HANG":
             pass  # the fetch's faults (fetch_fault); a parse never meets them
+        case "HOLD_AFTER_STORE":
+            pass  # a healthy body: the fault is outside it, between the store and the count (lab.backend)
 
 
 def _sigkill_self(after: float) -> None:

@@ -57,7 +57,7 @@ TABLE_FILE = ENVS_DIR / "table.txt"
 STAMP = "rcl-pins.sha256"
 LAB_ARGS = ("--prove", f"--include-{lessons.NAIVE}", "--case-studies", "--jobs", "2")
 """Two runs at once (never two on the same program's code): make matrix within CI's 40 minutes with the backend outage's lesson in."""
-CLAIMS_TESTS = ("tests/test_celery_claims.py", "tests/test_stored_members.py")
+CLAIMS_TESTS = ("tests/test_celery_claims.py", "tests/test_stored_members.py", "tests/test_chain_dedup.py")
 AUDIT_TESTS = ("tests/test_audit_rules.py", "tests/test_audit_lab.py", "tests/test_audit_corpus.py",
                "tests/test_audit_origins.py", "tests/test_audit_accept.py")
 """The audit's tests (issue 39): the audit reads the installed Celery, so they run on each version too (row A1)."""

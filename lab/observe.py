@@ -15,6 +15,10 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
 - ``task_retry``: a retry was planned, ``Retry.when`` seconds from now;
 - ``task_received`` of ``parse_document``: the worker's main process took the message
   (``received``, with the broker's count of its earlier deliveries: the rolling deploys);
+- ``Request.on_accepted`` of ``parse_document`` (no signal: ``install`` wraps Celery's method, in
+  the main process): the main process read that a pool process began the body (``accepted``). Only
+  a request it has read so is in ``celery.worker.state.active_requests``, all that a cold shutdown's
+  cancel reaches (``Consumer.cancel_all_unacked_requests`` in 5.5.3, ``cancel_active_requests`` in 5.6.3, 5.7.0);
 - ``task_received`` of the runner's burst probe (``BURST_PROBE`` in its task id): the
   worker's main process took it off the broker, before any pool process is free for it
   (the retries' hard variant: a prefetch full of waiting retries keeps it on the broker);
@@ -70,6 +74,7 @@ import redis
 from celery import current_task
 from celery.result import AsyncResult
 from celery.signals import after_task_publish, task_internal_error, task_postrun, task_prerun, task_received, task_retry, task_revoked
+from celery.worker.request import Request
 
 from lab.settings import NAMESPACE, observations_url
 from shared import dlq
@@ -457,6 +462,35 @@ def _on_received(sender: object = None, request: object = None, **_: object) -> 
                                     returned=str(count) if isinstance(count, int) else "0")
 
 
+def _on_accepted(request: object) -> None:
+    if str(getattr(request, "name", "")).endswith(".parse_document") and (found := doc_in(_args_of(request))):
+        RunRecorder(found[0]).event("accepted", task=str(getattr(request, "id", "")), doc=found[1])
+
+
+_celery_on_accepted: Callable[..., None] | None = None
+"""Celery's own ``Request.on_accepted``, while ``install`` has it wrapped."""
+
+
+def _wrap_on_accepted() -> None:
+    global _celery_on_accepted
+    if _celery_on_accepted is not None:
+        return
+    original = _celery_on_accepted = cast(Callable[..., None], Request.on_accepted)
+
+    def on_accepted(self: Request, pid: int, time_accepted: float) -> None:
+        original(self, pid, time_accepted)
+        _on_accepted(self)
+
+    setattr(Request, "on_accepted", on_accepted)
+
+
+def _unwrap_on_accepted() -> None:
+    global _celery_on_accepted
+    if _celery_on_accepted is not None:
+        setattr(Request, "on_accepted", _celery_on_accepted)
+        _celery_on_accepted = None
+
+
 def _args_of(request: object) -> Sequence[object]:
     try:
         return cast(Sequence[object], getattr(request, "args", None) or ())
@@ -507,6 +541,7 @@ def install() -> None:
         return
     for sig, handler in _connections():
         sig.connect(handler, weak=False)
+    _wrap_on_accepted()
     _installed = True
 
 
@@ -519,6 +554,7 @@ def uninstall() -> None:
     global _installed
     for sig, handler in _connections():
         sig.disconnect(handler)
+    _unwrap_on_accepted()
     _installed = False
 
 

@@ -209,6 +209,7 @@ def run_scenario(
     watch: Callable[[], None] | None = None,
     sides: bool = False,
     injectors: Mapping[str, Injector] | None = None,
+    early: tuple[str, StopCondition] | None = None,
 ) -> Observations:
     """Submit ``sc`` through ``fm.submit`` and observe it until it ends or ``timeout`` passes.
 
@@ -219,7 +220,8 @@ def run_scenario(
     by the names the scenario gives them, made for this run (a side chord whose injector is not
     among them is sent plainly); the runner starts them before the run's own chord, steps them at
     every look (while one pauses the run, only that one) and stops them at the end. The caller
-    made them and prepared those that need its workers and services.
+    made them and prepared those that need its workers and services. ``early``: a verdict the run may reach
+    before its chord ends (a symptom seen): the run then stops at once, else it ends as without it.
     """
     given = dict(injectors or {})
     driving = {side.injector for side in sc.sides if side.injector is not None}
@@ -231,14 +233,15 @@ def run_scenario(
     own = [inj for name, inj in active.items() if name not in driving]  # the run's own chord's (a duplicate, a probe)
     reader.side_readers = {side.tag: side.reader for side in side_chords}
     try:
-        return _run(fm, sc, run, list(active.values()), own, timeout, stop, probe_after, watch)
+        return _run(fm, sc, run, list(active.values()), own, timeout, stop, probe_after, watch, early)
     finally:
         for inj in given.values():
             inj.stop()
 
 
 def _run(fm: Fm, sc: Scenario, run: _Run, injectors: list[Injector], own: list[Injector], timeout: float,
-         stop: tuple[str, StopCondition] | None, probe_after: bool, watch: Callable[[], None] | None) -> Observations:
+         stop: tuple[str, StopCondition] | None, probe_after: bool, watch: Callable[[], None] | None,
+         early: tuple[str, StopCondition] | None = None) -> Observations:
     reader, side_chords, run_id = run.reader, run.sides, run.run_id
 
     def send(side: _SideChord) -> None:
@@ -281,6 +284,8 @@ def _run(fm: Fm, sc: Scenario, run: _Run, injectors: list[Injector], own: list[I
                 send(side)
         if stop is not None:
             return stop[0] if stop[1](reader) else None
+        if early is not None and early[1](reader):
+            return early[0]
         if any(side.pending(run) for side in side_chords):
             return None
         if body_result.ready() and not any(inj.busy(run) for inj in injectors):
@@ -314,7 +319,7 @@ def _run(fm: Fm, sc: Scenario, run: _Run, injectors: list[Injector], own: list[I
         wait_until(lambda: reader.has_event("notify_end", role="chord"), END_RECORD_WINDOW)
         if fm.dead_letter_queue is not None:
             wait_until(lambda: dlq_depth(fm) == 0, DLQ_SETTLE_SECONDS)
-    healthy = stop is None and stopped_by != "deadline"
+    healthy = stop is None and stopped_by != "deadline" and (early is None or stopped_by != early[0])
     obs = Observations(
         fm=fm.short,
         run_id=run_id,

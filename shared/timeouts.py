@@ -98,12 +98,14 @@ Limits (state them to anyone who relies on it; tests/test_hard_timeout_limits.py
   and be dropped on 5.7 (its join counts a task id once); it stores nothing
   when the pool process had already stored an
   outcome (the kill can race the result), nor during a cold shutdown (Celery's
-  own handling then); a kill that lands after the pool process stored its result
+  own handling then); a kill that lands after the pool process stored SUCCESS
   and before the Redis backend counted it for the chord
   (``celery.backends.base.Backend.mark_as_done`` stores, then calls
-  ``on_chord_part_return``) leaves a member stored and never counted: the chord
-  waits for ever (read in Celery 5.5.3 to 5.7.0, not run; FM-6's stalled store,
-  ``doc30``, stalls before the store, where the envelope is written); it sends no ``task_failure`` signal and calls no
+  ``on_chord_part_return``) would leave a member stored and never counted, the chord
+  waiting for ever, in silence: when it finds SUCCESS stored it counts the stored
+  result (``shared.stored_members.count_stored``: once, a member already counted is
+  not counted again; its cost, a read of the join on 5.5 and 5.6, only then;
+  tests/test_stored_members.py, Celery 5.5.3 to 5.7.0); it sends no ``task_failure`` signal and calls no
   ``Task.on_failure`` (the stored state is SUCCESS, as for any enveloped
   failure).
 """
@@ -129,6 +131,7 @@ from celery.worker.state import task_ready
 from kombu.asynchronous import get_event_loop
 
 from shared.envelope import Result, send_next
+from shared.stored_members import count_stored
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -271,12 +274,14 @@ class BackstopRequest(Request):
         _settling.submit(self._settle, message, lambda step: hub.call_soon(step))
 
     def _settle(self, message: str, on_loop: Callable[[Callable[[], None]], object]) -> None:
-        """Store the envelope unless the pool process stored an outcome; then ack (or, when the store failed,
-        requeue) on the loop."""
+        """Store the envelope unless the pool process stored an outcome (a stored SUCCESS is counted into its chord,
+        once); then ack (or, when the store failed, requeue) on the loop."""
         context: Any = getattr(self, "_context")  # the task's Context (celery-types does not declare it)
         try:
             envelope = None
-            if not self._outcome_stored():
+            if (stored := self._stored_state()) == states.SUCCESS:
+                self._count_stored()  # the kill may have landed between the pool process's store and its count
+            elif stored not in states.READY_STATES:
                 envelope = Result[Any].failure(message, "time_limit", int(context.retries or 0) + 1).to_wire()
                 send_next(self.task.app, context, envelope)  # what the trace would have sent after the body
                 self.task.backend.mark_as_done(self.id, envelope, request=context)  # counts the chord member
@@ -294,10 +299,14 @@ class BackstopRequest(Request):
 
         on_loop(settled)
 
-    def _outcome_stored(self) -> bool:
-        """Did the pool process store its own outcome before the kill (the timer can win that race)?"""
+    def _stored_state(self) -> str | None:
+        """The outcome the pool process stored before the kill, if any (the timer can win that race)."""
         try:
-            return self.task.backend.get_state(self.id) in states.READY_STATES
+            return str(self.task.backend.get_state(self.id))
         except Exception:  # the backend cannot say: store the envelope, as the trace would
-            return False
+            return None
+
+    def _count_stored(self) -> None:
+        """Count the stored SUCCESS into its chord, unless it is counted already."""
+        count_stored(self.task.app, self)
 

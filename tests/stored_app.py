@@ -3,7 +3,9 @@
 Run by that test's worker (``celery -A tests.stored_app worker``): RabbitMQ is the broker (a classic queue
 ``<namespace>-sm``), the shared Redis the result backend (keys under ``<namespace>:sm:``), acks late, reject on
 worker lost, ``worker_deduplicate_successful_tasks`` as fm7..fm9 set them; ``SM_FIX=1`` adds
-``shared.stored_members.count_stored_members``.
+``shared.stored_members.count_stored_members``. ``sm.timed_member`` is a member with Celery's ``time_limit`` and
+FM-6's ``BackstopRequest``, whose settling in the main process counts a stored SUCCESS; with ``SM_FIX=0`` it runs
+``BackstopRequest`` as it stood before that count (``UncountedBackstop``).
 
 The gate (pool processes only): a member whose ``hold:<key>:<i>`` key says ``before`` stops after Celery stored
 its SUCCESS and before ``on_chord_part_return`` counts it; ``after``, once it counted. It then writes its pid to
@@ -26,6 +28,7 @@ from celery.signals import task_received, worker_process_init
 from lab.settings import NAMESPACE, backend_url, broker_url
 from lab.waiting import wait_until
 from shared.stored_members import count_stored_members
+from shared.timeouts import BackstopRequest
 
 PREFIX = f"{NAMESPACE}:sm:"
 QUEUE = f"{NAMESPACE}-sm"
@@ -50,7 +53,7 @@ def shared() -> Any:
 @task_received.connect
 def _received(request: Any = None, **_: Any) -> None:
     """In the worker's main process: count each delivery of a member (``received:<key>:<i>``)."""
-    if request is not None and request.name == "sm.member":
+    if request is not None and request.name in ("sm.member", "sm.timed_member"):
         key, index = cast(list[Any], request.args)
         shared().incr(f"{PREFIX}received:{key}:{index}")
 
@@ -82,6 +85,22 @@ def member(key: str, index: int) -> dict[str, int]:
     if not r.exists(f"{PREFIX}hold:{key}:{index}"):
         wait_until(lambda: bool(r.exists(f"{PREFIX}go:{key}")), WAIT_SECONDS)
     return {"index": index}
+
+
+class UncountedBackstop(BackstopRequest):
+    """``BackstopRequest`` before it counted a SUCCESS the pool process stored before its time limit's kill."""
+
+    def _count_stored(self) -> None:
+        pass
+
+
+TIME_LIMIT = 2  # a held timed member is killed by Celery's time limit this long after it began
+
+
+@app.task(name="sm.timed_member", time_limit=TIME_LIMIT,
+          Request=BackstopRequest if os.environ.get("SM_FIX") == "1" else UncountedBackstop)
+def timed_member(key: str, index: int) -> dict[str, int]:
+    return cast(dict[str, int], member(key, index))
 
 
 @app.task(name="sm.body")

@@ -257,11 +257,12 @@ def test_scenarios_are_cumulative() -> None:
     assert [side.tag for side in scenario(3).sides] == ["expired", "body", "behind"] == [side.tag for side in scenario(6).sides]
     assert scenario(5).burst == tuple(f"doc{i}" for i in range(12, 28)) and not scenario(4).burst
     assert "duplicate notify" not in scenario(3).injectors and "duplicate notify" in scenario(4).injectors
-    assert [side.tag for side in scenario(7).sides] == ["expired", "body", "behind", "deploy"]
+    assert [side.tag for side in scenario(7).sides] == ["expired", "body", "behind", "deploy", "stored"]
     assert scenario(7).docs == scenario(6).docs  # the slow documents are the side chord's, not the main chord's
-    assert [side.tag for side in scenario(8).sides] == ["expired", "body", "behind", "deploy", "outage"]
+    assert [side.tag for side in scenario(8).sides] == ["expired", "body", "behind", "deploy", "stored", "outage"]
     assert scenario(8).docs == scenario(6).docs and [s.injector for s in scenario(8).sides][-1] == "backend outage"
-    assert [side.tag for side in scenario(9).sides] == ["expired", "body", "behind", "deploy", "outage", "connloss", "overlong"]
+    assert [side.tag for side in scenario(9).sides] == ["expired", "body", "behind", "deploy", "stored", "outage", "connloss",
+                                                        "overlong"]
     assert scenario(9).docs == scenario(6).docs and [s.injector for s in scenario(9).sides][-2:] == ["connection cut"] * 2
     with pytest.raises(ValueError):
         scenario(10)

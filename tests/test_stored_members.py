@@ -10,6 +10,14 @@ the place the gate holds it, from what it observes (the pid the member wrote the
 - killed after its count, with the fix: the re-count does not count the member twice (the body runs once, with
   each member once). (Without the fix that member was counted: the chord completes, as the lab's runs show.)
 
+A member killed by its own ``time_limit`` at the same places (FM-6's ``BackstopRequest`` settles it in the main
+process, and acks it: no redelivery comes):
+
+- before its count, with ``BackstopRequest`` as it stood (``UncountedBackstop``): it finds SUCCESS stored, stores
+  nothing and acks: the member is never counted, the chord waits for ever;
+- the same with ``BackstopRequest`` counting what it finds stored: the body runs once;
+- after its count: not counted twice.
+
 Celery 5.5 and 5.6 count into a sorted set of encoded results, 5.7 into a set of task ids (``make matrix`` runs
 this file on each)."""
 
@@ -30,8 +38,9 @@ from lab.queues import queue_consumers, queue_depth
 from lab.settings import broker_url
 from lab.versions import CELERY
 from lab.waiting import wait_until
+from lab.workers import pid_alive
 from tests.app_worker import AppWorker
-from tests.stored_app import PREFIX, QUEUE, app, body, member, shared
+from tests.stored_app import PREFIX, QUEUE, app, body, member, shared, timed_member
 
 NOT_RUN_WINDOW = 10.0
 """How long the body must stay unrun after the kill, to call it never run: the worker's main process notices a
@@ -112,6 +121,53 @@ def test_a_member_killed_around_its_count(where: str, fix: bool, tmp_path: Path,
             assert not wait_until(lambda: len(_bodies(key)) > 1, 1.0)
             assert _bodies(key) == [everyone]  # once, each member once
         assert int(r.get(f"{PREFIX}runs:{key}:0") or 0) == 1  # the member's work ran once
+    finally:
+        r.set(f"{PREFIX}release:{key}", "1", ex=300)  # a member still held (the test failed first) ends now
+        worker.stop()
+
+
+TIMED_CASES = [
+    pytest.param("before", False, id="time-limit-uncounted-before",
+                 marks=pytest.mark.claim("C35", "a member its time limit kills between its store and its count is "
+                                                "acked and never counted: the chord waits for ever")),
+    pytest.param("before", True, id="time-limit-counted-before",
+                 marks=pytest.mark.claim("C36", "BackstopRequest counts a SUCCESS its time limit's kill left "
+                                                "uncounted: the body runs once")),
+    pytest.param("after", True, id="time-limit-counted-after",
+                 marks=pytest.mark.claim("C37", "BackstopRequest does not count twice a member its time limit killed "
+                                                "after its count")),
+]
+
+
+@pytest.mark.parametrize(("where", "fix"), TIMED_CASES)
+def test_a_member_its_time_limit_kills_around_its_count(where: str, fix: bool, tmp_path: Path,
+                                                         clean_stored_app: None) -> None:
+    r = shared()
+    key = uuid.uuid4().hex[:10]
+    r.set(f"{PREFIX}hold:{key}:0", where, ex=300)
+    r.set(f"{PREFIX}go:{key}", "1", ex=300)  # the other members count at once
+    worker = _worker(fix, tmp_path / "worker.log")
+    try:
+        result = chord([timed_member.s(key, 0), member.s(key, 1), member.s(key, 2)])(body.s(key))
+        assert wait_until(lambda: bool(r.get(f"{PREFIX}held:{key}:0")), 30), worker.text()
+        stored = cast(Any, app.backend).get_task_meta(cast(Any, result.parent).results[0].id, cache=False)
+        assert stored["status"] == "SUCCESS"  # it is held after its store
+        held = int(r.get(f"{PREFIX}held:{key}:0"))
+        assert wait_until(lambda: not pid_alive(held), 30), worker.text()  # Celery's time limit killed it
+        r.delete(f"{PREFIX}hold:{key}:0")
+        everyone = [{"index": 0}, {"index": 1}, {"index": 2}]
+        if where == "before" and not fix:
+            assert not wait_until(lambda: bool(_bodies(key)), NOT_RUN_WINDOW), _bodies(key)  # never counted
+            assert not result.ready()
+            worker.stop()  # an unacked message would go back to the queue now
+            with Connection(broker_url()) as conn:
+                assert queue_depth(conn, QUEUE) == 0  # acked: nothing is left that could ever count it
+        else:
+            assert wait_until(lambda: bool(_bodies(key)), 30), worker.text()
+            assert not wait_until(lambda: len(_bodies(key)) > 1, 1.0)
+            assert _bodies(key) == [everyone]  # once, each member once
+        assert int(r.get(f"{PREFIX}runs:{key}:0") or 0) == 1  # the member's work ran once
+        assert int(r.get(f"{PREFIX}received:{key}:0") or 0) == 1  # settled by the backstop: never delivered again
     finally:
         r.set(f"{PREFIX}release:{key}", "1", ex=300)  # a member still held (the test failed first) ends now
         worker.stop()

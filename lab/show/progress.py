@@ -126,7 +126,7 @@ class Board:
             self._timelines(fm, reports)
 
     def _timelines(self, fm: str, reports: Sequence[RunReport]) -> None:
-        blocks = [_block(r) for r in reports]
+        blocks = [timeline_of(r) for r in reports]
         if not self.live:
             print(f"--- {fm}: what happened to each document (seconds since submission) ---", file=self.file)
             for block in blocks:
@@ -146,7 +146,8 @@ class Board:
         self.console.print()
 
 
-def _block(r: RunReport) -> list[Line]:
+def timeline_of(r: RunReport) -> list[Line]:
+    """A run's timeline as the console prints it after its FM: a title line (run, scenario, code, verdict), then its lines."""
     title = f"{r.fm} {r.kind}: scenario {r.scenario} on {r.code}'s code, {r.verdict}"
     if r.observations is None:
         return [(timeline_text.Piece(title),), (timeline_text.Piece(f"  no observations: {r.error}", "running"),)]

@@ -321,7 +321,9 @@ def _figure(r: RunReport, tl: timeline.Timeline | None, span: float, like: timel
     marks: frozenset[str] = frozenset()
     names = 0
     if tl is None:
-        body = f'<p class="error">no observations: {escape(r.error or "the run did not get that far")}</p>'
+        first = (r.error or "").split("\n", 1)[0]  # the run's box above has the whole message (a log tail): not twice
+        more = " (the whole message is in the run's box above)" if r.error and "\n" in r.error else ""
+        body = f'<p class="error">no observations: {escape(first or "the run did not get that far")}{more}</p>'
     elif not tl.has_chord:
         body = (f'<span class="stop">run {escape(tl.run_id)}; stopped: {escape(tl.stopped_by)} at {tl.span:.2f}s</span>'
                 f'<p class="note">{escape(timeline_text.NO_CHORD)}.</p>')
@@ -468,6 +470,7 @@ ul.checks li.earlier{list-style:none;margin-left:-16px} ul.earlier{display:flex;
 ul.earlier li.check{list-style:none}
 .lanes .axis.block>*{border-top:1px solid #90a4ae;background:#eceff1;padding-top:2px}
 .lanes .axis.block .name{color:#37474f;font-weight:600;font-size:11.5px} .lanes .axis.block .what{color:#333;font-size:11.5px}
+.lanes .block-facts .what{grid-column:1/-1;background:#eceff1;color:#333;font-size:11.5px;padding:0 4px 2px calc(var(--names,8ch) * 1.05 + 16px)}
 @media print{@page{margin:12mm} body{background:#fff;font-size:11.5px} header,nav,aside,main{max-width:none;padding:0}
 *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
 section.fm{break-before:page;border:none;padding:0;margin:0} .diff span{white-space:pre-wrap;width:auto}

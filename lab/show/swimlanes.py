@@ -60,7 +60,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-from lab.show.timeline import MARKS, Attempt, DocTimeline, Injected, NotifyRun, SideTimeline, Stall, Timeline, WorkerLife
+from lab.show.timeline import MARKS, Attempt, DocTimeline, Injected, NotifyRun, SideTimeline, Stall, Timeline, UNSTORED, WorkerLife
 from lab.show.timeline_text import short
 
 LANE = 17  # px: the height of a lane's plot
@@ -270,14 +270,15 @@ def _block(s: SideTimeline, span: float, used: set[str]) -> tuple[str, list[_Row
         row.parts += _injected_parts(s.injected, row, scale, used)
     purpose = f" · {escape(s.purpose)}" if s.purpose else ""
     facts = "; ".join(_icon(f.mark, used) + escape(f.text) if f.mark else escape(f.text) for f in s.facts)
-    words = (f'<b class="final" style="color:{MARKS[s.mark].colour}">{escape(s.head)}</b>{purpose}'
-             + (f"{escape(s.joint)}{facts}" if facts else ""))
+    words = f'<b class="final" style="color:{MARKS[s.mark].colour}">{escape(s.head)}</b>{purpose}'
     used.add(s.mark)
     t1 = scale.t0 + scale.span
     axis = (f'<div class="axis block" data-side="{escape(s.tag)}"><span class="name">side {escape(s.tag)}</span>'
             f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" height="{AXIS}" aria-label="{scale.t0:.2f}–{t1:.2f}s">'
             + "".join(f'<text x="{scale.x(t)}%" y="12" text-anchor="middle">{t:g}</text>' for t in scale.ticks())
             + f'</svg><span class="what">{words}</span></div>')
+    if facts:  # a row of their own, as wide as the plot and the words (in the words' column they made the axis tall)
+        axis += f'<div class="block-facts" data-side="{escape(s.tag)}"><span class="what">{facts}</span></div>'
     return axis + "".join(_row_html(row, scale) for row in rows), rows
 
 
@@ -602,6 +603,8 @@ def _story(d: DocTimeline, exact: bool = True) -> str:
                 break
         elif a.reason == "retries_exhausted":
             steps.append("gave up")  # its mark and its final word say retries_exhausted, its tooltip the attempt
+        elif a.error.startswith(UNSTORED):
+            steps.append(UNSTORED)  # why the store failed is in its tooltip (cut to fit, it read "... stored (…")
         else:
             steps.append(short(_unqualified(a.error), 40 if steps else 52) if a.error and exact else f"raised {a.reason}")
     member = d.final == "member failure"  # its final word and its mark say Celery stored it outside the body

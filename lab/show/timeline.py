@@ -53,6 +53,7 @@ workers), which the text and the HTML displays both draw.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
@@ -717,7 +718,7 @@ def _side_words(obs: Observations, run: SideRun, tl: Timeline, fate: BodyFate, d
                           "ran", "link_cut"))
     for gone in (e for e in (run.events if events is None else events) if e.kind == "worker_exit"):  # the linked worker ended
         facts.append(Fact(f"its worker exited (status {gone.get('code')})", "worker_exit"))
-    facts += [_side_doc_words(d, run) for d in tl.docs if d.final != "ok"]  # an ok document says nothing new
+    facts += _grouped([(d.doc, _side_doc_words(d, run)) for d in tl.docs if d.final != "ok"])  # an ok one says nothing new
     if fate == "sent":
         facts.append(Fact("email sent", "email"))
     elif fate == "ended":
@@ -728,6 +729,30 @@ def _side_words(obs: Observations, run: SideRun, tl: Timeline, fate: BodyFate, d
     if _has_claim(obs.fm) and fate in ("dead_lettered", "kept"):
         facts.append(Fact("claim released" if run.claim is None else f"claim left {run.claim.split(':', 1)[0]}"))
     return head, tuple(facts)
+
+
+def _grouped(found: list[tuple[str, Fact]]) -> list[Fact]:
+    """Documents that tell the same (``doc68 never finalised by the drain``, ``doc69 ...``) as one fact, in the order
+    of the first: ``doc68–doc73 never finalised by the drain``; a fact of its own stays as it is."""
+    same: dict[tuple[str, str | None], list[str]] = {}
+    for doc, fact in found:
+        same.setdefault((fact.text.removeprefix(doc), fact.mark), []).append(doc)
+    return [Fact(_doc_list(docs) + rest, mark) if len(docs) > 1 else Fact(docs[0] + rest, mark)
+            for (rest, mark), docs in same.items()]
+
+
+def _doc_list(docs: list[str]) -> str:
+    """``doc68–doc73, doc75``: runs of three or more consecutive numbers as a range, the rest one by one."""
+    numbered = [(int(m.group(2)), m.group(1)) for d in docs if (m := re.fullmatch(r"(\D+)(\d+)", d))]
+    if len(numbered) != len(docs) or len({p for _, p in numbered}) != 1:
+        return ", ".join(docs)
+    prefix, runs = numbered[0][1], [[numbered[0][0]]]
+    for n, _ in numbered[1:]:
+        if n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{prefix}{r[0]}–{prefix}{r[-1]}" if len(r) > 2 else ", ".join(f"{prefix}{n}" for n in r) for r in runs)
 
 
 def _side_doc_words(d: DocTimeline, run: SideRun) -> Fact:

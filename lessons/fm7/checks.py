@@ -1,5 +1,7 @@
 """FM-7's checks: G7 (rolling deploys: every document accounted once, none dead-lettered, none parsed twice at
-once, none killed mid-body at a grace's end) and S7 (one of these broken).
+once, none killed mid-body at a grace's end whose start the worker had read by its SIGTERM) and S7 (one of these
+broken). A body whose start the worker had not read by then (it began as the SIGTERM came) is beyond Celery's
+cancel: it is killed at the grace and its message runs again, once; G7 lists it (``unread_at_term``).
 """
 
 from __future__ import annotations
@@ -7,12 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import time
+
 from lab.checks import overlaps, side_done, side_of, side_state, summary_of_side
 from lab.fm import Fm
-from lab.lesson import LessonChecks
-from lab.observe import Event, short_doc
+from lab.lesson import LessonChecks, Stop
+from lab.observe import Event, Reader, short_doc
 from lab.records import Check, Collector, Observations, SideRun
-from lessons.fm7.scenario import DEPLOYS
+from lessons.fm7.scenario import DEPLOY, DEPLOYS, STORED_DOCS
+from lessons.fm7.stored import STORED
 
 
 MIN_DEPLOYS = 2
@@ -31,6 +36,7 @@ class DeployFindings:
     terms: list[Event]
     ends: list[str]  # per deploy: "exited after 1.234s" or "SIGKILLed after 0.600s"
     lost: list[str]  # documents whose body ran at a SIGTERM and was still running when its SIGKILL came
+    unread: list[str]  # of those, the ones whose start the old main process had not read by the SIGTERM (see below)
     late: list[str]  # documents whose body began after a SIGTERM and was killed at its grace's end
     dead: list[str]  # documents dead-lettered, with what the drain wrote
     overlaps: list[str]  # documents parsed in two processes at once
@@ -45,10 +51,11 @@ def deploy_findings(side: SideRun) -> DeployFindings:
     ends = [f"{'SIGKILLed' if (f := finals.get(t.get('n'))) is not None and f.kind == 'deploy_kill' else 'exited'}"
             f" after {f.get('seconds') if f is not None else '?'}s" for t in terms]
     lost, late = killed_at_grace(events)
+    unread = unread_at_term(events, lost)
     dead = [f"{d} ({(side.failed(d) or {}).get('error', 'its chord member had already ended ok: counted twice')})" for d in side.docs
             if any(e.kind == "dead_lettered" and e.get("doc") == d for e in events)]
     sent_back = [f"{e.get('doc')} ({e.get('why')})" for e in events if e.kind == "sent_back"]
-    return DeployFindings(terms, ends, lost, late, dead, overlaps(events), sent_back, _repeats(events))
+    return DeployFindings(terms, ends, lost, unread, late, dead, overlaps(events), sent_back, _repeats(events))
 
 
 _STAGES = {"fetch_start": "fetch", "fetch_end": "fetch", "attempt_start": "parse", "attempt_end": "parse"}
@@ -61,6 +68,31 @@ def killed_at_grace(events: Sequence[Event]) -> tuple[list[str], list[str]]:
     killed = [(doc, e.get("n")) for e in events if e.kind == "deploy_kill" for doc in e.get("lost").split(",") if doc]
     return ([doc for doc, n in killed if doc in running.get(n, set())],
             [doc for doc, n in killed if doc not in running.get(n, set())])
+
+
+def unread_at_term(events: Sequence[Event], lost: Sequence[str]) -> list[str]:
+    """Of the bodies a deploy's SIGKILL killed though they ran at its SIGTERM, those whose start the old worker's
+    main process had not read by then: no ``accepted`` event (``lab.observe``) of the delivery it ran, from that
+    worker, before the SIGTERM. A cold shutdown's cancel reaches only the requests the main process has read as
+    started (it walks ``active_requests``: ``Consumer.cancel_all_unacked_requests`` in 5.5.3,
+    ``cancel_active_requests`` in 5.6.3 and 5.7.0), and in the soft wait it sleeps, reading nothing: such a body runs
+    on to the SIGKILL, whoever won the race by a millisecond."""
+    terms = {e.get("n"): e for e in events if e.kind == "deploy_term"}
+    found: list[str] = []
+    for kill in (e for e in events if e.kind == "deploy_kill"):
+        term = terms.get(kill.get("n"))
+        if term is None:
+            continue
+        for doc in (d for d in kill.get("lost").split(",") if d in lost):
+            delivery = [e for e in events if e.kind == "received" and e.get("doc") == doc and e.get("pid") == term.get("old_pid")
+                        and e.t < term.t]
+            if not delivery:
+                continue
+            task, since = delivery[-1].get("task"), delivery[-1].t
+            if not any(e.kind == "accepted" and e.get("task") == task and e.get("pid") == term.get("old_pid")
+                       and since <= e.t < term.t for e in events):
+                found.append(doc)
+    return found
 
 
 def _repeats(events: Sequence[Event]) -> list[str]:
@@ -101,11 +133,51 @@ def g7(obs: Observations, fm: Fm) -> Check:
              f"{', '.join(f.sent_back) or 'none'}", "none dead-lettered (no slow document is poison)")
     c.expect(not f.overlaps, f"parsed twice at once: {'; '.join(f.overlaps) or 'none'}", "none")
     c.seen.append(f"finished work run again (not a G7 condition: fm7's Tradeoffs): {'; '.join(f.repeated) or 'none'}")
-    c.expect(not f.lost, f"bodies running at a SIGTERM and still when its grace ended (killed): {', '.join(f.lost) or 'none'}",
-             "none")
+    read = [d for d in f.lost if d not in f.unread]
+    c.expect(not read, f"bodies running at a SIGTERM, their start read by the worker, still running when its grace ended "
+             f"(killed): {', '.join(read) or 'none'}", "none (the soft shutdown cancels each)")
+    c.seen.append(f"running at a SIGTERM whose start the worker had not yet read, so beyond Celery's cancel, killed at the "
+                  f"grace and run again once (checked above: each ok once, none twice at once): {', '.join(f.unread) or 'none'}")
     c.seen.append(f"begun after a SIGTERM, so not Celery's to cancel, and killed at the grace (run again; fm7's Tradeoffs): "
                   f"{', '.join(f.late) or 'none'}")
+    _stored_guarantee(c, obs)
     return c.result()
+
+
+@dataclass(frozen=True)
+class StoredFindings:
+    """What the hard variant's side ``stored`` shows (``lessons.fm7.stored``)."""
+
+    held: list[Event]  # stored_uncounted: the member's SUCCESS stored, its count held
+    kills: list[Event]  # killed_after_store: its pool process SIGKILLed there
+    received: int  # deliveries of the held member's parse
+    ok: list[str]  # the side chord's ok documents, in its summary
+    dead: list[str]  # documents of the side dead-lettered
+
+
+def stored_findings(side: SideRun) -> StoredFindings:
+    events = side.events
+    summary = summary_of_side(side)
+    return StoredFindings(
+        held=[e for e in events if e.kind == "stored_uncounted"],
+        kills=[e for e in events if e.kind == "killed_after_store"],
+        received=sum(1 for e in events if e.kind == "received" and e.get("doc") == STORED_DOCS[0]),
+        ok=sorted(short_doc(str(d)) for d in summary.get("ok", [])),
+        dead=[str(e.get("doc")) for e in events if e.kind == "dead_lettered"])
+
+
+def _stored_guarantee(c: Collector, obs: Observations) -> None:
+    """G7's part for the hard variant: the member killed between its store and its count is counted, once."""
+    if (side := side_of(c, obs, STORED)) is None:
+        return
+    f = stored_findings(side)
+    c.expect(len(f.held) == 1 and len(f.kills) == 1 and f.kills[0].get("killed") == "yes",
+             f"{STORED_DOCS[0]} held after its store {len(f.held)}x, its process killed there {len(f.kills)}x",
+             "1x, killed 1x")
+    c.expect(side_done(side) and f.ok == sorted(side.docs) and len(side.emails) == 1 and not f.dead,
+             f"{STORED} chord {side_state(side)}: ok {', '.join(f.ok) or 'none'}, emails {len(side.emails)}, "
+             f"dead-lettered {', '.join(f.dead) or 'none'}",
+             f"SUCCESS, ok {', '.join(sorted(side.docs))} (each once), 1 email, none dead-lettered")
 
 
 def s7(obs: Observations, fixed: Fm) -> Check:
@@ -120,10 +192,54 @@ def s7(obs: Observations, fixed: Fm) -> Check:
     return c.result()
 
 
+def s7_hard(obs: Observations, fixed: Fm) -> Check:
+    c = Collector("S7 hard")
+    if (side := side_of(c, obs, STORED)) is None:
+        return c.result()
+    f = stored_findings(side)
+    member = side.members.get(STORED_DOCS[0])
+    stored = member.state if member is not None else "no member"
+    c.expect(len(f.kills) == 1 and f.kills[0].get("killed") == "yes",
+             f"{STORED_DOCS[0]}'s process killed after its store, before its count: {len(f.kills)}x", "once")
+    c.expect(stored == "SUCCESS" and not side_done(side) and not f.dead and not side.emails,
+             f"{STORED} chord {side_state(side)}, {STORED_DOCS[0]} stored {stored}, delivered {f.received}x, "
+             f"dead-lettered {', '.join(f.dead) or 'none'}, emails {len(side.emails)}",
+             "the member stored SUCCESS, the chord never completes, in silence: nothing dead-lettered, no email")
+    return c.result()
+
+
+STORED_WAIT = 8.0
+"""S7 hard's stop: the held member was killed this long ago and its chord has not completed (Celery settles its
+message within about 5 s of the kill: 5.7 acks it at once, 5.5 and 5.6 deduplicate its redelivery)."""
+
+
+def _stored_stuck(r: Reader) -> bool:
+    side = r.side_readers.get(STORED)
+    kills = [e.t for e in side.events() if e.kind == "killed_after_store"] if side else []
+    return bool(kills) and time.time() - kills[0] > STORED_WAIT
+
+
+def _side_over(r: Reader, tag: str) -> bool:
+    side = r.side_readers.get(tag)
+    return side is not None and any(e.kind == "notify_end" for e in side.events())
+
+
+def _symptom_stop(fixed: Fm, program: Fm) -> Stop | None:
+    """S7's run (fm6's code) ends once the deploys' chord ended, and the hard variant's side ended or is stuck: fm6
+    has no count for a member killed after its store (5.7 acks it at once: that side never ends there)."""
+    return ("the deploys' chord ended; the member killed after its store counted or stuck",
+            lambda r: _side_over(r, DEPLOY) and (_side_over(r, STORED) or _stored_stuck(r)))
+
+
+def _hard_stop(fixed: Fm, program: Fm) -> Stop | None:
+    return (f"the member killed between its store and its count, {STORED_WAIT:.0f}s ago, still not counted", _stored_stuck)
+
+
 CHECKS = LessonChecks(
-    guarantee=g7, symptom=s7,
+    guarantee=g7, symptom=s7, symptom_stop=_symptom_stop, hard_symptom=s7_hard, hard_stop=_hard_stop,
     words={
-        "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, no running body killed",
+        "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, no started body killed",
         "S7": "warm shutdown past the grace: a body SIGKILLed, prefetch charged",
+        "S7 hard": "a member killed between its result's store and its count: never counted, chord PENDING",
     },
 )

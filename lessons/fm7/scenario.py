@@ -2,22 +2,27 @@
 
 A side chord of its own (``deploy``), sent once the run's own chord and the sides sent with it are over, so
 that a deploy meets none of the earlier faults and the earlier scenarios stay as fast; ``RollingDeploys``
-(``lessons.fm7.deploy``) rolls the worker while it runs.
+(``lessons.fm7.deploy``) rolls the worker while it runs. The hard variant's side chord (``stored``), sent at the
+same moment (a program that never counts its member must not hold the deploys back): a member killed after its
+result is stored and before its chord counts it (``lessons.fm7.stored``).
 """
 
 from __future__ import annotations
 
 from lessons.fm7.deploy import RollingDeploy
-from lab.faults import SLOW
+from lab.faults import HOLD_AFTER_STORE, SLOW
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView
 from lab.scenarios import MAIN, Doc, Part, SideChord
 from lab.workers import Worker
+from lessons.fm7.stored import STORED, KillAfterStore
 
 DEPLOY = "deploy"
 DEPLOY_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(34, 34 + 32))
 """The slow but healthy documents (``SLOW``): 12.8 s of work on two processes, room for three deploys when a
 worker boots in 0.6 s (idle) and for two when it takes 4 s (loaded; ``lessons.fm7.checks.MIN_DEPLOYS``)."""
+STORED_DOCS: tuple[str, ...] = ("doc83", "doc84")
+"""The hard variant's side: the member killed between its store and its count, and a healthy one."""
 DEPLOYS = 3
 """Deploys the harness makes while the side ``deploy`` runs."""
 
@@ -63,6 +68,11 @@ class RollingDeploys(Injector):
 
 PART = Part(
     sides=(SideChord(DEPLOY, tuple(Doc(d, SLOW, "slow but healthy: 0.8 s of work") for d in DEPLOY_DOCS),
-                     "slow but healthy documents, rolled over by deploys", injector="rolling deploys", after=(MAIN,)),),
-    injectors={"rolling deploys": RollingDeploys},
+                     "slow but healthy documents, rolled over by deploys", injector="rolling deploys", after=(MAIN,)),
+           SideChord(STORED, (Doc(STORED_DOCS[0], HOLD_AFTER_STORE, "healthy; its process killed after its result is "
+                                  "stored, before its chord counts it"),
+                              Doc(STORED_DOCS[1], None, "a healthy document")),
+                     "a member killed between its result's store and its count", injector="kill after store",
+                     after=(MAIN,))),
+    injectors={"rolling deploys": RollingDeploys, "kill after store": KillAfterStore},
 )

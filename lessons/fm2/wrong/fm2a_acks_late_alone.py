@@ -1,0 +1,58 @@
+"""A wrong answer to FM-2's exercise: ``task_acks_late`` alone.
+
+The ack waits for the task's end, but a pool process that dies is a task that ended: Celery acks its
+message (``reject_on_worker_lost`` is off) and stores FAILURE(WorkerLostError). doc3 is not tried again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task, chain, chord, group
+from celery.result import AsyncResult
+
+from lab.app import lab_app
+from lab.faults import lab_fault
+from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
+from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
+from shared.manifest import read_manifest, write_manifest
+
+app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+envelope_revoked(app)  # FM-1: a chain head revoked or expired before it ran hands its chain a FAILURE envelope
+app.conf.task_acks_late = True  # FM-2: ack when the body has returned
+app.conf.worker_concurrency = 2  # two pool processes: the lab's scenario 4 needs two slots
+
+
+@app.task(bind=True)
+@enveloped  # FM-1: every exit is a SUCCESS-state envelope
+def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
+    return {"doc": doc_id, "text": fetch_text(doc_id)}  # a document store stands in for S3
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
+    document: Fetched = unwrap(fetched)  # FM-1: the fetch's envelope; UpstreamFailed if it failed
+    lab_fault(self, document)  # the lab: what the scenario does to this document
+    return parse(document)
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def notify(self: Task[Any, Any], results: list[Wire], pipeline_id: str) -> Summary:
+    summary = summarise(results, read_manifest(app, pipeline_id))  # the documents, from the manifest
+    send_email(pipeline_id, summary)
+    return {**summary, "sent": True}
+
+
+def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
+    """One ``fetch | parse`` chain per document; ``notify`` once every chain has returned."""
+    write_manifest(app, pipeline_id, doc_ids)  # the ids once, for notify: not in its signature, which every message carries
+    header = group(chain(fetch_document.s(d), parse_document.s()) for d in doc_ids)
+    return chord(header)(notify.s(pipeline_id))
+
+
+if __name__ == "__main__":  # submit the scenario to a worker you started, then check it
+    from lab.by_hand import run_by_hand
+
+    raise SystemExit(run_by_hand(__file__))

@@ -1,0 +1,74 @@
+"""A wrong answer to FM-3's exercise: the delivery limit, and a drain that discards the dead letters.
+
+The poison stops after 3 deliveries and the dead-letter queue stays empty, but nothing stores an
+outcome for the poison's chord member: the chord never completes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task, chain, chord, group
+from celery.result import AsyncResult
+from kombu import Exchange, Queue
+
+from lab.app import lab_app
+from lab.faults import lab_fault
+from lab.pipeline import Fetched, Parsed, Summary, fetch_text, parse, send_email, summarise
+from shared.dlq import DeadLetteringQueue, count_starts
+from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
+from shared.manifest import read_manifest, write_manifest
+
+app = lab_app(__name__)  # JSON only; queue, exchanges and result keys under the FM's namespace
+envelope_revoked(app)  # FM-1: a chain head revoked or expired before it ran hands its chain a FAILURE envelope
+app.conf.task_acks_late = True  # FM-2: ack when the body has returned
+app.conf.task_reject_on_worker_lost = True  # FM-2: a process that dies requeues its message
+app.conf.worker_concurrency = 2  # two pool processes: the lab's scenario 4 needs two slots
+QUEUE = app.conf.task_default_queue  # FM-3: its dead letters go to QUEUE.dlq, which no worker consumes
+DLQ = Queue(f"{QUEUE}.dlq", Exchange(f"{QUEUE}.dlx"), routing_key=f"{QUEUE}.dlq")  # FM-3
+app.conf.task_queues = [DeadLetteringQueue(QUEUE, Exchange(QUEUE), routing_key=QUEUE, dead_letters=DLQ,  # FM-3
+    queue_arguments={"x-queue-type": "quorum", "x-delivery-limit": 2,  # FM-3: RabbitMQ 3.x delivers 3 times at most
+                     "x-dead-letter-exchange": DLQ.exchange.name, "x-dead-letter-routing-key": DLQ.routing_key})]
+app.conf.beat_schedule = {"drain": {"task": f"{__name__}.drain_dead_letters", "schedule": 0.25}}  # FM-3: -B
+count_starts(app)  # FM-3: starts per task id, so a dead letter tells its deliveries from its real attempts
+
+
+@app.task(bind=True)
+@enveloped  # FM-1: every exit is a SUCCESS-state envelope
+def fetch_document(self: Task[Any, Any], doc_id: str) -> Fetched:
+    return {"doc": doc_id, "text": fetch_text(doc_id)}  # a document store stands in for S3
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def parse_document(self: Task[Any, Any], fetched: Wire) -> Parsed:
+    document: Fetched = unwrap(fetched)  # FM-1: the fetch's envelope; UpstreamFailed if it failed
+    lab_fault(self, document)  # the lab: what the scenario does to this document
+    return parse(document)
+
+
+@app.task(bind=True)
+@enveloped  # FM-1
+def notify(self: Task[Any, Any], results: list[Wire], pipeline_id: str) -> Summary:
+    summary = summarise(results, read_manifest(app, pipeline_id))  # the documents, from the manifest
+    send_email(pipeline_id, summary)
+    return {**summary, "sent": True}
+
+
+@app.task(ignore_result=True)
+def drain_dead_letters() -> int:
+    with app.connection_for_write() as conn:  # the dead letters are garbage: empty the DLQ
+        return int(DLQ.bind(conn.default_channel).purge() or 0)
+
+
+def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
+    """One ``fetch | parse`` chain per document; ``notify`` once every chain has returned."""
+    write_manifest(app, pipeline_id, doc_ids)  # the ids once, for notify: not in its signature, which every message carries
+    header = group(chain(fetch_document.s(d), parse_document.s()) for d in doc_ids)
+    return chord(header)(notify.s(pipeline_id))
+
+
+if __name__ == "__main__":  # submit the scenario to a worker you started, then check it
+    from lab.by_hand import run_by_hand
+
+    raise SystemExit(run_by_hand(__file__))
