@@ -58,7 +58,8 @@ from rich.syntax import Syntax
 
 from lab import down, exercise, exercise_check, harness, owned, records, services, waiting, workers
 from lab import metrics as lab_metrics
-from lab.fm import ROOT, fm_modules
+import lessons
+from lab.fm import ROOT
 from lab.records import HarnessError, RunReport
 from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
 from lab.show import diff, report, results
@@ -121,8 +122,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def selected(args: argparse.Namespace) -> list[str]:
-    chosen = harness.resolve(list(args.only)) if args.only else [fm for fm in fm_modules() if harness.number(fm) >= 1]
-    studies = list(harness.CASE_STUDIES) if args.case_studies else []
+    chosen = harness.resolve(list(args.only)) if args.only else list(lessons.FMS)
+    studies = [case.name for case in lessons.CASE_STUDIES] if args.case_studies else []
     return [*chosen, *(s for s in studies if s not in chosen)]
 
 

@@ -5,13 +5,13 @@ What it sets, so that an FM file shows only the settings its fixes add:
 - broker and backend from ``CELERY_BROKER_URL`` and ``CELERY_RESULT_BACKEND``
   (``lab.settings``); JSON only, for tasks and results;
 - every name inside the FM's namespace (shown here for the default namespace
-  ``rcl``): the task queue, its exchange and routing key ``rcl.fm3.tasks`` (``task_default_queue``, and ``task_queues`` with that one
+  ``rcl``): the task queue, its exchange and routing key ``rcl.<short>.tasks`` (``task_default_queue``, and ``task_queues`` with that one
   queue, which an FM may replace), the control and event exchanges
-  ``rcl.fm3.control`` / ``rcl.fm3.events``, and the result keys ``rcl:fm3:...``
+  ``rcl.<short>.control`` / ``rcl.<short>.events``, and the result keys ``rcl:<short>:...``
   (the Redis backend's ``global_keyprefix``);
 - the ``redis://`` result backend is ``lab.backend.LabRedisBackend``: Celery's
   ``RedisBackend`` with one hook, a scenario's fault that stalls the store of one
-  result after its body returned (FM-6's first hard variant);
+  result after its body returned (a time limits' lesson's first hard variant);
 - ``worker_pool = "lab.pool:LabPool"``: Celery's prefork pool, noticing a dead pool
   process sooner (``lab.pool`` says why and what does not change);
 - ``worker_consumer = "lab.app:NamespacedConsumer"``: Celery's consumer without the
@@ -36,7 +36,7 @@ What it sets, so that an FM file shows only the settings its fixes add:
   harness: when it dies, however, the worker kills its own process group
   (``lab.workers`` says why a watch). A worker you start by hand has no watch.
 
-The FM's short name comes from its module name: ``fm3_dlq_reconciliation`` is ``fm3``.
+The FM's short name comes from its module name: ``<short>_<what>`` is ``<short>``.
 """
 
 from __future__ import annotations
@@ -75,12 +75,12 @@ so that a Redis gone mid-run is an ERROR within seconds (measured on 5.7: 19 s w
 
 BEFORE_HARD_FIX = "before_hard_fix"
 """The module of a lesson's program as it stood before its hard fix (``lessons/<lesson>/before_hard_fix.py``);
-its namespace is the lesson's name and ``w`` (``fm3w``), apart from the program's own."""
+its namespace is the lesson's name and ``w`` (``<short>w``), apart from the program's own."""
 
 
 def short_name(module: str) -> str:
-    """``fm3`` for ``fm3_dlq_reconciliation`` (and for ``__main__`` run from that file); ``fm3w`` for
-    ``lessons.fm3.before_hard_fix``."""
+    """``<short>`` for ``<short>_<what>`` (and for ``__main__`` run from that file); ``<short>w`` for
+    ``lessons.<short>.before_hard_fix``."""
     if module == "__main__":
         path = Path(str(getattr(sys.modules["__main__"], "__file__", "fm")))
         module = f"{path.parent.name}.{path.stem}"
@@ -96,7 +96,7 @@ def app_name(short: str) -> str:
 
 
 def short_of_app(main: str | None) -> str | None:
-    """``fm3`` for an app named ``app_name("fm3")`` in this namespace; None for any other name."""
+    """``<short>`` for an app named ``app_name("<short>")`` in this namespace; None for any other name."""
     prefix = app_name("")
     if not main or not main.startswith(prefix):
         return None

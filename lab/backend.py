@@ -7,7 +7,7 @@ the Redis backend stay Celery's own. The one addition: before it stores the SUCC
 once (``lab.faults.STORE_STALLS``), in the pool process, inside ``celery.app.trace``'s call of
 ``backend.mark_as_done``: the body has returned and its deadline is cancelled, the result is not yet
 stored. That is where a slow Redis (a large result, a fork for a snapshot, a network hiccup) keeps a
-task, and where a Celery time limit that fires lands outside the body (FM-6's first hard variant).
+task, and where a Celery time limit that fires lands outside the body (a time limits' lesson's first hard variant).
 Every other store goes straight to Celery's code.
 
 And one after the store: the SUCCESS of a ``parse_document`` whose document carries ``HOLD_AFTER_STORE``

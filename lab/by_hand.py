@@ -25,7 +25,7 @@ another shell (the command its docstring gives), ``run``:
 Ctrl-C (or SIGTERM, SIGHUP) ends it with one line and exit status 128 + the signal's
 number (130 for Ctrl-C), no traceback. Before it exits it cancels the run: it deletes
 the run's documents from the lab's document store (a fetch not yet run fails at once),
-opens FM-4's gate and drops its crash plan (a ``notify`` waiting there goes on, and no
+opens the claim lesson's gate and drops its crash plan (a ``notify`` waiting there goes on, and no
 more kills), purges the FM's queues (the run's messages not yet delivered, its waiting
 retries and dead letters), and notes the run, so that the next by-hand run waits for the
 few messages the worker had already taken (prefetched or running) before it submits.

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import lessons
-from lab.fm import ROOT, Fm, fm_modules
+from lab.fm import ROOT, Fm
 from lab.lesson import Stop
 from lab.observe import Reader
 from lab.runner import StopCondition
@@ -163,7 +163,7 @@ def number_of(lesson: str) -> int:
 def previous_module(lesson: str) -> str:
     """The program the exercise starts from: the lesson before's (the naive program before the first lesson)."""
     n = lessons.FMS.index(lesson)
-    modules = fm_modules()
+    modules = lessons.modules()
     return modules[lessons.FMS[n - 1]] if n else min(modules.values())
 
 
@@ -172,7 +172,7 @@ def previous_module(lesson: str) -> str:
 
 def exercise_name(lesson: str) -> str:
     """``<lesson>x_<the lab's program's name>``: its own namespace part, the lesson's name in it."""
-    return f"{lesson}{EXERCISE_MARK}_{fm_modules()[lesson].split('_', 1)[1]}"
+    return f"{lesson}{EXERCISE_MARK}_{lessons.modules()[lesson].split('_', 1)[1]}"
 
 
 def task_text(lesson: str, path: str) -> str:
@@ -180,7 +180,7 @@ def task_text(lesson: str, path: str) -> str:
     n = number_of(lesson)
     earlier = "" if n == 1 else f" and the guarantees of lessons 1 to {n - 1}, which this program holds already"
     lines = [
-        f"Exercise {title_of(fm_modules()[lesson])}",
+        f"Exercise {title_of(lessons.modules()[lesson])}",
         "",
         f"This is {before}.py, the lab's program of the lesson before, renamed: it holds every fix so far.",
         "Change its code so that it holds this lesson's guarantee too.",
@@ -263,7 +263,7 @@ def hint(lesson: str, step: int) -> str:
     found = diff.step(lesson)
     body = found.text if found is not None else "(no diff)"
     return (f"hint 3 of 3 for {lesson}: the lab's fix, the change from {previous_module(lesson)}.py to "
-            f"{fm_modules()[lesson]}.py (docstrings left out):\n\n{body}")
+            f"{lessons.modules()[lesson]}.py (docstrings left out):\n\n{body}")
 
 
 # ---- the command line (``run_all_fms.py --exercise / --hint / --check``) ----------------------------------------

@@ -27,7 +27,7 @@ The hangs, from polite to hopeless:
   the lab's machine); only killing the process stops it;
 - ``FETCH_HANG`` is ``HARD_HANG`` in the fetch, the chain's head.
 
-Outside the body (``lab.backend``): ``LATE_FINISH`` works 0.7 s, ends inside fm6's
+Outside the body (``lab.backend``): ``LATE_FINISH`` works 0.7 s, ends inside the time limits lesson's
 soft deadline, and then the result store stalls for 1 s, as a slow Redis (a large
 result, a snapshot's fork, a network hiccup) would; ``STALL_PAST_LIMIT`` stalls past
 ``time_limit``. A Celery limit that fires then lands outside the body.
@@ -35,7 +35,7 @@ result, a snapshot's fork, a network hiccup) would; ``STALL_PAST_LIMIT`` stalls 
 ``HOLD_AFTER_STORE``: a healthy parse whose member the lab's backend holds once after its result is stored and
 before its chord counts it, until an injector has acted on it (``lab.backend``).
 ``SLOW`` is no fault at all: a healthy document that takes ``SLOW_SECONDS`` to parse, under
-fm6's soft deadline (scenario 7's rolling deploys meet it running and waiting prefetched).
+the time limits' soft deadline (the rolling deploys' lesson meets it running and waiting prefetched).
 
 Limits: ``CRASH_ONCE``, ``POISON`` and ``FETCH_POISON`` SIGKILL the current process, which under
 the prefork pool is one pool child. Under ``--pool solo`` they would kill the
@@ -63,7 +63,7 @@ Kind = Literal["FAIL", "CRASH_ONCE", "POISON", "FETCH_POISON", "FLAKY", "FLAKE_F
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 SOFT_HANG_SECONDS = 2.0
-"""How long ``SOFT_HANG`` sleeps when nothing interrupts it (well past fm6's soft limit)."""
+"""How long ``SOFT_HANG`` sleeps when nothing interrupts it (well past the time limits' soft limit)."""
 CRASH_AFTER_SECONDS = 0.1
 """How long ``CRASH_ONCE``/``POISON`` work before the kill: the crash comes mid-task."""
 HARD_HANG_CAP_SECONDS = 60.0
@@ -73,13 +73,13 @@ THROTTLE_SECONDS = 1.5
 C_HANG_ITERATIONS = 5 * 10**9
 """``C_HANG`` sums this many integers in one C call: about a minute of CPU on the lab's machine."""
 LATE_FINISH_SECONDS = 0.7
-"""``LATE_FINISH`` and ``STALL_PAST_LIMIT``: how long the body works before it returns (under fm6's
+"""``LATE_FINISH`` and ``STALL_PAST_LIMIT``: how long the body works before it returns (under the time limits'
 soft deadline of 1 s)."""
 SLOW_SECONDS = 0.8
-"""``SLOW``: how long a slow but healthy document's parse works (under fm6's soft deadline of 1 s, longer
-than scenario 7's grace period, ``lessons.fm7.deploy.GRACE_SECONDS``)."""
+"""``SLOW``: how long a slow but healthy document's parse works (under the time limits' soft deadline of 1 s, longer
+than a rolling deploy's grace period, its lesson's ``GRACE_SECONDS``)."""
 STORE_STALLS: dict[str, float] = {"LATE_FINISH": 1.0, "STALL_PAST_LIMIT": 6.0}
-"""How long the result store stalls, once, after such a body returned (``lab.backend``): past fm6's
+"""How long the result store stalls, once, after such a body returned (``lab.backend``): past the time limits'
 soft deadline (1 s after the start), and past its ``time_limit`` (3 s)."""
 
 

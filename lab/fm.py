@@ -3,12 +3,12 @@
 An FM file is a plain Celery program (``app``, the three tasks, ``submit``). The
 harness reads its facts off that program, so there is no second table of FM specs:
 
-- the short name and scenario from the file name (``fm3_...`` runs scenario 3;
-  fm0 runs scenario 1);
+- the short name from the file name (``<short>_<what>.py``; the lessons' registry says which
+  scenario each runs);
 - the worker's flags from Celery's own settings: ``-B`` when ``beat_schedule`` is
   set; the concurrency and the queues come from the app itself, so the worker
   command needs neither ``-c`` nor ``-Q``; the worker's environment from the module's
-  ``WORKER_ENV`` (FM-7: Celery reads ``REMAP_SIGTERM`` from the environment only);
+  ``WORKER_ENV`` (a deploy's lesson: Celery reads ``REMAP_SIGTERM`` from the environment only);
 - the queues and exchanges it owns (the harness resets exactly these): every
   queue in ``task_queues``, and the dead-letter queue each one declares;
 - the bounds the checks hold it to, from the fixes it applied: the delivery bound
@@ -41,11 +41,6 @@ WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 Submit = Callable[[list[str], str], "AsyncResult[Any]"]
 
 
-def fm_modules() -> dict[str, str]:
-    """Short name -> module name, for every ``fm<N>_*.py`` beside run_all_fms.py."""
-    return {short_name(path.stem): path.stem for path in sorted(ROOT.glob("fm[0-9]_*.py"))}
-
-
 def layers(fn: object) -> Iterator[object]:
     """A function and every wrapper beneath it (``functools.wraps`` sets ``__wrapped__``)."""
     while fn is not None:
@@ -55,15 +50,15 @@ def layers(fn: object) -> Iterator[object]:
 
 @dataclass(frozen=True)
 class Fm:
-    short: str  # fm3
-    module: str  # fm3_dlq_reconciliation (celery -A <module>)
+    short: str  # the namespace's name of the program: a lesson's short name, a case study's code
+    module: str  # <short>_<what> (celery -A <module>)
     app: Celery
     submit: Submit
     parse_document: Task[Any, Any]
     notify: Task[Any, Any]
     probe: Task[Any, Any]
     fetch_document: Task[Any, Any] | None = None  # the chain's head (the FMs'; a case study has none)
-    delays: tuple[DelayQueues, ...] = ()  # delay queues the module declares itself (FM-4's busy waits)
+    delays: tuple[DelayQueues, ...] = ()  # delay queues the module declares itself (a claim's busy waits)
     worker_env: tuple[tuple[str, str], ...] = ()  # the module's WORKER_ENV: what the worker's environment must hold
 
     @property
@@ -112,7 +107,7 @@ class Fm:
 
     @property
     def prefetch_one(self) -> bool:
-        """FM-7 on: the worker holds only what it runs (``worker_prefetch_multiplier = 1``)."""
+        """The worker holds only what it runs (``worker_prefetch_multiplier = 1``)."""
         return int(self.app.conf.worker_prefetch_multiplier or 4) == 1
 
     @property

@@ -11,7 +11,7 @@ scenario, check, stop the worker (TERM, then KILL) and keep its log in
 ``.lab/<namespace>/logs/`` (``lab.workers``).
 
 Verdicts: a run whose checks all hold is PASS (fixed), REPRODUCED (broken) or BUG
-REPRODUCED (fm0); one whose checks do not is FAIL / NOT REPRODUCED. A run that
+REPRODUCED (the naive program); one whose checks do not is FAIL / NOT REPRODUCED. A run that
 could not say either is ERROR, with the cause: its worker died, a service
 stopped answering (URL masked) or the scenario did not end before its deadline.
 The watch during a run (``Liveness``) notices a dead worker at its next look
@@ -25,222 +25,77 @@ calls live apart.
 
 from __future__ import annotations
 
-import importlib
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from typing import Any, cast
 
-import redis
 from kombu import Connection
-from kombu.exceptions import OperationalError
 
 import lessons
-from lab import services
-from lab.fm import Fm, fm_modules, load_module
-from lab.observe import client, drain_last_run
+from lab.fm import Fm, load_module
+from lab.observe import drain_last_run
 from lab.injector import Harnessed, Injector
+from lab.lesson import CaseStudy
 from lab.owned import OwnedServiceMissing
-from lab.queues import on_queue, queue_consumers
+from lab.queues import queue_consumers
 from lab.records import Check, HarnessError, Kind, Observations, OnStage, RunBroken, RunReport, Stage
 from lab.runner import StopCondition, new_run_id, run_scenario
-from lab.settings import NAMESPACE, amqp_name, backend_url, broker_url, mask_url, observations_url, redis_prefix
+from lab.running import (Liveness, blame_services, checked, consumers, delete_keys, delete_names, purge,
+                         reset, running_worker, run_error, set_current)
+from lab.running import (SERVICE_CHECK_SECONDS as SERVICE_CHECK_SECONDS, Watch as Watch, connect as connect,
+                         interrupted_fms as interrupted_fms, running_workers as running_workers,
+                         service_problems as service_problems)  # what the CLI, by-hand runs and benches take here
+from lab.settings import NAMESPACE, amqp_name, broker_url, redis_prefix
 from lab.variants import VARIANTS_DIR
 from lab.waiting import raise_if_interrupted, wait_until
-from lab.workers import LOG_DIR, STOP_GRACE, Worker, WorkerFailed, wait_stopped
+from lab.workers import LOG_DIR, STOP_GRACE, Worker
 
 RUN_TIMEOUT = 90.0
-SERVICE_CHECK_SECONDS = 1.0
-"""How often the watch during a run asks the broker and Redis whether they answer."""
+# ---- finding lessons and case studies (the registry: ``lessons``) -------------------------
 
 
-
-# ---- finding FMs -------------------------------------------------------------
-
-
-CASE_STUDIES: dict[str, str] = {"severity_batch": "case_studies.severity_batch.study",
-                                 "bl_ingestion": "case_studies.bl_ingestion.study",
-                                 "cte_ingestion": "case_studies.cte_ingestion.study"}
-"""Each case study (``case_studies/<name>/``) and the module that runs its scenarios."""
-
-
-def study(name: str) -> Any:
-    """The study module of a case study, of one of its cells (``severity_batch/batch``) or of its code."""
-    base = name.split("/", 1)[0]
-    for case, module in CASE_STUDIES.items():
-        if base == case:
-            return importlib.import_module(module)
-    for module in CASE_STUDIES.values():
-        found = importlib.import_module(module)
-        if base in found.CODES:
-            return found
-    raise HarnessError(f"no case study {name!r}")
+def study(name: str) -> CaseStudy:
+    """The case study named ``name``, or of one of its cells (``severity_batch/batch``) or of its programs' codes."""
+    found = lessons.case_study(name)
+    if found is None:
+        raise HarnessError(f"no case study {name!r}")
+    return found
 
 
 def is_case(name: str) -> bool:
     """A case study's name, one of its cells, or one of its programs' codes."""
-    return name.split("/", 1)[0] in CASE_STUDIES or any(name in c for c in _case_codes())
-
-
-def _case_codes() -> list[dict[str, Kind]]:
-    return [importlib.import_module(m).CODES for m in CASE_STUDIES.values()]
+    return lessons.case_study(name) is not None
 
 
 def resolve(names: list[str]) -> list[str]:
     """Short names for ``--only`` arguments given as short or full names, each once, in order."""
-    modules = fm_modules()
-    short_of = {**{s: s for s in modules}, **{m: s for s, m in modules.items()}, **{c: c for c in CASE_STUDIES}}
+    modules = lessons.modules()
+    cases = [c.name for c in lessons.CASE_STUDIES]
+    short_of = {**{s: s for s in modules}, **{m: s for s, m in modules.items()}, **{c: c for c in cases}}
     unknown = [n for n in names if n not in short_of]
     if unknown:
-        valid = ", ".join([*(f"{s} ({m})" for s, m in modules.items()), *(f"{c} (case study)" for c in CASE_STUDIES)])
+        valid = ", ".join([*(f"{s} ({m})" for s, m in modules.items()), *(f"{c} (case study)" for c in cases)])
         raise HarnessError(f"unknown FM {', '.join(unknown)}; valid: {valid}")
     return list(dict.fromkeys(short_of[n] for n in names))
 
 
 def load(short: str) -> Fm:
-    """The FM ``short`` (``fm3``), read off its module; ``fm3w`` is fm3's program as it stood before its hard fix
-    (``lessons/fm3/before_hard_fix.py``); ``sb`` and ``sbw`` are case study 1's programs."""
-    if is_case(short):
-        found = study(short)
-        return cast(Fm, found.program(found.CODES[short]))
+    """The program ``short`` (a lesson's short name), read off its module; ``<short>w`` is that lesson's program
+    as it stood before its hard fix (``lessons/<short>/before_hard_fix.py``); a case study's codes (``sb``,
+    ``sbw``) are its fixed program and its write-up's."""
+    if (case := lessons.case_study(short)) is not None:
+        return case.program(case.codes[short])
     before = lessons.before_hard_fix(short[:-1]) if short.endswith("w") else None
     if before is not None:
         return checked(load_module(before))
-    return checked(load_module(fm_modules()[short]))
-
-
-def checked(fm: Fm) -> Fm:
-    """``fm``, once it is known to declare nothing outside its namespace."""
-    own = amqp_name(fm.short, "")
-    foreign = [n for n in (*fm.queue_names, *fm.exchange_names) if not n.startswith(own)]
-    if foreign:
-        raise HarnessError(f"{fm.short} declares names outside its namespace {own}*: {', '.join(foreign)}")
-    return fm
+    return checked(load_module(lessons.modules()[short]))
 
 
 def number(short: str) -> int:
-    return int(short[2:].rstrip("w"))
-
-
-# ---- namespace reset -----------------------------------------------------------
-
-
-def reset(fm: Fm) -> None:
-    """Delete the FM's own queues, exchanges and Redis keys (nothing else), then declare
-    its queues afresh.
-
-    Declaring again matters: kombu remembers, per connection, what it has declared
-    (``maybe_declare``), so a publisher that used the queue before the reset would
-    otherwise publish to a deleted exchange, and RabbitMQ would drop the message.
-    A queue left with other arguments (``PRECONDITION_FAILED`` on declare) is gone too.
-    First, the last worker of the same code must be gone: its ``after()`` empties these
-    queues, and would otherwise empty them under the next worker (a lost probe, seen).
-    """
-    wait_stopped(fm.short)
-    delete_names(fm.queue_names, fm.exchange_names, fm)
-    delete_keys(f"{redis_prefix(fm.short)}*")  # before the declare: on a Redis broker the bindings are keys too
-    with connect(fm) as conn:
-        for queue in fm.task_queues:  # a DeadLetteringQueue declares its DLQ too
-            queue.bind(conn.default_channel).declare()
-
-
-def connect(fm: Fm | None = None) -> Connection:
-    """A broker connection: ``fm``'s own (a case study on a Redis broker, with its key prefix), else the lab's."""
-    return fm.app.connection_for_write() if fm is not None else Connection(broker_url())
-
-
-def delete_names(queues: Iterable[str], exchanges: Iterable[str], fm: Fm | None = None) -> None:
-    """Delete these queues and exchanges (RabbitMQ 3.x: deleting a missing one is no error), on ``fm``'s broker."""
-    with connect(fm) as conn:
-        channel = cast(Any, conn.default_channel)  # amqp's Channel; kombu's stubs name only the base
-        for name in queues:
-            channel.queue_delete(queue=name)
-        for name in exchanges:
-            channel.exchange_delete(exchange=name)
-
-
-def delete_keys(pattern: str, batch_size: int = 500) -> int:
-    """Delete the Redis keys matching ``pattern`` (SCAN, never a flush); how many were deleted."""
-    r = client()
-    scan = cast(Callable[..., Iterator[str]], cast(Any, r).scan_iter)
-    deleted, batch = 0, list[str]()
-    for key in scan(match=pattern, count=batch_size):
-        batch.append(str(key))
-        if len(batch) >= batch_size:
-            deleted += int(r.delete(*batch))
-            batch.clear()
-    if batch:
-        deleted += int(r.delete(*batch))
-    return deleted
-
-
-# ---- workers (their processes: lab.workers) ------------------------------------
-
-
-@contextmanager
-def running_worker(fm: Fm, run_id: str, label: str, grace: float, on_stage: OnStage = lambda _: None,
-                   wait: bool = True, after: Callable[[], object] | None = None) -> Generator[Worker, None, None]:
-    worker = Worker(fm, run_id, LOG_DIR / f"{label}-{run_id}.log")
-    on_stage("starting the worker")
-    worker.start()
-    try:
-        on_stage("waiting for the worker")
-        worker.wait_ready()
-        yield worker
-    finally:
-        on_stage("stopping the worker")
-        worker.stop(grace, wait, after)
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """One of several workers of a program: its queue (``-Q``), extra environment, and a name part."""
-
-    queue: str | None = None
-    env: tuple[tuple[str, str], ...] = ()
-    part: str = ""
-
-
-@contextmanager
-def running_workers(fm: Fm, run_id: str, label: str, specs: list[WorkerSpec], grace: float,
-                    on_stage: OnStage = lambda _: None, after: Callable[[], object] | None = None
-                    ) -> Generator[list[Worker], None, None]:
-    """Several workers of one program (a case study that runs one worker per shard queue), started
-    in the order given and each ready before the next starts; all stopped (TERM, then KILL) at the end,
-    ``after()`` once the last is gone."""
-    started: list[Worker] = []
-    on_stage("starting the worker")
-    try:
-        for spec in specs:
-            worker = Worker(fm, run_id, LOG_DIR / f"{label}{'-' + spec.part if spec.part else ''}-{run_id}.log",
-                            queue=spec.queue, env=dict(spec.env), part=spec.part)
-            started.append(worker)
-            worker.start()
-            on_stage("waiting for the worker")
-            worker.wait_ready()
-        yield started
-    finally:
-        on_stage("stopping the worker")
-        for worker in started:
-            worker.stop(grace, wait=False, after=after if worker is started[-1] else None)
-
-
-class Watch:
-    """``Liveness`` over several workers: raises ``RunBroken`` when any died or a service went silent."""
-
-    def __init__(self, workers: list[Worker]) -> None:
-        self.workers = workers
-        self.services = Liveness(workers[0])  # the services are asked once per period, not once per worker
-
-    def __call__(self) -> None:
-        for worker in self.workers:
-            proc = worker.proc
-            if proc is not None and proc.poll() is not None:
-                raise RunBroken(f"the worker {worker.name} exited ({proc.returncode}) during the run; log tail:\n"
-                                f"{worker.tail()}")
-        self.services()
+    """The number of the lesson whose program ``short`` is (its weak variant's too); 0 for the naive program."""
+    return lessons.number(short[:-1] if short.endswith("w") and short[:-1] in lessons.FMS else short)
 
 
 # ---- runs ----------------------------------------------------------------------
@@ -248,7 +103,8 @@ class Watch:
 
 def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     """fixed: scenario N on FM N; broken: scenario N on FM N-1; weak: scenario N on FM N
-    without the fix of its hard variant (``lessons/<fm>/before_hard_fix.py``); bug: scenario 1 on fm0.
+    without the fix of its hard variant (``lessons/<fm>/before_hard_fix.py``); bug: the first scenario on the
+    naive program (``lessons.NAIVE``). A case study's cell is the case study's own (``CaseStudy.run_one``).
 
     ``on_stage`` hears each stage as it begins: resetting, starting the worker,
     waiting for the worker, running the scenario, stopping the worker, checking
@@ -256,7 +112,7 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     """
     on_stage = _interruptible(on_stage)
     if is_case(fm):
-        return cast(RunReport, study(fm).run_one(fm, kind, on_stage))
+        return study(fm).run_one(fm, kind, on_stage)
     n = number(fm)
     code = code_of(fm, kind)
     sc_n = 1 if kind == "bug" else n
@@ -317,22 +173,6 @@ def run_one(fm: str, kind: Kind, on_stage: OnStage) -> RunReport:
     return report
 
 
-_current: dict[int, Fm] = {}
-"""The FM whose code each run in progress runs, by the thread that runs it (``--jobs``: several)."""
-
-
-def set_current(fm: Fm | None) -> None:
-    """Say which FM's code this thread's run runs now (None: its run is over)."""
-    if fm is None:
-        _current.pop(threading.get_ident(), None)
-    else:
-        _current[threading.get_ident()] = fm
-
-
-def interrupted_fms() -> list[Fm]:
-    """The FMs whose runs were in progress when an interruption ended them (their queues are emptied)."""
-    return list(_current.values())
-
 
 def _spawn(fm: Fm, run_id: str, label: str, part: str, env: Mapping[str, str] | None = None) -> Worker:
     """A worker an injector starts (``lab.injector.Harnessed.spawn``): another of the same code (a deploy's, which
@@ -363,70 +203,6 @@ def _watch(first: Worker, injectors: Mapping[str, Injector]) -> Callable[[], Non
     return watch
 
 
-def run_error(exc: Exception) -> str:
-    """Why a run ended in ERROR, led by the service that does not answer, if one does not."""
-    if isinstance(exc, (WorkerFailed, RunBroken)):
-        return blame_services(str(exc))
-    return blame_services(service_cause(exc) or f"{type(exc).__name__}: {exc}")
-
-
-def case_cells(name: str, scenarios: Iterable[str], writeup_shows: Iterable[str], prove: bool) -> list[tuple[str, Kind]]:
-    """A case study's cells: each scenario on its fixed program, and with ``prove`` on the write-up's."""
-    shows = set(writeup_shows)
-    runs: list[tuple[str, Kind]] = []
-    for scenario_name in scenarios:
-        runs.append((f"{name}/{scenario_name}", "fixed"))
-        if prove and scenario_name in shows:
-            runs.append((f"{name}/{scenario_name}", "broken"))
-    return runs
-
-
-def case_run(report: RunReport, run: Callable[[RunReport], None]) -> RunReport:
-    """A case study's cell: ``run(report)`` fills the report in; a dead worker, a silent service or
-    any other error of the run becomes its ``error`` (a ``HarnessError`` goes up), and the time taken."""
-    started = time.monotonic()
-    try:
-        run(report)
-    except HarnessError:
-        raise
-    except Exception as exc:  # one broken run must not hide the others
-        report.error = run_error(exc)
-    set_current(None)
-    report.seconds = time.monotonic() - started
-    return report
-
-
-R = TypeVar("R")
-
-
-def run_case(report: RunReport, program: Callable[[], Fm], label: str, on_stage: OnStage,
-             scenario: Callable[[Fm, str, Callable[[], None]], R], observed: Callable[[R], Observations],
-             checked_by: Callable[[R], list[Check]], prepare: Callable[[Fm], object] = lambda _: None,
-             around: Callable[[], AbstractContextManager[object]] = nullcontext) -> RunReport:
-    """A case study's cell on one worker, run as ``run_one`` runs an FM's: its program's namespace
-    reset (and ``prepare``), its worker started (inside ``around``), ``scenario(fm, run_id, watch)``,
-    the worker stopped, ``checked_by`` its result (``case_run`` turns a failure into an ERROR)."""
-
-    def run(report: RunReport) -> None:
-        fm = program()
-        report.body = str(fm.notify.name).rsplit(".", 1)[-1]
-        run_id = new_run_id()
-        on_stage("resetting")
-        reset(fm)
-        prepare(fm)
-        report.log = LOG_DIR / f"{label}-{run_id}.log"
-        set_current(fm)
-        with around(), running_worker(fm, run_id, label, STOP_GRACE, on_stage, wait=False,
-                                      after=lambda: purge(fm)) as worker:
-            on_stage("running the scenario")
-            result = scenario(fm, run_id, Liveness(worker))
-        report.observations = observed(result)
-        on_stage("checking")
-        report.checks = checked_by(result)
-
-    return case_run(report, run)
-
-
 def _interruptible(on_stage: OnStage) -> OnStage:
     """``on_stage`` that first raises a recorded interruption (``lab.waiting``)."""
 
@@ -441,7 +217,7 @@ def empty_interrupted(fm: Fm, deadline: float = 5.0) -> None:
     """After an interruption (its workers already killed): delete ``fm``'s queues and exchanges.
 
     Deleted, not purged and not declared again. What was seen in the lab's tries
-    (SIGHUP of ``run_all_fms.py --only fm6`` just as its scenario started): after a
+    (SIGHUP of ``run_all_fms.py --only <an FM>`` just as its scenario started): after a
     purge, or after a delete and a new declare, a message published just before the
     interruption (a ``fetch_document`` of ``submit``, a beat ``drain_dead_letters``)
     was still found in the queue in 1 of 5 to 1 of 12 tries; RabbitMQ orders frames
@@ -459,68 +235,8 @@ def empty_interrupted(fm: Fm, deadline: float = 5.0) -> None:
     delete_names(fm.queue_names, fm.exchange_names, fm)
 
 
-def consumers(fm: Fm) -> int:
-    """Consumers on ``fm``'s queues, as the broker counts them (a Redis broker counts none)."""
-    with connect(fm) as conn:
-        return sum(queue_consumers(conn, name) for name in fm.queue_names)
-
-
-def purge(fm: Fm) -> int:
-    """Empty ``fm``'s queues (those that exist); how many messages were removed."""
-    with connect(fm) as conn:
-        return sum(on_queue(conn, lambda ch, q=name: ch.queue_purge(queue=q)) for name in fm.queue_names)
-
-
-class Liveness:
-    """The watch during a run: raises ``RunBroken`` when the worker died or a service went silent."""
-
-    def __init__(self, worker: Worker, every: float = SERVICE_CHECK_SECONDS) -> None:
-        self.worker, self.every = worker, every
-        self.checked = time.monotonic()
-
-    def __call__(self) -> None:
-        proc = self.worker.proc
-        if proc is not None and proc.poll() is not None:
-            raise RunBroken(f"the worker exited ({proc.returncode}) during the run; log tail:\n{self.worker.tail()}")
-        if time.monotonic() - self.checked < self.every:
-            return
-        self.checked = time.monotonic()
-        for named, problem in service_problems():
-            raise RunBroken(f"{named} {problem} during the run; worker log tail:\n{self.worker.tail(8)}")
-
-
-def service_problems() -> list[tuple[str, str]]:
-    """``(the service at its masked URL, what is wrong)`` for each service that does not answer now: the broker
-    and the Redis of the run's record (the result backend's, unless ``RCL_OBSERVATIONS_URL`` names another:
-    scenario 8 stops a result backend of its own on purpose)."""
-    found: list[tuple[str, str]] = []
-    for what, url, problem in (("the broker", broker_url(), services.broker_problem(timeout=2.0)),
-                               ("Redis", observations_url(), services.backend_problem(observations_url(), timeout=2.0))):
-        if problem is not None:
-            found.append((f"{what} at {mask_url(url)}", problem))
-    return found
-
-
-def blame_services(error: str) -> str:
-    """``error``, led by the service that does not answer now, if one does not: a worker
-    that died because Redis went away is reported as Redis going away."""
-    for named, problem in service_problems():
-        if named not in error:
-            return f"{named} {problem}; {error}"
-    return error
-
-
-def service_cause(exc: BaseException) -> str | None:
-    """A service error in words, naming the service's URL (masked); None for anything else."""
-    if isinstance(exc, redis.RedisError):
-        return f"Redis at {mask_url(backend_url())} stopped answering: {type(exc).__name__}: {exc}"
-    if isinstance(exc, (OperationalError, ConnectionError)):
-        return f"the broker at {mask_url(broker_url())} stopped answering: {type(exc).__name__}: {exc}"
-    return None
-
-
 def _checks(kind: Kind, n: int, obs: Observations, fixed: Fm) -> list[Check]:
-    """fixed: G1..Gn of FM n; broken: Sn; weak: Sn hard; bug: S1 (fm0's own bug): the lessons' (``lessons``)."""
+    """fixed: G1..Gn of FM n; broken: Sn; weak: Sn hard; bug: S1 (the naive program's own bug): the lessons'."""
     return lessons.checks_of(kind, n, obs, fixed)
 
 
@@ -538,12 +254,13 @@ def describe(r: RunReport) -> str:
 
 
 def code_of(fm: str, kind: Kind) -> str:
-    """The FM whose code a run runs: its own (fixed), the one before (broken), its weak variant, fm0 (bug)."""
-    if is_case(fm):
-        return cast(str, study(fm).code_of(kind))
+    """The program a run runs: its lesson's own (fixed), the one before (broken), its weak variant, the naive
+    program (bug); a case study's, by the code it gives that program."""
+    if (case := lessons.case_study(fm)) is not None:
+        return next(code for code, of in case.codes.items() if of == kind)
     if kind == "weak":
         return f"{fm}w"
-    return fm if kind == "fixed" else f"fm{number(fm) - 1}" if kind == "broken" else "fm0"
+    return fm if kind == "fixed" else lessons.broken_code(fm) if kind == "broken" else lessons.NAIVE
 
 
 def codes_of(runs: list[tuple[str, Kind]]) -> list[str]:
@@ -571,9 +288,9 @@ def clean(say: Callable[[str], None] = print) -> None:
     queues, exchanges = namespace_names()
     delete_names(queues, exchanges)
     deleted = delete_keys(f"{NAMESPACE}:*")
-    for module in CASE_STUDIES.values():  # their ledgers' rows in this namespace (the tables stay)
+    for case in lessons.CASE_STUDIES:  # their ledgers' rows in this namespace (the tables stay)
         try:
-            importlib.import_module(module).clear_ledger()
+            case.clear()
         except RunBroken as exc:  # a database that does not answer: said, and the rest is still cleaned
             say(f"namespace {NAMESPACE}: {exc}; its rows there are left")
     say(f"namespace {NAMESPACE}: deleted its queues and exchanges (of the {len(queues)} queue and {len(exchanges)} "
@@ -582,8 +299,8 @@ def clean(say: Callable[[str], None] = print) -> None:
 
 def namespace_names() -> tuple[list[str], list[str]]:
     """Every queue and exchange name the lab may have made in the namespace (FMs, variants, case studies)."""
-    shorts = list(fm_modules())
-    fms = [load(s) for s in shorts] + [load(code) for codes in _case_codes() for code in codes]
+    shorts = list(lessons.modules())
+    fms = [load(s) for s in shorts] + [load(code) for case in lessons.CASE_STUDIES for code in case.codes]
     fms += [load(f"{s}w") for s in shorts if lessons.before_hard_fix(s) is not None]
     for path in sorted(VARIANTS_DIR.glob("fm*_*.py")) if VARIANTS_DIR.exists() else []:
         try:
@@ -599,10 +316,12 @@ def namespace_names() -> tuple[list[str], list[str]]:
 
 
 def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str, Kind]]:
+    """The runs of the selected lessons (with ``prove``, their broken and weak runs too) and case studies, the
+    naive program's bug first when asked for (``include_fm0``, the CLI's option) or selected."""
     runs: list[tuple[str, Kind]] = []
     for fm in selected:
-        if is_case(fm):
-            runs.extend(study(fm).cells(prove))
+        if (case := lessons.case_study(fm)) is not None:
+            runs.extend(lessons.study_cells(case, prove))
             continue
         n = number(fm)
         if n == 0:
@@ -612,8 +331,8 @@ def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str,
             runs.append((fm, "broken"))
             if lessons.before_hard_fix(fm) is not None:
                 runs.append((fm, "weak"))
-    if include_fm0 or "fm0" in selected:
-        runs.insert(0, ("fm0", "bug"))
+    if include_fm0 or lessons.NAIVE in selected:
+        runs.insert(0, lessons.NAIVE_BUG)
     return runs
 
 

@@ -1,6 +1,6 @@
 """A network path of the lab's own between one worker and its broker, which the runner can cut.
 
-Scenario 9 drops a worker's broker connection while its members run, as a network blip or a broker
+A scenario drops a worker's broker connection while its members run, as a network blip or a broker
 failover does. ``BrokerLink`` listens on a port of its own and forwards every connection to the broker;
 the worker is given the link's URL (``url_through``), nobody else is, so ``cut()`` closes that worker's
 connections (its consumer's, its pool processes', its beat's) and no other client's: on a shared
@@ -10,7 +10,7 @@ reconnects through the link, which forwards again at once.
 
 Why not ``rabbitmqctl close_connection``: each call of the CLI boots an Erlang VM, 0.4 to 1.1 s on the
 lab's machine (listing the connections, then closing one), longer than a slow member's whole body
-(0.8 s under fm6's soft deadline), so the drop could not be aimed at a running member; it also needs the
+(0.8 s under the time limits' soft deadline), so the drop could not be aimed at a running member; it also needs the
 broker's Erlang cookie, which a workshop attendee's shared broker does not give.
 """
 

@@ -6,8 +6,8 @@ builds ``.lab/matrix/celery-<X.Y>`` (a venv; kept while its pins are unchanged: 
 holds their hash), then runs, with that venv's Python, in the caller's namespace
 (``RCL_NAMESPACE``; the versions run one after the other):
 
-1. ``run_all_fms.py --prove --include-fm0 --case-studies --json ...``: every FM fixed,
-   broken and weak, fm0, and case study 1 fixed and as its write-up has it;
+1. ``run_all_fms.py --prove --include-<naive> --case-studies --json ...``: every FM fixed,
+   broken and weak, the naive program, and the case studies fixed and as its write-up has it;
 2. ``pytest`` on ``CLAIMS_TESTS`` with ``RCL_CLAIMS_JSON``: the runs behind the
    docstrings' claims about Celery (``tests/conftest.py`` says how a claim reports);
 3. the audit's tests (``AUDIT_TESTS``; no broker needed): row A1, since the audit reads the Celery it runs on.
@@ -55,8 +55,8 @@ PINS_DIR = ROOT / "matrix"
 ENVS_DIR = ROOT / ".lab" / "matrix"
 TABLE_FILE = ENVS_DIR / "table.txt"
 STAMP = "rcl-pins.sha256"
-LAB_ARGS = ("--prove", "--include-fm0", "--case-studies", "--jobs", "2")
-"""Two runs at once (never two on the same program's code): make matrix within CI's 40 minutes with FM-8 in."""
+LAB_ARGS = ("--prove", f"--include-{lessons.NAIVE}", "--case-studies", "--jobs", "2")
+"""Two runs at once (never two on the same program's code): make matrix within CI's 40 minutes with the backend outage's lesson in."""
 CLAIMS_TESTS = ("tests/test_celery_claims.py", "tests/test_stored_members.py", "tests/test_chain_dedup.py")
 AUDIT_TESTS = ("tests/test_audit_rules.py", "tests/test_audit_lab.py", "tests/test_audit_corpus.py",
                "tests/test_audit_origins.py", "tests/test_audit_accept.py")
@@ -266,7 +266,7 @@ def reported_labels(datas: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str],
 
 def lab_cells(data: Mapping[str, Any], known: Mapping[tuple[str, str], Sequence[str]] | None = None) -> dict[str, Cell]:
     """``run_all_fms.py --json`` output -> one cell per check label, over every run that checks it
-    (G1 is checked by fm1..fm9: it passes only where all nine hold). A run that ended in ERROR fails
+    (G1 is checked by every FM: it passes only where all of them hold). A run that ended in ERROR fails
     the checks it would have made (``expected_labels``, with ``known`` from the other versions)."""
     seen: dict[str, list[tuple[str, bool, str]]] = {}
     for run in cast(list[dict[str, Any]], data.get("runs", [])):

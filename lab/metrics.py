@@ -26,7 +26,7 @@ registry (``LabMetrics``), in Prometheus' text exposition format:
 - a case study that exports metrics of its own (case study 3's ``cte_*``) adds its run's
   exposition (``RunReport.exposition``); it is printed after these, as scraped.
 
-Only families that hold a sample are printed (``render``): a run of fm1 has no DLQ, and an empty
+Only families that hold a sample are printed (``render``): a run of a program without a dead-letter queue has no DLQ, and an empty
 ``# HELP``/``# TYPE`` pair would read like a broken exporter.
 
 Labels are bounded: an FM's short name or a case-study cell, a reason from the fixed list.
@@ -67,7 +67,7 @@ class LabMetrics:
                               ["fm"], registry=self.registry)
 
     def add(self, report: RunReport, now: float | None = None) -> None:
-        """One run's numbers, labelled with the FM whose code ran (``fm3``, ``fm3w``, ``ct``)."""
+        """One run's numbers, labelled with the FM whose code ran (a lesson's short name, its weak variant's, a case study's code)."""
         obs = report.observations
         label = report.code
         if obs is not None and report.exposition is None:  # a case study with its own metrics says it better

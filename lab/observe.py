@@ -10,28 +10,28 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
   ``request.retries`` does not see; the count goes to ``@enveloped``
   (``note_attempt``) and to the lab's fault (``current_attempt``);
 - ``task_postrun``: the attempt (or ``notify``) ended; how is read off the
-  envelope it returned (or the exception, for fm0's bare tasks); a ``fetch_document``'s
+  envelope it returned (or the exception, for the naive program's bare tasks); a ``fetch_document``'s
   is a ``fetch_end`` (a fetch started and never ended is a hung or killed chain head);
 - ``task_retry``: a retry was planned, ``Retry.when`` seconds from now;
 - ``task_received`` of ``parse_document``: the worker's main process took the message
-  (``received``, with the broker's count of its earlier deliveries: FM-7's deploys);
+  (``received``, with the broker's count of its earlier deliveries: the rolling deploys);
 - ``Request.on_accepted`` of ``parse_document`` (no signal: ``install`` wraps Celery's method, in
   the main process): the main process read that a pool process began the body (``accepted``). Only
   a request it has read so is in ``celery.worker.state.active_requests``, all that a cold shutdown's
   cancel reaches (``Consumer.cancel_all_unacked_requests`` in 5.5.3, ``cancel_active_requests`` in 5.6.3, 5.7.0);
 - ``task_received`` of the runner's burst probe (``BURST_PROBE`` in its task id): the
   worker's main process took it off the broker, before any pool process is free for it
-  (FM-5's hard variant: a prefetch full of waiting retries keeps it on the broker);
+  (the retries' hard variant: a prefetch full of waiting retries keeps it on the broker);
 - ``shared.dlq.dead_lettered``: the DLQ drain finalised a dead letter (a document's, or
   the chord body's own); ``shared.dlq.dead_letter_kept``: it put a message back in the
   DLQ instead; ``shared.dlq.dead_letter_parked``: it parked one (the runner's foreign
   letters carry their run in a header); ``shared.dlq.dead_letter_sent_back``: it published
-  an innocent one again to its queue (FM-7, ``sent_back``);
+  an innocent one again to its queue (the rolling deploys, ``sent_back``);
 - ``task_revoked`` of ``fetch_document``: the worker discarded an expired (or revoked)
   chain head;
 - ``task_internal_error`` of a fetch, a parse or ``notify``: an error outside the body
   (``celery.app.trace``'s "Exception raised outside body"), after its ``task_postrun``: the
-  body ended and its result could not be stored (FM-8, ``store_failed``); with fm8's fix,
+  body ended and its result could not be stored (a backend outage, ``store_failed``); with its fix,
   ``shared.backend.result_unstored`` says it instead, before the message is rejected.
 
 What a killed process cannot report (no ``task_postrun``), the attempt counter
@@ -50,7 +50,7 @@ the result backend's by default), every key with a TTL:
 - ``P fetch-attempts:<doc>``: INCR per attempt of ``fetch_document``;
 - ``P emails``: one item per email the mail stand-in delivered; ``P mail_calls``:
   one item per call of it; ``P mail-key:<key>``: an idempotency key it has seen;
-- ``P gated``, ``P gate``: FM-4's interleaving; ``P crash_plan``: FM-4's crashes
+- ``P gated``, ``P gate``: the claim's interleaving; ``P crash_plan``: the claim's crashes
   (``lab.pipeline.send_email``);
 - ``P duplicate``: the task id of the duplicate ``notify`` the runner fired, so
   that the reader tells the chord's own ``notify`` (role ``chord``) from it.
@@ -171,7 +171,7 @@ the chunk standing for the document) and its chord body (the run standing for th
 
 
 def _role_of(task: object) -> str:
-    """``parse_document`` for a task (or a task name) ``fm3_dlq_reconciliation.parse_document``."""
+    """``parse_document`` for a task (or a task name) ``<short>_<what>.parse_document``."""
     name = str(task if isinstance(task, str) else getattr(task, "name", "")).rsplit(".", 1)[-1]
     return ROLES.get(name, name)
 
@@ -185,16 +185,16 @@ def _pipeline_in(args: Sequence[object], kwargs: Mapping[str, object]) -> str | 
 
 def _ending(state: str, retval: object, retry_sent: bool = False) -> dict[str, str]:
     """How a body ended: ``outcome`` (ok or an envelope reason), ``error``, and for notify ``sent``."""
-    if state != "SUCCESS" and retval is None and retry_sent:  # FM-8: its retry went out, its RETRY state did not
+    if state != "SUCCESS" and retval is None and retry_sent:  # a backend outage: its retry went out, its RETRY state did not
         # celery.app.trace: Task.retry published the retry, then raised Retry; on_error's handle_retry could not
         # store the RETRY state (the backend gone), so ``state`` was never assigned and task_postrun reports None.
         return {"outcome": "retry", "error": "its retry was sent; its RETRY state could not be stored", "state": state}
-    if state != "SUCCESS" and retval is None:  # FM-7: SystemExit in the body (a cold shutdown cancelled it)
+    if state != "SUCCESS" and retval is None:  # a deploy: SystemExit in the body (a cold shutdown cancelled it)
         # Celery then reports the state it had before the body ran: None, or, for a redelivered message with
         # worker_deduplicate_successful_tasks, the stored state its check read (celery.app.trace.build_tracer
         # assigns ``state = r.state`` to the variable task_postrun reports; 5.5 to 5.7): PENDING, or on 5.5
         # RETRY, which 5.5's cancel stored for the cut before (see ``retry``).
-        # FM-9: the same SystemExit when the worker cancels a late-acked task after a lost connection.
+        # a lost connection: the same SystemExit when the worker cancels a late-acked task after a lost connection.
         return {"outcome": "cancelled", "error": "SystemExit: the worker stopped the body (a shutdown, or its connection "
                 "lost)", "state": state}
     if state == "SUCCESS" and is_envelope(retval):
@@ -279,7 +279,7 @@ class Observer:
 
     def internal_error(self, task_id: str, task: object, args: Sequence[object], kwargs: Mapping[str, object],
                        exc: object) -> None:
-        """FM-8: an error outside the body (Celery's ``task_internal_error``): the body ended (its
+        """A backend outage: an error outside the body (Celery's ``task_internal_error``): the body ended (its
         ``attempt_end`` came first) and what follows it, the result's store, failed."""
         role = _role_of(task)
         error = describe(exc) if isinstance(exc, BaseException) else str(exc)
@@ -308,7 +308,7 @@ class Observer:
 
 
 FOREIGN_RUN_HEADER = "x-rcl-run"
-"""A header on the letters the runner puts in a DLQ (FM-3's hard variant), naming the run."""
+"""A header on the letters the runner puts in a DLQ (the drain's hard variant), naming the run."""
 
 
 # ---- the lab's sink: a run's record in Redis ------------------------------------------
@@ -320,7 +320,7 @@ def _drain_key(prefix: str) -> str:
 
 def drain_ran(task: object) -> None:
     """The DLQ drain (a beat task) just ran: its time and its count of passes, under its program's
-    key prefix (``lab.metrics``: the drain's last-run age; FM-3's hard variant counts passes)."""
+    key prefix (``lab.metrics``: the drain's last-run age; the drain's hard variant counts passes)."""
     conf = getattr(getattr(task, "app", None), "conf", None)
     options = cast(Mapping[str, object], getattr(conf, "result_backend_transport_options", None) or {})
     prefix = str(options.get("global_keyprefix") or "")
@@ -378,7 +378,7 @@ class RunRecorder:
         return bool(self.r.set(self.prefix + name, value, nx=True, ex=TTL_SECONDS))
 
     def gate_open(self) -> bool:
-        """FM-4's interleaving: has the runner opened the gate?"""
+        """The claim's interleaving: has the runner opened the gate?"""
         return self.get("gate") is not None
 
     def open_gate(self) -> None:
@@ -429,7 +429,7 @@ def _on_published(sender: object = None, headers: Mapping[str, object] | None = 
 
 def _on_internal_error(sender: object = None, task_id: str = "", args: Sequence[object] = (),
                        kwargs: Mapping[str, object] | None = None, exception: object = None, **_: object) -> None:
-    if not isinstance(exception, ResultNotStored):  # fm8's reject_unstored told it already (_on_unstored)
+    if not isinstance(exception, ResultNotStored):  # reject_unstored told it already (_on_unstored)
         OBSERVER.internal_error(task_id, sender, args or (), kwargs or {}, exception)
 
 
@@ -453,7 +453,7 @@ def _on_received(sender: object = None, request: object = None, **_: object) -> 
     if BURST_PROBE in task_id:
         RunRecorder(task_id.split(BURST_PROBE, 1)[0]).event("burst_probe_received", task=task_id)
     elif str(getattr(request, "name", "")).endswith(".parse_document") and (found := doc_in(_args_of(request))):
-        # FM-7: which worker (its main process: pid) holds the message, and how often the broker
+        # a deploy: which worker (its main process: pid) holds the message, and how often the broker
         # delivered it before (a quorum queue's x-delivery-count: every return counts on RabbitMQ 3.x).
         message = getattr(request, "_message", None) or getattr(request, "message", None)
         headers = cast(Mapping[str, object], getattr(message, "headers", None) or {})

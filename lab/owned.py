@@ -1,7 +1,7 @@
 """A service the lab owns for one scenario: a ``redis-server`` of its own that it may stop and start.
 
 DESIGN.md §4: a scenario that stops or reconfigures a service never touches the shared ones.
-FM-8's result backend goes away mid-chord, so the lab starts its own ``redis-server``:
+A lesson whose result backend goes away mid-chord needs one the lab may stop, so the lab starts its own ``redis-server``:
 
 - its own port (chosen once per name and namespace from the free ones in ``PORTS``, then kept,
   so that a restart answers at the same URL the workers hold);
@@ -11,7 +11,7 @@ FM-8's result backend goes away mid-chord, so the lab starts its own ``redis-ser
 - ``start()`` waits until it answers PING, ``stop()`` sends SIGTERM (Redis writes what it must and
   exits) and waits until the process is gone, SIGKILL after ``STOP_SECONDS``;
 - a pid file beside the data, and the pid of the process that started it (``owner``):
-  ``stop_leftovers(orphans_only=True)`` (before a scenario 8 run starts its own) kills a server
+  ``stop_leftovers(orphans_only=True)`` (before a run starts its own) kills a server
   whose owner is gone (a killed run's), and ``stop_leftovers()`` (``run_all_fms.py --down``, which
   refuses while a run holds the namespace) every one; each found by that file and checked by its
   command line, never any other process.
@@ -315,7 +315,7 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-# ---- a RabbitMQ node of the lab's own (FM-9) -----------------------------------------------------
+# ---- a RabbitMQ node of the lab's own -----------------------------------------------------------
 
 RABBIT_READY_SECONDS = 90.0
 """A node boots in 3 to 10 s on the lab's two-core machine; a loaded one, longer."""
@@ -335,7 +335,7 @@ class OwnedRabbit:
     distribution port, configuration and data under ``.lab/<namespace>/owned/rabbit-<name>/``.
 
     ``consumer_timeout`` (ms) and ``channel_tick_interval`` (ms, how often a channel checks it; 60 s by
-    default in RabbitMQ 3.10) are written into its configuration, so that FM-9's consumer timeout fires
+    default in RabbitMQ 3.10) are written into its configuration, so that a lesson's consumer timeout fires
     within seconds. Started in the foreground of a session of its own (``stop()`` sends that session SIGTERM,
     then kills what is left); its pid and its owner's beside the data, for ``stop_leftovers``."""
 

@@ -6,7 +6,7 @@ domain modules, kept small. The FM files import it and hold the Celery code.
 - ``Fetched``, ``Parsed``, ``Summary``: what the tasks return (JSON-ready dicts);
 - ``parse(document)``: the parsing itself (it counts words);
 - ``summarise(results, doc_ids)``: the chord body's aggregation of ok and failed
-  documents, from envelopes (FM-1 on) or bare payloads (fm0);
+  documents, from envelopes (once a program envelopes its tasks) or bare payloads (the naive program);
 - ``fetch_text(doc_id)``: the document store (Redis stands in for S3 or an HTTP
   API); the runner writes each run's documents there, faults included; a
   ``FETCH_POISON`` document kills the process that reads it (``lab.faults``);
@@ -17,14 +17,14 @@ domain modules, kept small. The FM files import it and hold the Celery code.
   payment APIs that take an idempotency key behave (for as long as they keep
   the key). It also plays two parts of the scenario, because they must happen
   exactly between "decided to send" and "sent":
-  - FM-4's interleaving: when the scenario fires a duplicate ``notify``, callers
+  - the claim's interleaving: when the scenario fires a duplicate ``notify``, callers
     wait at the runner's gate until it opens, so the duplicate is certain to
     arrive while the first caller holds the claim;
-  - FM-4's hard variant: the scenario's crash plan, one step per call in call
+  - the claim's hard variant: the scenario's crash plan, one step per call in call
     order: ``before_send`` kills the caller's process after it claimed and
     before the email goes out; ``after_send`` kills it once the email is out,
     before ``notify`` marks the claim sent;
-  - FM-3's hard variant: in a pipeline marked ``poison_mail``, every call kills
+  - the dead-letter drain's hard variant: in a pipeline marked ``poison_mail``, every call kills
     its caller, so the chord body dies on every delivery.
 """
 
@@ -106,7 +106,7 @@ def parse(document: Fetched) -> Parsed:
 
 
 def summarise(results: Sequence[object], doc_ids: Sequence[str]) -> Summary:
-    """Aggregate the chord header's results (envelopes, or bare payloads in fm0).
+    """Aggregate the chord header's results (envelopes, or bare payloads in the naive program).
 
     The Redis backend hands a chord body its header's results in header order
     (``result_chord_ordered``, on by default), so result ``i`` is ``doc_ids[i]``: the pipeline's
@@ -135,7 +135,7 @@ def send_email(pipeline_id: str, summary: Summary, idempotency_key: str | None =
     run = RunRecorder(pipeline_id)
     task_id = str(cast(Any, current_task).request.id) if current_task else ""
     crash = run.pop("crash_plan")  # this call's step of the scenario's crash plan, if any
-    if run.get("poison_mail") is not None:  # FM-3's hard variant: the chord body is the poison
+    if run.get("poison_mail") is not None:  # the drain's hard variant: the chord body is the poison
         run.event("crash", task=task_id, when="poison_mail")
         # Mid-task, as the lab's other kills (CRASH_AFTER_SECONDS). Killed at once, one run counted
         # 4 starts for 3 deliveries (two pool processes died on one delivery); not yet explained.

@@ -5,7 +5,7 @@ pool process died from that process's sentinel, and also from
 ``AsynPool.maintain_pool``, which its ``timers`` property schedules every 5 s. In
 the lab's runs the death of a *replacement* process (one forked after an earlier
 SIGKILL) is at times noticed only by that timer, so a crash costs up to 5 s of
-waiting before ``WorkerLostError`` is handled (requeue, or failure in fm1).
+waiting before ``WorkerLostError`` is handled (requeue, or failure without acks late).
 
 ``LabPool`` runs the same ``maintain_pool`` every 0.25 s. Nothing else changes:
 the same ``WorkerLostError``, the same ``Request.on_failure`` decisions; the lab

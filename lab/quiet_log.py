@@ -1,6 +1,6 @@
-"""A lab worker's window during FM-7 to FM-9: each line the lab's deploys, outages and cuts cause, said once.
+"""A lab worker's window during the deploys', outages' and cuts' lessons: each line the lab's deploys, outages and cuts cause, said once.
 
-Scenarios 7 to 9 do to a worker what a rolling deploy, a result backend outage and a dropped broker
+Those lessons' scenarios do to a worker what a rolling deploy, a result backend outage and a dropped broker
 connection do. Celery and the lab's own primitives answer with lines that read like bugs: one 4 s outage
 printed some 60 ``ERROR ... Signal handler count_starts.<locals>.on_prerun ... raised: ConnectionError``
 records with three chained tracebacks each. This module, which ``lab.app.lab_app`` installs in every lab
@@ -20,7 +20,7 @@ worker beside ``lab.worker_log``, changes only what is printed, never what Celer
   happens next. They stay at ``WARNING``: the worker cannot tell the lab's cut from a real one.
 - Celery's ``worker: Hitting Ctrl+C again will terminate all running tasks!``, which
   ``celery.apps.worker.on_cold_shutdown`` prints (``safe_say``, not a log record) when a cold shutdown
-  starts: with ``REMAP_SIGTERM=SIGQUIT`` (FM-7 on) that is every SIGTERM, a deploy's included, so the
+  starts: with ``REMAP_SIGTERM=SIGQUIT`` (the deploys' lesson on) that is every SIGTERM, a deploy's included, so the
   words about Ctrl+C mislead. The line says what the cold shutdown does instead.
 
 Where a record does not match exactly, it passes unchanged: a failure the lab did not cause stays loud.
@@ -101,7 +101,7 @@ class QuietFaults(logging.Filter):
         if record.name == "shared.backend" and "not stored" in msg and "kept acked" in msg:
             return False  # lab.worker_log.recovery says it on store_failed
         if msg == "%s (%r)" and args and "Connection to broker lost" in str(args[0]):
-            return _say(record, f"lab: the broker connection was lost ({args[1]!r}; scenario 9 cuts it on purpose): "
+            return _say(record, f"lab: the broker connection was lost ({args[1]!r}; the lab cuts it on purpose): "
                         "RabbitMQ requeues every message this worker held unacked; Celery reconnects", keep_level=True)
         if msg.startswith("Task %s cannot be acknowledged after a connection loss") and args:
             request = args[0]

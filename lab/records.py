@@ -132,7 +132,7 @@ class SideRun:
     fetch_attempts: Mapping[str, int]
     events: tuple[Event, ...]
     emails: tuple[str, ...]
-    claim: str | None  # the notify claim's value at the end (FM-4 on), None when there is none or it was released
+    claim: str | None  # the notify claim's value at the end (once a program claims it), None when there is none or it was released
 
     def failed(self, doc: str) -> Mapping[str, Any] | None:
         return failed_in(self.chord, doc)
@@ -221,7 +221,7 @@ class RunReport:
     seconds: float = 0.0
     drain_last_run: float | None = None  # when the program's DLQ drain last ran (wall time), if it has one
     exposition: str | None = None  # a case study's own Prometheus metrics of the run, as scraped
-    skipped: str | None = None  # why this machine cannot run it (scenario 8 without redis-server): not a failure
+    skipped: str | None = None  # why this machine cannot run it (a scenario that needs a redis-server of its own, none installed): not a failure
     body: str = "notify"  # the chord body's task name, short (a case study's own: reconcile, aggregate_batch ...)
 
     @property
@@ -246,7 +246,7 @@ class RunReport:
 @dataclass(frozen=True)
 class MatrixRow:
     fm: str
-    fixed: RunReport | None  # the fixed run (fm0: its bug run)
+    fixed: RunReport | None  # the fixed run (the naive program: its bug run)
     broken: RunReport | None
     weak: RunReport | None = None  # the hard variant on the FM without its hard fix
 

@@ -5,7 +5,7 @@ Knobs (environment variables):
 - ``CELERY_BROKER_URL``: AMQP URL of RabbitMQ (default ``amqp://guest:guest@127.0.0.1:5672//``).
 - ``CELERY_RESULT_BACKEND``: Redis URL (default ``redis://127.0.0.1:6379/0``).
 - ``RCL_OBSERVATIONS_URL``: the Redis where the lab's observer writes what a run does
-  (default: ``CELERY_RESULT_BACKEND``'s). Scenario 8 stops the result backend, a Redis the
+  (default: ``CELERY_RESULT_BACKEND``'s). A lesson that stops the result backend stops, a Redis the
   lab owns; the harness then points the backend there and keeps the observations on the
   shared Redis, so that the run can still be read while its backend is gone.
 - ``RCL_NAMESPACE``: the prefix of every name the lab owns (default ``rcl`` when the
@@ -14,7 +14,7 @@ Knobs (environment variables):
   ``NAMESPACE_RULES`` (an empty one too) stops the lab with exit status 2.
 
 Every queue, exchange and Redis key the lab creates starts with the namespace,
-then the FM's short name (with the default ``rcl``: ``rcl.fm3.tasks`` on the broker, ``rcl:fm3:...`` in
+then the FM's short name (with the default ``rcl``: ``rcl.<short>.tasks`` on the broker, ``rcl:<short>:...`` in
 Redis). The lab only ever deletes names under that prefix.
 """
 
@@ -79,10 +79,10 @@ def mask_url(url: str) -> str:
 
 
 def amqp_name(fm: str, suffix: str) -> str:
-    """A queue or exchange name inside the lab's namespace: ``rcl.fm3.tasks``."""
+    """A queue or exchange name inside the lab's namespace: ``rcl.<short>.tasks``."""
     return f"{NAMESPACE}.{fm}.{suffix}"
 
 
 def redis_prefix(fm: str) -> str:
-    """The Redis key prefix of one FM: ``rcl:fm3:``; reset deletes only these keys."""
+    """The Redis key prefix of one FM: ``rcl:<short>:``; reset deletes only these keys."""
     return f"{NAMESPACE}:{fm}:"

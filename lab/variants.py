@@ -1,8 +1,8 @@
 """Variants of an FM program, made by editing its source, for runs that prove a claim.
 
-``derive("fm6_task_timeouts", "fm6t_backstop_only", [("@hard_timeout(1.5)...\\n", "")])``
-writes ``.lab/variants/fm6t_backstop_only.py``: fm6's file with that one line
-removed, in a namespace of its own (``fm6t``, from the new name). A variant is
+``derive("<short>_<what>", "<short>t_backstop_only", [("@hard_timeout(1.5)...\\n", "")])``
+writes ``.lab/variants/<short>t_backstop_only.py``: the FM's file with that one line
+removed, in a namespace of its own (``<short>t``, from the new name). A variant is
 the FM minus (or plus) exactly the edit, so the run shows what that edit does.
 Each edit must match exactly once, or ``ValueError`` says which did not.
 """

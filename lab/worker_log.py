@@ -1,7 +1,7 @@
 """What a lab worker's window says: the lab's own deaths as such, and every recovery.
 
 A lab scenario kills pool processes on purpose (``CRASH_ONCE``, ``POISON``,
-``FETCH_POISON``, FM-4's crash plan) and runs hangs into Celery's limits. Stock
+``FETCH_POISON``, the claim's crash plan) and runs hangs into Celery's limits. Stock
 Celery reports each of those as a failure: billiard's ``Process 'ForkPoolWorker-N'
 pid:... exited with 'signal 9 (SIGKILL)'`` and Celery's ``Task handler raised error:
 WorkerLostError(...)`` with a ten-line traceback, ``Soft time limit (1s) exceeded``,
@@ -115,7 +115,7 @@ def cause_of(name: str, args: Sequence[object], text: str | None = None) -> Caus
 
 def request_cause(request: Any) -> Cause | None:
     """The lab's fault behind Celery's ``request`` (main process): a document's fault, or for ``notify``
-    the step of FM-4's crash plan that killed it (the run's ``crash`` event names the task)."""
+    the step of the claim's crash plan that killed it (the run's ``crash`` event names the task)."""
     name, args = str(getattr(request, "name", "")), cast(Sequence[object], getattr(request, "args", None) or ())
     if _role(name) == "notify" and len(args) > 1 and isinstance(args[-1], str):  # its pipeline, the last argument
         task_id = str(getattr(request, "id", ""))
@@ -127,9 +127,9 @@ def request_cause(request: Any) -> Cause | None:
 def _what(c: Cause) -> str:
     if c.task == "notify":
         if c.fault == "poison_mail":
-            return "FM-3's poison chord body: the mail stand-in kills every notify of this side chord (body)"
+            return "a poison chord body: the mail stand-in kills every notify of this side chord (body)"
         when = "after claiming, before it sends" if c.fault == "before_send" else "once the email is out, before it marks the claim sent"
-        return f"scenario 4's crash plan kills notify {when}"
+        return f"the scenario's crash plan kills notify {when}"
     attempt = f" attempt {c.attempt}" if c.attempt else ""
     return f"scenario fault {c.fault} on {c.doc}, {c.task}{attempt}"
 
@@ -221,7 +221,7 @@ class ExpectedFaults(logging.Filter):
         if msg.startswith("Chord %r raised") and len(args) == 2 and isinstance(args[1], ChordError):
             if "PermanentError" in str(args[1]):  # the lab's FAIL fault, raised by a bare (unenveloped) member
                 return (f"expected: the chord failed: ChordError: {args[1]}; a member in the FAILURE state makes Celery "
-                        "skip the body, so notify never runs (fm0's bug, FM-1's symptom)")
+                        "skip the body, so notify never runs (the naive program's bug)")
             return None
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, PermanentError):  # celery.app.trace: a bare task raised the lab's FAIL fault
@@ -339,7 +339,7 @@ def recovery(h: Happening) -> None:
 
 
 def _store_failed(h: Happening) -> str:
-    """A result the backend did not store (FM-8's outage), and what follows, by the app's guard."""
+    """A result the backend did not store (a result backend outage), and what follows, by the app's guard."""
     from celery import current_task
 
     from shared.backend import RejectUnstored
@@ -354,7 +354,7 @@ def _store_failed(h: Happening) -> str:
     if guarded:
         return (f"{head}: ResultNotStored rejects its message into the DLQ, and the drain sends it back to run "
                 "again once the result backend answers")
-    return f"{head}: Celery acks its message all the same, so its outcome is lost (FM-8's symptom)"
+    return f"{head}: Celery acks its message all the same, so its outcome is lost (the backend outage's symptom)"
 
 
 def _notify_role(h: Happening) -> str:
@@ -363,7 +363,7 @@ def _notify_role(h: Happening) -> str:
 
 def _tell_failed(sender: object = None, task_id: str = "", state: str = "", **_: object) -> None:
     h = _pending_end.pop(task_id, None)
-    if h is not None and state == "SUCCESS":  # a bare task's FAILURE: Celery's own line says it (fm0)
+    if h is not None and state == "SUCCESS":  # a bare task's FAILURE: Celery's own line says it (the naive program)
         LOGGER.info("lab: %s failed for good on attempt %s: %s (%s), in a SUCCESS-state envelope: the chord goes on",
                     h.doc, h.fields.get("attempt"), h.fields.get("outcome"), h.fields.get("error"))
 

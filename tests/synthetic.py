@@ -432,7 +432,7 @@ def outage_side() -> SideRun:
 def connloss_side() -> SideRun:
     """Scenario 9's cut: the runner cuts the linked worker's connections while doc78 runs alone; the worker cancels it
     (fm9's fix) and its redelivery runs once."""
-    events = [ev(31.0, "linked", node="rcl-broker"),
+    events = [ev(31.0, "linked", node="rcl-broker", consumer_timeout="2.4", overlong="doc81"),
               _took(31.1, "doc79", "400"), *_ran(31.11, 31.15, "doc79"), _took(31.1, "doc80", "400"), *_ran(31.12, 31.16, "doc80"),
               _took(31.2, "doc78", "400"), *_ran(31.21, 31.4, "doc78", 1, "cancelled",
                                                   "SystemExit: the worker stopped the body (a shutdown, or its connection lost)"),
@@ -445,7 +445,7 @@ def overlong_side(fired: bool = False) -> SideRun:
     """Scenario 9's over-long member: doc81 hangs in C code; fm9's time_limit (1.2 s) kills it before the owned node's
     consumer timeout (2.4 s after its delivery); ``fired``: fm8's code, the broker closes the channel first, the message
     comes back and the linked worker exits."""
-    events = [ev(32.5, "linked", node="rcl-broker", consumer_timeout="2.4"),
+    events = [ev(32.5, "linked", node="rcl-broker", consumer_timeout="2.4", overlong="doc81"),
               _took(32.6, "doc81", "400"), *_ran(32.61, None, "doc81"), _took(32.6, "doc82", "400"), *_ran(32.62, 33.42, "doc82")]
     if fired:
         events += [_took(35.05, "doc81", "400", 1), ev(35.3, "worker_exit", code="1")]

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 from billiard.exceptions import WorkerLostError
 
-from lab import harness, worker_log
-from lab.fm import ROOT, Fm, fm_modules
+import lessons
+from lab import harness, owned, worker_log
+from lab.fm import ROOT, Fm
 from lab.observe import client
 from lab.settings import NAMESPACE
 from lab.waiting import wait_until
@@ -119,7 +120,7 @@ def _docstring_commands(path: Path) -> list[str]:
     return [line.strip() for line in doc.splitlines() if re.match(r"^    (\w+=\S+ )*\S*(celery|python)\b", line)]
 
 
-DOCSTRINGS = [ROOT / f"{module}.py" for module in fm_modules().values()] + sorted(
+DOCSTRINGS = [ROOT / f"{module}.py" for module in lessons.modules().values()] + sorted(
     p for p in (ROOT / "case_studies").glob("*/*.py") if p.stem in ("fixed", "writeup"))
 
 
@@ -158,7 +159,7 @@ def test_a_by_hand_fm3_run_prints_the_harness_timeline_and_its_worker_window_exp
     assert sorted(kills) == sorted([("CRASH_ONCE", "doc3", "parse_document")] + [("POISON", "doc4", "parse_document")] * 3
                                    + [("FETCH_POISON", "doc9", "fetch_document")] * 3
                                    + [("POISON", "doc33", "parse_document")] * 3), log  # doc33: side chord "behind"
-    assert log.count("FM-3's poison chord body: the mail stand-in kills every notify") == 3, log
+    assert log.count("a poison chord body: the mail stand-in kills every notify") == 3, log
     lost = re.findall(r"expected: (doc\d+)'s \w+ lost its process \(WorkerLostError\): Celery requeues it", log)
     assert sorted(lost) == ["doc3", "doc33", "doc33", "doc33", "doc4", "doc4", "doc4", "doc9", "doc9", "doc9"], log
     assert log.count("that was delivery 3 of 3 (x-delivery-limit + 1): the broker dead-letters it") == 4  # and notify

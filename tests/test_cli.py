@@ -13,8 +13,9 @@ import pytest
 
 import run_all_fms
 from case_studies.ledger_base import ledger_problem
+import lessons
 from lab import down, harness, services, workers
-from lab.fm import ROOT, fm_modules
+from lab.fm import ROOT
 from lab.records import HarnessError
 from lab.settings import NAMESPACE, mask_url
 from tests.namespaces import derived
@@ -25,7 +26,7 @@ def test_short_and_full_names_resolve() -> None:
 
 
 def test_every_fm_file_is_found() -> None:
-    assert list(fm_modules()) == [f"fm{i}" for i in range(10)]
+    assert list(lessons.modules()) == [f"fm{i}" for i in range(10)]
 
 
 def test_unknown_name_exits_2_with_the_valid_list(capsys: pytest.CaptureFixture[str]) -> None:

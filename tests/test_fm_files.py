@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
+import lessons
 from lab import harness
-from lab.fm import ROOT, fm_modules, layers
+from lab.fm import ROOT, layers
 from lessons import scenario
 from lab.settings import NAMESPACE
 from lab.show.diff import code_of, step
 from shared.timeouts import BackstopRequest
 
-FMS = list(fm_modules().items())  # (short, module), fm0..fm9
+FMS = list(lessons.modules().items())  # (short, module), fm0..fm9
 STEPS = [short for short, _ in FMS if short != "fm0"]
 MAX_CODE_LINES = 105  # fm9, the last stage, 103
 MAX_SPREAD = 56  # fm0 to fm9: nine fixes and their hard variants, a few lines each (fm7 adds four settings and the

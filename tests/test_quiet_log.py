@@ -68,7 +68,7 @@ def test_a_lost_broker_connection_is_a_lab_line_kept_at_warning() -> None:
     assert QuietFaults().filter(r) is True
     assert r.levelno == logging.WARNING
     assert r.getMessage().startswith("lab: the broker connection was lost (OSError('Server unexpectedly closed "
-                                     "connection'); scenario 9 cuts it on purpose)")
+                                     "connection'); the lab cuts it on purpose)")
 
 
 @pytest.fixture

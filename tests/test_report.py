@@ -36,11 +36,12 @@ from typing import Any, cast
 import pytest
 
 import run_all_fms
+import lessons
 from lab.matrix import TITLES
 from lab.records import Outcome
 from lab.show import report, timeline, timeline_text
 from shared.envelope import REASONS
-from lab.fm import ROOT, fm_modules
+from lab.fm import ROOT
 from lab.records import RunReport
 from lab.records import Check
 from tests.synthetic import (BURST, FOREIGN, LARGE_BROKEN_CHECK, LARGE_CHECKS, LARGE_WEAK_CHECK, broken_run, end, ev, fixed_sides,
@@ -284,7 +285,7 @@ Run it alone (two shells): not shown either.
     }
 
 
-@pytest.mark.parametrize("fm", sorted(fm_modules()))
+@pytest.mark.parametrize("fm", sorted(lessons.modules()))
 def test_every_fm_docstring_gives_symptom_root_cause_and_fix(fm: str) -> None:
     lesson = report.lesson(fm)
     wanted = ["Symptom", "Root cause", "Fix"] + (["Tradeoffs"] if fm != "fm0" else [])
@@ -481,7 +482,7 @@ def test_fm4s_notify_story_reads_one_lane_per_delivery() -> None:
         "notify #1": "killed before sending · held at the runner's gate from 1.005s",
         "notify #2": "killed after sending · delivered again; email sent at 1.095s",
         "notify #3": "sent=True · delivered again; the mail API dropped its repeat (same key)",
-        "duplicate #1–5": "claim busy ×5 · scenario 4's second notify; each retried after 50 ms",
+        "duplicate #1–5": "claim busy ×5 · the scenario's second notify; each retried after 50 ms",
         "duplicate #6": "skipped · the claim said sent: returned sent=False",
     }
     lane2 = html.split('data-doc="notify #2"')[1].split("</div>")[0]

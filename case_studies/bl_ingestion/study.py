@@ -37,7 +37,8 @@ Guarantees (fixed), in every scenario, exact:
   redelivery forwarded; the slow parse ran once; every unit of the outage
   dead-lettered, then booked by the replay).
 
-``run_one(cell, kind, on_stage)`` is what the harness calls for a cell
+``STUDY`` is this case study behind the lab's lesson interface (``lab.lesson.CaseStudy``), registered in
+``lessons``; its ``run_one(cell, kind, on_stage)`` is what the harness calls for a cell
 ``bl_ingestion/<scenario>``: kind ``fixed`` runs ``fixed.py``, ``broken`` the
 write-up (``writeup.py``).
 
@@ -66,7 +67,9 @@ from case_studies.bl_ingestion.logs import event_log_path, read_events
 from case_studies.bl_ingestion.manifest import Deviations, Manifest, generate
 from case_studies.bl_ingestion.stand_ins import (CrashStep, Terminal, end_outage, plan_crash, plan_outage,
                                                  registry_calls, unit_name)
-from lab import harness, records
+from lab import records
+from lab.lesson import FolderStudy, Programs
+from lab.running import checked, run_case
 from lab.records import Check, Collector
 from lab.faults import FAIL, FLAKY, SOFT_HANG, Fault, document_text
 from lab.fm import ROOT, Fm, load_module
@@ -120,13 +123,9 @@ CODES: dict[str, records.Kind] = {"bl": "fixed", "blw": "broken"}
 """The namespace codes of the two programs (their Redis keys are ``<namespace>:bl:...``)."""
 
 
-def cells(prove: bool) -> list[tuple[str, records.Kind]]:
-    return harness.case_cells(NAME, SCENARIOS, WRITEUP_SHOWS, prove)
-
-
 def program(kind: records.Kind) -> Fm:
     module, member = ("writeup", "parse_bl") if kind == "broken" else ("fixed", "parse_units")
-    return harness.checked(load_module(f"case_studies.{NAME}.{module}", member=member, body="aggregate_batch"))
+    return checked(load_module(f"case_studies.{NAME}.{module}", member=member, body="aggregate_batch"))
 
 
 def code_of(kind: records.Kind) -> str:
@@ -609,7 +608,7 @@ def writeup_scale(scenario: str = "") -> Generator[None]:
 def run_one(cell: str, kind: records.Kind, on_stage: records.OnStage) -> records.RunReport:
     name = cell.split("/", 1)[1]
     sc = SCENARIOS[name]
-    return harness.run_case(
+    return run_case(
         records.RunReport(cell, kind, code_of(kind), sc.number), lambda: program(kind), f"{NAME}-{name}-{kind}",
         on_stage, lambda fm, run_id, watch: run_scenario(fm, sc, kind, run_id, watch), lambda run: run.obs,
         lambda run: checks_of(kind, run), around=lambda: writeup_scale(name))
@@ -625,3 +624,8 @@ def run_by_hand(kind: records.Kind) -> int:
             ok = ok and check.ok
             print(f"{sc.name}: {'ok  ' if check.ok else 'FAIL'} {check.label}: {check.detail}")
     return 0 if ok else 1
+
+
+STUDY = FolderStudy(NAME, Programs(f"case_studies.{NAME}.fixed", f"case_studies.{NAME}.writeup"), CODES,
+                    tuple(SCENARIOS), WRITEUP_SHOWS, program, run_one, clear_ledger)
+"""This case study, as the registry (``lessons``) lists it."""

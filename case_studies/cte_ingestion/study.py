@@ -45,7 +45,8 @@ drained any of it.
   idempotency keys equals the stream's), the ledger's numbers 1..n per lot, assigned under the
   lot's lock, zero out-of-order commits; CT1, CT3 and CT4 as in ``burst``.
 
-``run_one(cell, kind, on_stage)`` is what the harness calls for a cell ``cte_ingestion/<scenario>``:
+``STUDY`` is this case study behind the lab's lesson interface (``lab.lesson.CaseStudy``), registered in
+``lessons``; its ``run_one(cell, kind, on_stage)`` is what the harness calls for a cell ``cte_ingestion/<scenario>``:
 kind ``fixed`` runs ``fixed.py`` (one worker per shard), ``broken`` the write-up (one worker, two
 processes on one queue).
 
@@ -72,7 +73,9 @@ from case_studies.cte_ingestion.events import CteType, InvalidKind, RawEvent, St
 from case_studies.cte_ingestion.ledger import DeadLetter, Ledger, LedgerCounts
 from case_studies.cte_ingestion.metrics import CteMetrics, exporter_registry, outcomes, read, render, reset_dir
 from case_studies.logs import clear_event_logs
-from lab import harness, records
+from lab import records
+from lab.lesson import FolderStudy, Programs
+from lab.running import Watch, WorkerSpec, case_run, checked, connect, purge, reset, running_workers, set_current
 from lab.records import Check, Collector
 from lab.faults import CRASH_ONCE, FLAKE_FOREVER, FLAKY, Fault
 from lab.fm import Fm, load_module
@@ -118,19 +121,10 @@ CODES: dict[str, records.Kind] = {"ct": "fixed", "ctw": "broken"}
 """The namespace codes of the two programs (their queues are ``<namespace>.ct.shard.<k>``, ...)."""
 
 
-def cells(prove: bool) -> list[tuple[str, records.Kind]]:
-    runs: list[tuple[str, records.Kind]] = []
-    for name in SCENARIOS:
-        runs.append((f"{NAME}/{name}", "fixed"))
-        if prove and name in WRITEUP_SHOWS:
-            runs.append((f"{NAME}/{name}", "broken"))
-    return runs
-
-
 def program(kind: records.Kind) -> Fm:
     if kind == "broken":
-        return harness.checked(load_module(f"case_studies.{NAME}.writeup", member="ingest_event", body="quarantine_event"))
-    return harness.checked(load_module(f"case_studies.{NAME}.fixed", member="ingest_batch", body="replay_batch"))
+        return checked(load_module(f"case_studies.{NAME}.writeup", member="ingest_event", body="quarantine_event"))
+    return checked(load_module(f"case_studies.{NAME}.fixed", member="ingest_batch", body="replay_batch"))
 
 
 def code_of(kind: records.Kind) -> str:
@@ -296,7 +290,7 @@ class Drain:
     def __init__(self, fm: Fm, gauges: CteMetrics, say: Callable[[str], None] = print) -> None:
         self.fm, self.gauges, self.say = fm, gauges, say
         self.names = [str(q.name) for q in fm.task_queues]
-        self.conn = harness.connect(fm)
+        self.conn = connect(fm)
         options = cast(dict[str, Any], fm.app.conf.broker_transport_options or {})
         self.list_prefix = str(options.get("global_keyprefix") or "") if "global_keyprefix" in options else None
         self.started = time.monotonic()
@@ -693,11 +687,11 @@ def checks_of(kind: records.Kind, run: CaseRun) -> list[Check]:
 # ---- the harness's cell ---------------------------------------------------------------
 
 
-def worker_specs(fm: Fm, sc: Scenario, metrics_dir: Any) -> list[harness.WorkerSpec]:
+def worker_specs(fm: Fm, sc: Scenario, metrics_dir: Any) -> list[WorkerSpec]:
     env = (("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir)), *((("CTE_DRY_RUN", "1"),) if sc.dry_run else ()))
     if fm.short == "ctw":
-        return [harness.WorkerSpec(env=env)]
-    return [harness.WorkerSpec(queue=str(q.name), env=env, part=f"shard{k}") for k, q in enumerate(fm.task_queues)]
+        return [WorkerSpec(env=env)]
+    return [WorkerSpec(queue=str(q.name), env=env, part=f"shard{k}") for k, q in enumerate(fm.task_queues)]
 
 
 def metrics_folder(code: str, run_id: str) -> Any:
@@ -718,23 +712,23 @@ def run_one(cell: str, kind: records.Kind, on_stage: records.OnStage) -> records
         report.body = str(fm.notify.name).rsplit(".", 1)[-1]
         run_id = new_run_id()
         on_stage("resetting")
-        harness.reset(fm)
+        reset(fm)
         open_ledger(clear=True)
         folder = metrics_folder(fm.short, run_id)
         label = f"{NAME}-{name}-{kind}"
         report.log = LOG_DIR / f"{label}-{run_id}.log"
-        harness.set_current(fm)
-        with harness.running_workers(fm, run_id, label, worker_specs(fm, sc, folder), STOP_GRACE, on_stage,
-                                     after=lambda: harness.purge(fm)) as workers:
+        set_current(fm)
+        with running_workers(fm, run_id, label, worker_specs(fm, sc, folder), STOP_GRACE, on_stage,
+                                     after=lambda: purge(fm)) as workers:
             report.log = workers[0].log_path
             on_stage("running the scenario")
-            done = run_scenario(fm, sc, kind, run_id, folder, watch=harness.Watch(workers))
+            done = run_scenario(fm, sc, kind, run_id, folder, watch=Watch(workers))
         report.observations = done.obs
         report.exposition = str(done.extra.get("exposition") or "") or None
         on_stage("checking")
         report.checks = checks_of(kind, done)
 
-    return harness.case_run(records.RunReport(cell, kind, code_of(kind), sc.number), run)
+    return case_run(records.RunReport(cell, kind, code_of(kind), sc.number), run)
 
 
 def run_by_hand(kind: records.Kind) -> int:
@@ -754,3 +748,8 @@ def run_by_hand(kind: records.Kind) -> int:
         ok = ok and check.ok
         print(f"{sc.name}: {'ok  ' if check.ok else 'FAIL'} {check.label}: {check.detail}")
     return 0 if ok else 1
+
+
+STUDY = FolderStudy(NAME, Programs(f"case_studies.{NAME}.fixed", f"case_studies.{NAME}.writeup"), CODES,
+                    tuple(SCENARIOS), WRITEUP_SHOWS, program, run_one, clear_ledger)
+"""This case study, as the registry (``lessons``) lists it."""

@@ -18,7 +18,8 @@ chunks; every 97th row poison, every 89th without features):
   in the lab) has let the chord's size key expire, ``reconcile`` never runs,
   nothing is signed or flagged.
 
-``run_one(name, kind, on_stage)`` is what the harness calls for a cell
+``STUDY`` is this case study behind the lab's lesson interface (``lab.lesson.CaseStudy``), registered in
+``lessons``; its ``run_one(cell, kind, on_stage)`` is what the harness calls for a cell
 ``severity_batch/<scenario>``: kind ``fixed`` runs ``fixed.py``, ``broken`` the
 write-up (``writeup.py``).
 """
@@ -36,7 +37,9 @@ from case_studies.logs import clear_event_logs
 from case_studies.severity_batch.claims import generate
 from case_studies.severity_batch.ledger import Flag, Ledger, LedgerCounts, Manifest
 from case_studies.severity_batch.stand_ins import RunSpec, chunk_name
-from lab import harness, records
+from lab import records
+from lab.lesson import FolderStudy, Programs
+from lab.running import checked, run_case
 from lab.records import Check, Collector
 from lab.faults import CRASH_ONCE, FLAKE_FOREVER, FLAKY, SOFT_HANG, Fault, document_text
 from lab.fm import Fm, load_module
@@ -68,14 +71,10 @@ WRITEUP_SHOWS = ("dead_chunk", "straggler")
 """The scenarios ``--prove`` also runs on the write-up's code."""
 
 
-def cells(prove: bool) -> list[tuple[str, records.Kind]]:
-    return harness.case_cells(NAME, SCENARIOS, WRITEUP_SHOWS, prove)
-
-
 def program(kind: records.Kind) -> Fm:
     module = "writeup" if kind == "broken" else "fixed"
     loaded = load_module(f"case_studies.{NAME}.{module}", member="score_chunk", body="reconcile")
-    return harness.checked(loaded)
+    return checked(loaded)
 
 
 CODES: dict[str, records.Kind] = {"sb": "fixed", "sbw": "broken"}
@@ -314,7 +313,7 @@ def checks_of(kind: records.Kind, run: CaseRun) -> list[Check]:
 def run_one(cell: str, kind: records.Kind, on_stage: records.OnStage) -> records.RunReport:
     name = cell.split("/", 1)[1]
     sc = SCENARIOS[name]
-    return harness.run_case(
+    return run_case(
         records.RunReport(cell, kind, code_of(kind), sc.number), lambda: program(kind), f"{NAME}-{name}-{kind}",
         on_stage, lambda fm, run_id, watch: run_scenario(fm, sc, run_id, watch), lambda run: run.obs,
         lambda run: checks_of(kind, run), prepare=lambda _: open_ledger(clear=True))
@@ -333,3 +332,8 @@ def run_by_hand(kind: records.Kind) -> int:
             ok = ok and check.ok
             print(f"{sc.name}: {'ok  ' if check.ok else 'FAIL'} {check.label}: {check.detail}")
     return 0 if ok else 1
+
+
+STUDY = FolderStudy(NAME, Programs(f"case_studies.{NAME}.fixed", f"case_studies.{NAME}.writeup"), CODES,
+                    tuple(SCENARIOS), WRITEUP_SHOWS, program, run_one, clear_ledger)
+"""This case study, as the registry (``lessons``) lists it."""

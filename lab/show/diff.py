@@ -12,7 +12,8 @@ import ast
 import difflib
 from dataclasses import dataclass
 
-from lab.fm import ROOT, fm_modules
+import lessons
+from lab.fm import ROOT
 
 CONTEXT_LINES = 2
 
@@ -58,17 +59,16 @@ class Step:
 
 
 def step(fm: str, context: int = CONTEXT_LINES) -> Step | None:
-    """The change that makes ``fm`` (``fm3``) from the FM before it, with ``context`` unchanged lines around
-    each change (the report: one, to stay short); None for fm0."""
-    modules = fm_modules()
-    n = int(fm[2:])
-    before = f"fm{n - 1}"
-    if n < 1 or before not in modules:
+    """The change that makes lesson ``fm``'s program from the one before it, with ``context`` unchanged lines
+    around each change (the report: one, to stay short); None for the naive program, which has none before."""
+    modules = lessons.modules()
+    if lessons.number(fm) < 1:
         return None
+    before = lessons.broken_code(fm)
     a, b = modules[before], modules[fm]
     diff = difflib.unified_diff(code_of(a), code_of(b), f"{a}.py", f"{b}.py", n=context, lineterm="")
     return Step(fm, a, b, tuple(diff))
 
 
 def steps() -> list[Step]:
-    return [s for fm in fm_modules() if (s := step(fm)) is not None]
+    return [s for fm in lessons.modules() if (s := step(fm)) is not None]

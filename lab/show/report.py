@@ -2,7 +2,7 @@
 
 At the top, the matrix, what each check it names means (``lab.matrix.TITLES``: the
 lab's one table of words per check, after DESIGN.md §2) and every mark of the
-timelines. Then a section per FM (``<section class="fm" id="fm3">``), about two
+timelines. Then a section per FM (``<section class="fm" id="<short>">``), about two
 screens of 1280 x 800: what its module's docstring says (its Symptom, Root cause,
 Fix and Tradeoffs paragraphs, in four columns at 1280 px), "The change" (the code diff
 from the previous FM's file, ``lab.show.diff``, one line of context, blank lines as thin
@@ -35,11 +35,11 @@ from pathlib import Path
 
 from lab.show import diff, swimlanes, timeline, timeline_text
 from lab.records import Check
-from lab.fm import ROOT, fm_modules
+from lab.fm import ROOT
 from lab.matrix import TITLES
 from lab.settings import NAMESPACE, backend_url, broker_url, mask_url
 from lab.records import MatrixRow, RunReport, matrix
-from lessons import scenario, scenarios
+from lessons import FMS, NAIVE, broken_code, modules, number, scenario
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Tradeoffs")
 """The docstring paragraphs the report shows, in this order."""
@@ -59,7 +59,7 @@ class Lesson:
 
 
 def parse_docstring(fm: str, module: str, doc: str, sections: tuple[str, ...] = SECTIONS) -> Lesson:
-    """Split a docstring into its headed paragraphs ("Symptom (fm0 on scenario 1): ...").
+    """Split a docstring into its headed paragraphs ("Symptom (<short> on its scenario): ...").
 
     A paragraph that starts with ``Name:`` or ``Name (note):`` opens a section that
     runs until the next headed paragraph; only the names in ``SECTIONS`` are kept
@@ -96,7 +96,7 @@ def lesson(fm: str) -> Lesson:
         module = f"case_studies/{case}/fixed"
         tree = ast.parse((ROOT / f"{module}.py").read_text())
         return parse_docstring(fm, module.replace("/", "."), ast.get_docstring(tree) or "", CASE_SECTIONS)
-    module = fm_modules()[fm]
+    module = modules()[fm]
     tree = ast.parse((ROOT / f"{module}.py").read_text())  # read, not imported: no app is built
     return parse_docstring(fm, module, ast.get_docstring(tree) or "")
 
@@ -173,7 +173,7 @@ REPRODUCED = {"REPRODUCED", "BUG REPRODUCED"}
 
 def _verdict(r: RunReport | None, fm: str = "") -> str:
     if r is None:
-        return "–" if fm == "fm0" else '<span class="verdict none">not run</span>'  # fm0 has no earlier code
+        return "–" if fm == NAIVE else '<span class="verdict none">not run</span>'  # the naive program has no earlier code
     labels = " ".join(c.label for c in r.checks)
     return f'<span class="verdict {_badge(r)}">{escape(r.verdict)}</span> {escape(labels)}'
 
@@ -183,13 +183,14 @@ def _badge(r: RunReport) -> str:
 
 
 def _previous(fm: str, fixed: Mapping[str, RunReport]) -> tuple[str, RunReport] | None:
-    """The previous FM's fixed run, when FM ``fm``'s scenario adds only side chords (scenarios 7 to 9: its main chord
-    is the previous scenario's, its lesson a side chord the runner acts on): its main chord is told against it."""
-    n = int(fm[2:]) if fm.startswith("fm") and fm[2:].isdigit() else 0
-    if n < 2 or n not in scenarios() or scenario(n).docs != scenario(n - 1).docs:
+    """The previous FM's fixed run, when FM ``fm``'s scenario adds only side chords (the deploys', the outage's and
+    the cut's: its main chord is the previous scenario's, its lesson a side chord the runner acts on): its main
+    chord is told against it."""
+    n = number(fm) if fm in FMS else 0
+    if n < 2 or scenario(n).docs != scenario(n - 1).docs:
         return None
-    before = fixed.get(f"fm{n - 1}")
-    return (f"fm{n - 1}", before) if before is not None else None
+    before = fixed.get(previous := broken_code(fm))
+    return (previous, before) if before is not None else None
 
 
 def _section(row: MatrixRow, lesson: Lesson | None, home: str | None = None,
@@ -209,7 +210,7 @@ def _section(row: MatrixRow, lesson: Lesson | None, home: str | None = None,
     side_spans: dict[str, float] = {}
     for s in (s for _, tl in timelines if tl is not None for s in swimlanes.blocks(tl)):
         side_spans[s.tag] = max(side_spans.get(s.tag, 0.0), swimlanes.side_span(s))
-    like = timelines[0][1]  # the fixed run (fm0's bug run): the others say what differs from it
+    like = timelines[0][1]  # the fixed run (the naive program's bug run): the others say what differs from it
     also = timelines[1] if len(timelines) > 2 else (runs[0], None)  # the broken run, above the hard variant's
     before = _timeline(previous[1]) if previous is not None else None  # the fixed run's main chord: the previous FM's?
     where = f"of {previous[0]}, in its section" if previous is not None else "above"
@@ -253,7 +254,7 @@ REPORT_CONTEXT = 1
 
 
 def _change(fm: str) -> str:
-    """The code diff from the previous FM's file (none for fm0)."""
+    """The code diff from the previous FM's file (none for the naive program)."""
     step = diff.step(fm, REPORT_CONTEXT) if fm[2:].isdigit() else None
     if step is None:
         return ""

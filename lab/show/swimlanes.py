@@ -10,7 +10,7 @@ not only in tooltips, so they print. A name sits in its own column: it never cov
 Lanes, top to bottom: one per document; three or more consecutive documents whose
 story is the same (a burst, a run of healthy chunks) share one lane
 (``data-docs`` lists them); then one lane per delivery of the chord's body
-(``notify``, a case study's ``reconcile``): FM-4's story (the chord's notify killed
+(``notify``, a case study's ``reconcile``): the claim's story (the chord's notify killed
 before sending, its redelivery sending and killed, the one that completes; the duplicate's
 busy-retries, then its skip) reads lane by lane. Consecutive busy-retries of one
 role share a lane; when the deliveries crowd into a small part of the run, their lanes
@@ -22,7 +22,7 @@ variant's run, of the documents left, those whose story is the broken run's get 
 story; documents with no attempt share their story's lane wherever they stand (named
 ``20 documents``, the words list them by number: ``doc10–doc28, doc30``). A fetch that
 started and never ended, with no parse after it, is a hung head (``fetch still running``).
-In a big run (``COMPACT_BODY_FROM`` document lanes and more: scenario 5's burst on) the
+In a big run (``COMPACT_BODY_FROM`` document lanes and more: from the retries' burst on) the
 body's deliveries share one lane per role, told one after the other.
 Documents named with a common batch prefix are named without it (the caption gives it).
 
@@ -70,7 +70,7 @@ R = 5.5  # mark radius
 LO, HI = 1.5, 98.0  # per cent of the plot where time 0 and the end of the span sit
 GROUP_AT = 3  # consecutive documents with one story share a lane from this many on
 COMPACT_BODY_FROM = 12
-"""From this many document lanes on (a big run: scenario 5's burst and on), the body's deliveries share a lane per role."""
+"""From this many document lanes on (a big run: the retries' burst and on), the body's deliveries share a lane per role."""
 DELAY_LABEL_AT = 9.0  # per cent of the plot a backoff must span to carry its delay's label
 
 
@@ -135,7 +135,7 @@ ZOOM_BELOW = 0.4
 
 
 def _body_scale(tl: Timeline, scale: _Scale) -> _Scale | None:
-    """A zoomed scale for the body's deliveries when they crowd into a corner of the run's (FM-4's story)."""
+    """A zoomed scale for the body's deliveries when they crowd into a corner of the run's (the claim's story)."""
     if len(tl.notifies) < 2:
         return None
     t0 = min(n.start for n in tl.notifies)
@@ -626,7 +626,7 @@ def _story(d: DocTimeline, exact: bool = True) -> str:
 
 
 def _unqualified(error: str) -> str:
-    """An exception's text with its task names unqualified (``parse_document``, not ``fm6_task_timeouts.parse_document``):
+    """An exception's text with its task names unqualified (``parse_document``, not ``<short>_<what>.parse_document``):
     the section names the module once."""
     return re.sub(r"\b(?:fm\d\w*|case_studies(?:\.\w+)+)\.(?=\w)", "", error)
 
@@ -729,7 +729,7 @@ def _body_lanes(tl: Timeline) -> list[list[NotifyRun]]:
 
 
 def _role_row(tl: Timeline, lanes: list[list[NotifyRun]], scale: _Scale, used: set[str]) -> _Row:
-    """A role's deliveries on one lane (a big run's: FM-4's story told again), in words one after the other."""
+    """A role's deliveries on one lane (a big run's: the claim's story told again), in words one after the other."""
     role, runs = lanes[0][0].role, [n for lane in lanes for n in lane]
     name = (tl.body if role == "chord" else role) + (f" ×{len(runs)}" if len(runs) > 1 else "")
     key = _body_key(runs[-1], tl.counts_emails)
@@ -826,7 +826,7 @@ def _body_words(tl: Timeline, lane: list[NotifyRun], delivery: int) -> tuple[str
     n = lane[-1]
     steps: list[str] = []
     if n.role == "duplicate" and delivery == 1:
-        steps.append(f"scenario 4's second {tl.body}")
+        steps.append(f"the scenario's second {tl.body}")
     elif n.role == "chord" and delivery > 1:
         steps.append("delivered again")
     if n.gate_wait is not None:

@@ -23,13 +23,13 @@ How an attempt ends (``Attempt.end``):
 A document's final state (``DocTimeline.final``) comes from the chord's summary
 when ``notify`` ran (it holds the envelope reason, e.g. ``retries_exhausted``);
 otherwise from its events: ``kept`` (dead-lettered, and the drain kept the letter in
-the DLQ instead of finalising it: FM-3's hard variant, a poison chain head), ``revoked``
+the DLQ instead of finalising it: the drain's hard variant, a poison chain head), ``revoked``
 (its chain's head was revoked, or expired, before it ran, and nothing followed),
 ``killed`` (the process died and nothing redelivered the message), ``running`` (a fetch
 that started and never ended, with no parse after it, is a hung chain head: ``hung``),
 ``retrying`` (a retry not yet served) or ``not started``. While the chord is unfinished,
 a document whose chord member Celery stored as FAILURE (``Observations.members``: a
-limit that landed outside the body, FM-6's hard variant) is ``member failure``, whatever
+limit that landed outside the body, a time limits' hard variant) is ``member failure``, whatever
 its events say: Celery's record is what holds the chord; and one whose member holds an
 envelope (a revoked head's failure passed down its chain, say) ended as the envelope
 says. A stall of the result store after the body returned (event ``store_stall``) is
@@ -63,12 +63,10 @@ import lessons
 from lab.observe import Event
 from lab.records import Observations, SideRun
 from lab.scenarios import SideChord
-from lessons.fm9.connloss import CONSUMER_TIMEOUT_MS
-from lessons.fm9.scenario import HUNG_DOC
 
 End = Literal["ok", "raised", "retried", "killed", "running"]
 UNSTORED = "its body ended ok; its result could not be stored"
-"""FM-8: the error of an attempt whose result store failed after its body (the observer's ``store_failed``)."""
+"""A backend outage: the error of an attempt whose result store failed after its body (the observer's ``store_failed``)."""
 Final = Literal["ok", "failed", "kept", "revoked", "member failure", "killed", "running", "retrying", "not started"]
 NotifyEnd = Literal["sent", "skipped", "ended", "retried", "killed", "running"]
 
@@ -100,7 +98,7 @@ MARKS: Mapping[str, Mark] = {
     "running": Mark("…", "#757575", "running: no end when the run stopped"),
     "email": Mark("✉", "#00838f", "email sent"),
     "deduplicated": Mark("⊜", "#4db6ac", "deduplicated: the mail API dropped a repeat (same idempotency key)"),
-    # What the runner does to the run from outside (scenarios 7 to 9), drawn on the lanes it hits
+    # What the runner does to the run from outside (its injectors), drawn on the lanes it hits
     "delivered": Mark("↓", "#78909c", "delivered: the broker handed the message to a worker (again: a return counts)"),
     "worker_up": Mark("▲", "#43a047", "worker up: a new worker took its first message (deploy)"),
     "sigterm": Mark("⏻", "#f57c00", "SIGTERM: the deploy told the old worker to stop"),
@@ -173,7 +171,7 @@ class DocTimeline:
 
     @property
     def unstored(self) -> bool:
-        """FM-8: its last attempt's body ended ok and its result could not be stored."""
+        """A backend outage: its last attempt's body ended ok and its result could not be stored."""
         return bool(self.attempts) and self.attempts[-1].error.startswith(UNSTORED)
 
     @property
@@ -194,7 +192,7 @@ class NotifyRun:
     end: float | None
     how: NotifyEnd
     gate_wait: float | None = None  # when it began waiting at the runner's gate
-    retry_in: float | None = None  # for ``retried``: the planned delay (FM-4's busy claim)
+    retry_in: float | None = None  # for ``retried``: the planned delay (a busy claim)
     crash: str | None = None  # for ``killed`` by the scenario: before_send or after_send (None: it just died)
     outcome: str = ""  # for ``ended``: ok, or the envelope's reason
     deduplicated_at: float | None = None  # the mail API dropped this delivery's email (a repeat key)
@@ -235,8 +233,8 @@ class Timeline:
 @dataclass(frozen=True)
 class Injected:
     """What the runner did to a side chord from outside at ``t`` (until ``until``: a band), as its events say:
-    ``backend_down`` (scenario 8's outage, ``lab.outage``: events ``backend_down``, ``backend_up``), ``link_cut``
-    and ``worker_exit`` (scenario 9's cut and the linked worker's exit, ``lab.connloss``: events ``link_cut``,
+    ``backend_down`` (a result backend outage, ``lab.outage``: events ``backend_down``, ``backend_up``), ``link_cut``
+    and ``worker_exit`` (a connection cut and the linked worker's exit, ``lab.connloss``: events ``link_cut``,
     ``worker_exit``), ``consumer_timeout`` (the owned node's deadline for the over-long member, from its first
     delivery; ``fired``: its message came back while its body ran, the broker closed the channel)."""
 
@@ -260,7 +258,7 @@ class Slotted:
 
 @dataclass(frozen=True)
 class WorkerLife:
-    """One worker of scenario 7's rolling deploys (``lab.deploys``: events ``deploy_start``, ``deploy_term``,
+    """One worker of a rolling deploy (``lab.deploys``: events ``deploy_start``, ``deploy_term``,
     ``deploy_exit``, ``deploy_kill``; the observer's ``received`` says which worker took a message)."""
 
     name: str  # ``worker`` (the run's own), ``deploy1`` ...
@@ -303,8 +301,8 @@ class SideTimeline:
     body_at: float | None = None  # when the body's fate was seen (dead-lettered, first kept)
     start: float = 0.0  # its first event, in seconds since the main chord was submitted
     end: float = 0.0  # its last event
-    injected: tuple[Injected, ...] = ()  # what the runner did to it from outside (scenarios 8 and 9)
-    workers: tuple[WorkerLife, ...] = ()  # scenario 7: the workers its deploys started and stopped, in order
+    injected: tuple[Injected, ...] = ()  # what the runner did to it from outside (outages, cuts)
+    workers: tuple[WorkerLife, ...] = ()  # rolling deploys: the workers they started and stopped, in order
     scenario: int = 0  # the first scenario that has it (``lessons.first_scenario``; 0: not a side the lab knows)
 
     @property
@@ -343,7 +341,7 @@ def build(obs: Observations, body: str = "notify") -> Timeline:
 
 
 def _exits(obs: Observations) -> dict[str, list[Event]]:
-    """Scenario 9's linked worker serves two sides one after the other; the runner records its exit (``worker_exit``)
+    """A linked worker (a broker node of the lab's own) serves two sides one after the other; the runner records its exit (``worker_exit``)
     in whichever side it looked at first: each exit goes to the linked side that was last sent before it."""
     starts = {tag: min((e.t for e in s.events), default=float("inf")) for tag, s in obs.sides.items()
               if any(e.kind == "linked" for e in s.events)}
@@ -375,16 +373,16 @@ def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over
     kept = next((e for e in events if e.kind == "dead_letter_kept"), None)
     revoked = next((e for e in events if e.kind == "revoked"), None)
     member = obs.members.get(doc)
-    # Celery stored FAILURE for the member while the chord waits: a limit that landed outside the body (FM-6's hard variant)
+    # Celery stored FAILURE for the member while the chord waits: a limit that landed outside the body (a time limits' hard variant)
     member_failed = not chord_over and member is not None and member.state == "FAILURE"
     settled = dead is not None or kept is not None or chord_over or member_failed  # the run went on past its last attempt
     attempts: list[Attempt] = []
-    unstored = [e for e in events if e.kind == "store_failed" and e.get("stage") == "parse_document"]  # FM-8
+    unstored = [e for e in events if e.kind == "store_failed" and e.get("stage") == "parse_document"]  # a backend outage
     for i, start in enumerate(starts):
         n = int(start.get("attempt") or i + 1)
         end = ends.get(str(n))
         attempt = _attempt(n, start.t - at, end, retries.get(str(n)), at, i + 1 < len(starts) or settled)
-        # reported after its start (before its end with fm8's fix, after it without) and before the next start
+        # reported after its start (before its end with the outage's fix, after it without) and before the next start
         lost = next((e for e in unstored if e.get("task") == start.get("task") and end is not None and e.t >= start.t
                      and (i + 1 == len(starts) or e.t <= starts[i + 1].t)), None)
         if lost is not None and attempt.how == "ok":  # its body ended ok; the result store after it failed
@@ -410,7 +408,7 @@ def _doc(obs: Observations, doc: str, events: list[Event], at: float, chord_over
     if member_failed and final != "failed":
         final, reason, error = "member failure", None, ""
     if final == "failed" and attempts and attempts[-1].error.startswith(UNSTORED):
-        final, reason, error = "killed", None, ""  # FM-8 unfixed: acked with no outcome stored, the work lost
+        final, reason, error = "killed", None, ""  # an outage unfixed: acked with no outcome stored, the work lost
     return DocTimeline(doc, tuple(attempts), dead, final, reason, error,
                        None if kept is None else kept.t - at, kept.get("why") if kept is not None else "",
                        None if revoked is None else revoked.t - at, revoked is not None and revoked.get("expired") == "True",
@@ -483,7 +481,7 @@ def _notifies(events: list[Event], at: float) -> tuple[NotifyRun, ...]:
             open_runs[role] = replace(current, gate_wait=e.t - at)
         elif e.kind == "email_deduplicated":
             open_runs[role] = replace(current, deduplicated_at=e.t - at)
-        elif e.kind == "crash":  # the scenario killed it (FM-4's hard variant); the email may be out
+        elif e.kind == "crash":  # the scenario killed it (the claim's hard variant); the email may be out
             done.append(replace(current, end=e.t - at, how="killed", crash=e.get("when")))
             del open_runs[role]
         elif e.kind == "notify_end":
@@ -519,7 +517,7 @@ def _side(obs: Observations, run: SideRun, span: float, body: str, exits: list[E
     at = obs.submitted_at
     deliveries = sum(1 for n in tl.notifies if n.role == "chord")
     dead = next((e.t - at for e in events if e.kind == "dead_lettered" and not e.get("doc")), None)
-    # a body's letter kept while the backend was gone and sent back on its return was not kept for good (FM-8)
+    # a body's letter kept while the backend was gone and sent back on its return was not kept for good (an outage)
     resent = any(e.kind == "sent_back" and not e.get("doc") for e in events)
     kept = [] if resent else [e for e in events if e.kind == "dead_letter_kept" and not e.get("doc")]
     fate: BodyFate
@@ -563,10 +561,13 @@ def _injected(events: list[Event], at: float, tl: Timeline, span: float) -> tupl
                                   f"{cut.get('running')} ran"))
     for gone in (e for e in events if e.kind == "worker_exit"):
         out.append(Injected("worker_exit", gone.t - at, words=f"the linked worker exited (status {gone.get('code')})"))
+    # a side served by a broker node of the lab's own: its event ``linked`` names the node's consumer_timeout and the
+    # member that meets it (``overlong``)
     linked = next((e for e in events if e.kind == "linked"), None)
-    hung = [e for e in events if e.kind == "received" and e.get("doc") == HUNG_DOC]
-    if linked is not None and hung and any(d.doc == HUNG_DOC for d in tl.docs):
-        seconds = float(linked.get("consumer_timeout") or CONSUMER_TIMEOUT_MS / 1000)
+    overlong = str(linked.get("overlong") or "") if linked is not None else ""
+    hung = [e for e in events if e.kind == "received" and overlong and e.get("doc") == overlong]
+    if linked is not None and linked.get("consumer_timeout") and hung and any(d.doc == overlong for d in tl.docs):
+        seconds = float(linked.get("consumer_timeout") or 0)
         deadline = hung[0].t - at + seconds
         back = hung[1].t - at if len(hung) > 1 else None
         gone = next((e.t - at for e in events if e.kind == "worker_exit" and e.t - at >= deadline), None)
@@ -574,7 +575,7 @@ def _injected(events: list[Event], at: float, tl: Timeline, span: float) -> tupl
         words = (f"{after}: the broker closed the channel, its message back at {back:.2f}s while its body ran"
                  if back is not None else f"{after}: the broker closed the channel, the worker exited (seen at {gone:.2f}s)"
                  if gone is not None else f"{after} not reached: nothing came back")
-        out.append(Injected("consumer_timeout", deadline, back if back is not None else gone, HUNG_DOC, words,
+        out.append(Injected("consumer_timeout", deadline, back if back is not None else gone, overlong, words,
                             fired=back is not None or gone is not None))
     return tuple(sorted(out, key=lambda i: i.t))
 
@@ -588,7 +589,7 @@ def _since(up: Event, at: float) -> float:
 
 
 def _workers(events: list[Event], at: float, tl: Timeline, run_id: str) -> tuple[WorkerLife, ...]:
-    """Scenario 7's workers, in the order they served, each with the attempts it ran in its pool's slots."""
+    """A rolling deploy's workers, in the order they served, each with the attempts it ran in its pool's slots."""
     starts = [e for e in events if e.kind == "deploy_start"]
     if not starts:
         return ()
@@ -649,7 +650,7 @@ def _listed(value: str) -> tuple[str, ...]:
 
 
 def _worker_name(name: str, run_id: str) -> str:
-    """``fm7-deploy1-<run id>`` -> ``deploy1``; the run's own worker (``fm7-<run id>``) -> ``worker``."""
+    """``<label>-deploy1-<run id>`` -> ``deploy1``; the run's own worker (``<label>-<run id>``) -> ``worker``."""
     part = name.removesuffix(f"-{run_id}")
     return part.split("-", 1)[1] if "-" in part else "worker"
 
@@ -677,9 +678,8 @@ def _foreign(obs: Observations) -> int | None:
 
 
 def _has_claim(fm: str) -> bool:
-    """Whether FM ``fm``'s ``notify`` holds a claim (DESIGN.md §1: FM-4 adds it; ``fm6w`` counts as fm6)."""
-    found = re.match(r"fm(\d+)", fm)
-    return found is not None and int(found.group(1)) >= 4
+    """Whether program ``fm``'s ``notify`` holds a claim (the registry knows which lesson adds it)."""
+    return lessons.holds_claim(fm)
 
 
 def _side_words(obs: Observations, run: SideRun, tl: Timeline, fate: BodyFate, deliveries: int,
@@ -702,21 +702,21 @@ def _side_words(obs: Observations, run: SideRun, tl: Timeline, fate: BodyFate, d
                           "kept"))
     if (spec := _spec(run.tag)) is not None and FOREIGN in spec.purpose:  # sent behind letters no drain can place
         facts.append(_letters_words(obs))
-    if stopped := [w for w in workers if w.term is not None]:  # FM-7: the runner's rolling deploys
+    if stopped := [w for w in workers if w.term is not None]:  # the runner's rolling deploys
         killed = [w for w in stopped if w.how == "killed"]
         lost = sorted({d for w in stopped for d in w.lost})
         facts.append(Fact(f"{len(stopped)} deploy{'s' if len(stopped) > 1 else ''}: SIGTERM, "
                           + (f"SIGKILL at the grace's end ({len(killed)}x)" if killed else "the old worker exited")
                           + (f", work lost: {', '.join(lost)}" if lost else ""), "sigterm"))
-    for up in (e for e in run.events if e.kind == "backend_up"):  # FM-8: the runner's outages of the result backend
+    for up in (e for e in run.events if e.kind == "backend_up"):  # the runner's outages of the result backend
         while_ = "members stored" if up.get("phase") == "members" else "notify held its claim"
         facts.append(Fact(f"result backend stopped while {while_}, back after {up.get('seconds')}s", "backend_down"))
     if stores := sum(1 for e in run.events if e.kind == "store_failed"):
         facts.append(Fact(f"{stores} result store{'s' if stores > 1 else ''} failed outside the body", "error"))
-    for cut in (e for e in run.events if e.kind == "link_cut"):  # FM-9: the runner cut the linked worker's connections
+    for cut in (e for e in run.events if e.kind == "link_cut"):  # the runner cut the linked worker's connections
         facts.append(Fact(f"the worker's broker connections cut ({cut.get('connections')}) while {cut.get('running')} "
                           "ran", "link_cut"))
-    for gone in (e for e in (run.events if events is None else events) if e.kind == "worker_exit"):  # FM-9: the linked worker ended
+    for gone in (e for e in (run.events if events is None else events) if e.kind == "worker_exit"):  # the linked worker ended
         facts.append(Fact(f"its worker exited (status {gone.get('code')})", "worker_exit"))
     facts += _grouped([(d.doc, _side_doc_words(d, run)) for d in tl.docs if d.final != "ok"])  # an ok one says nothing new
     if fate == "sent":

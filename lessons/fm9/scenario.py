@@ -82,7 +82,8 @@ class ConnectionCut(Injector):
             side.submit()
             return
         broker.submit(side.submit)  # to the lab's own node, served by its own worker
-        side.reader.rec.event("linked", node=broker.node.node)
+        side.reader.rec.event("linked", node=broker.node.node, consumer_timeout=CONSUMER_TIMEOUT_MS / 1000,
+                              overlong=HUNG_DOC)  # the timeline draws the node's timeout on the member it meets
 
     def step(self, run: RunView) -> None:
         if self.broker is None:

@@ -10,7 +10,7 @@ import pytest
 
 import lessons
 from lab import harness
-from lab.fm import fm_modules
+
 from lab.show.diff import code_of
 
 HARD_FIX_LINES = {"fm1": 3, "fm3": 2, "fm4": 10, "fm5": 2, "fm6": 12, "fm7": 2, "fm9": 3}
@@ -23,7 +23,7 @@ deadline on the fetch or on ``notify``), fm7 (no ``count_stored_members``), fm9 
 def changed_lines(fm: str) -> list[str]:
     module = lessons.before_hard_fix(fm)
     assert module is not None
-    diff = difflib.unified_diff(code_of(fm_modules()[fm]), code_of(module.replace(".", "/")), lineterm="", n=0)
+    diff = difflib.unified_diff(code_of(lessons.modules()[fm]), code_of(module.replace(".", "/")), lineterm="", n=0)
     return [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
 
 

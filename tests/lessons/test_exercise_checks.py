@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 import run_all_fms
+import lessons
 from lab import exercise
-from lab.fm import ROOT, fm_modules
+from lab.fm import ROOT
 from tests.namespaces import derived
 
 AT_ONCE = 5
@@ -82,7 +83,7 @@ def checked(real_services: None, tmp_path_factory: pytest.TempPathFactory) -> di
     folder = tmp_path_factory.mktemp("exercises")
     jobs: dict[str, tuple[Path, tuple[str, ...]]] = {name: (ROOT / "fm2_worker_crash.py", ()) for name in ROOM}
     for lesson in sorted(FOCUS, reverse=True):  # the longest first
-        jobs[f"{lesson} fix"] = (ROOT / f"{fm_modules()[lesson]}.py", ())
+        jobs[f"{lesson} fix"] = (ROOT / f"{lessons.modules()[lesson]}.py", ())
     for lesson, focus in FOCUS.items():
         jobs[f"{lesson} before"] = (exercise.hand_out(lesson, folder), focus)
         for path in sorted((ROOT / "lessons" / lesson / "wrong").glob(f"{lesson}?_*.py")):

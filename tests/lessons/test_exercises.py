@@ -13,7 +13,7 @@ import pytest
 import lessons
 import run_all_fms
 from lab import exercise, exercise_check, harness
-from lab.fm import ROOT, fm_modules, load_module
+from lab.fm import ROOT, load_module
 from lab.show.diff import code_of
 
 LESSONS = ("fm2", "fm3", "fm4", "fm5", "fm6", "fm7", "fm8", "fm9")
@@ -48,7 +48,7 @@ def test_the_lessons_with_an_exercise() -> None:
 def test_the_starting_file_is_the_previous_program_renamed_with_the_task_as_its_docstring(
         lesson: str, tmp_path: Path) -> None:
     path = exercise.hand_out(lesson, tmp_path)
-    assert path.name == f"{lesson}x_{fm_modules()[lesson].split('_', 1)[1]}.py"
+    assert path.name == f"{lesson}x_{lessons.modules()[lesson].split('_', 1)[1]}.py"
     before = (ROOT / f"{exercise.previous_module(lesson)}.py").read_text()
     assert _code(path.read_text()) == _code(before)  # its code unchanged
     program = harness.checked(load_module(path.stem, tmp_path))  # its names in a namespace part of its own
@@ -135,7 +135,7 @@ def test_each_lesson_keeps_two_wrong_answers(lesson: str) -> None:
 def test_a_wrong_answer_is_the_lab_s_fix_with_one_mistake(name: str) -> None:
     lesson = name[:3]
     assert name in {p.stem for p in wrong_answers(lesson)}
-    diff = difflib.unified_diff(code_of(fm_modules()[lesson]), code_of(f"lessons/{lesson}/wrong/{name}"), lineterm="", n=0)
+    diff = difflib.unified_diff(code_of(lessons.modules()[lesson]), code_of(f"lessons/{lesson}/wrong/{name}"), lineterm="", n=0)
     changed = [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
     assert len(changed) == WRONG_LINES[name], "\n".join(changed)
 

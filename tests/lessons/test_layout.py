@@ -8,37 +8,28 @@ import re
 import pytest
 
 import lessons
-from lab.fm import ROOT, fm_modules
+from lab.fm import ROOT
 from lab.injector import Injector
-from lab.lesson import Lesson, RunKind
+from lab.lesson import CaseStudy, Lesson, RunKind
 from lab.scenarios import MAIN, Needs
 
 LESSONS_DIR = ROOT / "lessons"
 NAMES_A_LESSON = re.compile(r"\bfm[0-9]|FM-[0-9]|[Ss]cenarios? [0-9]")
 """An FM's short name, its number as the docstrings write it, or a scenario's number."""
-NOT_YET_GENERIC = {
-    "lab/app.py": 14, "lab/backend.py": 1, "lab/by_hand.py": 1, "lab/faults.py": 9, "lab/fm.py": 9, "lab/harness.py": 14,
-    "lab/link.py": 3, "lab/matrix.py": 6, "lab/metrics.py": 3, "lab/observe.py": 18, "lab/owned.py": 4, "lab/pipeline.py": 7,
-    "lab/pool.py": 1, "lab/quiet_log.py": 5, "lab/records.py": 3, "lab/settings.py": 5, "lab/show/diff.py": 2,
-    "lab/show/report.py": 8, "lab/show/swimlanes.py": 7, "lab/show/timeline.py": 30, "lab/variants.py": 5,
-    "lab/worker_log.py": 9,
-}
-"""Files of ``lab/`` that still name lessons (mostly in docstrings and examples, some in the fm0/fmN naming of the
-harness), with how often: a ratchet. A new file names none, and none of these may name more; the runner, the
-scenarios, the checks, the injector and the lesson interface name none already."""
+
 
 
 def test_the_registry_holds_every_lesson_folder_and_every_fm_file_in_order() -> None:
     folders = sorted(p.name for p in LESSONS_DIR.iterdir() if (p / "__init__.py").exists())
     assert sorted(lessons.FMS) == folders
-    assert list(lessons.FMS) == [s for s in fm_modules() if s != "fm0"]
+    assert list(lessons.FMS) == [s for s in lessons.modules() if s != lessons.NAIVE]
 
 
 @pytest.mark.parametrize("name", lessons.FMS)
 def test_each_lesson_declares_its_programs_documents_injectors_and_checks(name: str) -> None:
     lesson: Lesson = lessons.lesson(name)
-    assert lesson.name == name and lesson.programs.fixed == fm_modules()[name]
-    assert lesson.programs.broken == fm_modules()[f"fm{lessons.FMS.index(name)}"]
+    assert lesson.name == name and lesson.programs.fixed == lessons.modules()[name]
+    assert lesson.programs.broken == lessons.modules()[f"fm{lessons.FMS.index(name)}"]
     assert all(callable(make) and isinstance(make(), Injector) for make in lesson.part.injectors.values())
     named = {side.injector for side in lesson.part.sides if side.injector is not None}
     assert named <= set(lessons.scenario(lessons.FMS.index(name) + 1).injectors)  # a side's injector is in its scenario
@@ -83,10 +74,25 @@ def test_each_document_has_one_lesson_and_a_name_in_words() -> None:
     assert set(last.what) == set(last.docs) and all(last.what.values())
 
 
-def test_no_file_under_lab_names_a_failure_mode_or_a_scenario_number_beyond_what_is_left() -> None:
+def test_no_file_under_lab_names_a_failure_mode_or_a_scenario_number() -> None:
     found = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "lab").rglob("*.py"))
              if (n := len(NAMES_A_LESSON.findall(p.read_text())))}
-    grown = {path: n for path, n in found.items() if n > NOT_YET_GENERIC.get(path, 0)}
-    assert grown == {}, "lab/ names lessons: keep what a lesson adds in its folder (lessons/<name>/)"
-    for path in ("lab/runner.py", "lab/scenarios.py", "lab/checks.py", "lab/injector.py", "lab/lesson.py"):
-        assert path not in found
+    assert found == {}, "lab/ names lessons: keep what a lesson adds in its folder (lessons/<name>/), its name in the registry"
+
+
+def test_the_rule_sees_a_lesson_named() -> None:
+    named = ["fm9_connection_loss", "FM-4's claim", "scenario 8", "Scenarios 7 to 9", "lessons.fm7.deploy"]
+    assert all(NAMES_A_LESSON.search(text) for text in named)
+    assert not any(NAMES_A_LESSON.search(text) for text in ["<short>_<what>", "include_fm0", "a lesson's claim"])
+
+
+def test_case_studies_are_found_through_the_registry_by_name_cell_and_code() -> None:
+    for study in lessons.CASE_STUDIES:
+        case: CaseStudy = study
+        assert lessons.case_study(case.name) is case and lessons.case_study(f"{case.name}/{case.scenarios[0]}") is case
+        assert sorted(case.codes.values()) == ["broken", "fixed"]
+        assert all(lessons.case_study(code) is case for code in case.codes)
+        assert set(case.writeup_shows) <= set(case.scenarios)
+        assert case.programs.fixed.startswith(f"case_studies.{case.name}.") and case.programs.broken is not None
+    assert sorted(c.name for c in lessons.CASE_STUDIES) == sorted(p.parent.name for p in (ROOT / "case_studies").glob("*/study.py"))
+    assert lessons.case_study("fm3") is None and lessons.case_study("nothing/batch") is None

@@ -11,7 +11,7 @@ import pytest
 
 import lessons
 from lab import walkthroughs
-from lab.fm import ROOT, fm_modules
+from lab.fm import ROOT
 from lab.show import diff
 from tests.lessons.runs import LabRuns
 
@@ -37,7 +37,7 @@ def test_each_walkthroughs_links_lead_to_files_and_its_fm_file_and_the_readme_li
     text = walkthroughs.readme(name).read_text(encoding="utf-8")
     links = re.findall(r"\]\(([^)#]+)", text)
     assert [link for link in links if not (walkthroughs.readme(name).parent / link).resolve().exists()] == []
-    module = fm_modules()[name]
+    module = lessons.modules()[name]
     assert f"lessons/{name}/README.md" in (ROOT / f"{module}.py").read_text().split('"""')[1]  # the docstring
     assert f"(lessons/{name}/README.md)" in (ROOT / "README.md").read_text()
 
