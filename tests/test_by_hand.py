@@ -24,7 +24,7 @@ import pytest
 from billiard.exceptions import WorkerLostError
 
 import lessons
-from lab import harness, owned, worker_log
+from lab import harness, worker_log
 from lab.fm import ROOT, Fm
 from lab.observe import client
 from lab.settings import NAMESPACE
