@@ -238,6 +238,9 @@ class ExpectedFaults(logging.Filter):
             return None
         if cause.fault in KILLS or cause.task == "notify":
             head = f"the lab killed pool process {process} (pid {pid}): {_what(cause)}"
+        elif cause.fault == "HOLD_AFTER_STORE":
+            head = (f"the lab killed pool process {process} (pid {pid}): {_what(cause)}, its result stored and not yet "
+                    "counted in its chord")
         elif cause.fault == "C_HANG":
             head = (f"Celery's time_limit killed pool process {process} (pid {pid}): {_what(cause)}, stuck in one C call "
                     "that no signal handler interrupts")
