@@ -1,7 +1,8 @@
 # Two set-up commands (see README.md):
 #   make lab    creates .venv, installs, makes sure RabbitMQ and Redis answer, runs the lab (JOBS runs at
 #               once, never two on the same FM's code; JOBS=1: one after another)
-#   make test   the same set-up, then pytest (unit + integration) and pyright (strict)
+#   make test   the same set-up, then pytest (unit + integration) and pyright (strict); not the by-hand
+#               attendee runs (make test-by-hand: they fail now and then, see README)
 #   make bench  the chord benchmark (bench/bench_chord.py, docs/benchmarks.md) in namespace rclbench unless
 #               RCL_NAMESPACE is set; options with BENCH_ARGS, e.g. make bench BENCH_ARGS="-n 100 1000 --repeats 2"
 #   make matrix the lab, --prove and the claims on every Celery version in matrix/ (one venv each
@@ -11,11 +12,12 @@
 
 PYTHON ?= python3
 JOBS ?= 3
+PYTEST_ARGS ?= -m "not attendee"
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test matrix services typecheck down clean bench
+.PHONY: lab test test-by-hand matrix services typecheck down clean bench
 
 BENCH_STAMP := $(VENV)/.bench-installed
 
@@ -35,6 +37,9 @@ lab: services
 test: services
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(BIN)/pyright
+
+test-by-hand: services
+	$(BIN)/python -m pytest -m attendee tests/test_by_hand_steps.py
 
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

@@ -75,6 +75,8 @@ def _module_of(path: Path) -> tuple[str, Path]:
 
 def _on_worker_path(folder: Path) -> None:
     """Workers the harness starts import the program from ``folder`` too (``lab.workers`` adds ``PYTHONPATH``)."""
+    if folder == ROOT:  # a program of the lab's own (lessons/...): every lab worker imports from ROOT already
+        return
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(folder) not in parts:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(folder), *parts])

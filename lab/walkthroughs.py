@@ -69,7 +69,7 @@ VARIES = "varies"
 """A block marked ``varies`` quotes runs whose details differ from run to run by the lesson's nature (which documents a
 deploy hits, how many stores an outage fails): it is compared by its lines that do not: each run's first line, its
 checks' labels and verdicts, the first line of each document or side chord in a timeline (its outcome), the summary
-table whole."""
+table whole; in any order after a part's first line."""
 CHECK_LINE = re.compile(r"^(  (?:ok  |FAIL) [^:]+):")
 
 
@@ -93,7 +93,7 @@ def _reduced(part: str) -> str:
             found.append(m.group(1) + ": ...")
         elif len(line) - len(line.lstrip(" ")) <= 2:
             found.append(line)
-    return "\n".join(found)
+    return "\n".join(found[:1] + sorted(found[1:]))  # which of two near-simultaneous lines comes first varies too
 
 
 def readme(name: str) -> Path:

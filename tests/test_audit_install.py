@@ -22,7 +22,8 @@ from lab.matrix import Cell, Version
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_pip_install_of_the_audit_keeps_the_projects_celery(tmp_path: Path) -> None:
+def test_pip_install_of_the_audit_keeps_the_projects_celery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # a project's environment, not this test session's (the repository)
     envs = [ROOT / ".lab" / "matrix" / "celery-5.5", Path(sys.prefix)]
     project = next(e for e in envs if list(e.glob("lib/python3*/site-packages/celery/__init__.py")))
     site_of_project = next(project.glob("lib/python3*/site-packages"))
