@@ -141,10 +141,11 @@ class Attendee:
                         assert wait_until(lambda: len(shell.lines) > done, 10), shell.text
                         self.do(shell.lines[done].strip(), wait=False)
                         done += 1
-                if time.monotonic() > deadline:
+                seen = done
+                if not wait_until(lambda: len(shell.lines) > seen or shell.proc.poll() is not None,
+                                  max(0.0, deadline - time.monotonic()), interval=0.02):
                     shell.close(signal.SIGKILL)
                     raise AssertionError(f"the submitter did not end within {timeout:.0f}s:\n{shell.text}")
-                time.sleep(0.02)  # a look at a pipe's new lines, as often as a person's eye
             shell.close()
             self.said.append(shell.text)
             if shell.proc.returncode != 2:
