@@ -19,6 +19,9 @@ Celery's own signals in the worker and turns them into ``Happening`` records:
   the main process): the main process read that a pool process began the body (``accepted``). Only
   a request it has read so is in ``celery.worker.state.active_requests``, all that a cold shutdown's
   cancel reaches (``Consumer.cancel_all_unacked_requests`` in 5.5.3, ``cancel_active_requests`` in 5.6.3, 5.7.0);
+- ``WorkController.wait_for_soft_shutdown`` (wrapped the same way): a cold shutdown's soft wait begins, with
+  this running ``parse_document`` among the requests its cancel will reach (``soft_wait``); then ``Request.cancel``
+  of it: the cancel is about to terminate the body's pool process (``cancelled``);
 - ``task_received`` of the runner's burst probe (``BURST_PROBE`` in its task id): the
   worker's main process took it off the broker, before any pool process is free for it
   (the retries' hard variant: a prefetch full of waiting retries keeps it on the broker);
@@ -467,28 +470,55 @@ def _on_accepted(request: object) -> None:
         RunRecorder(found[0]).event("accepted", task=str(getattr(request, "id", "")), doc=found[1])
 
 
-_celery_on_accepted: Callable[..., None] | None = None
-"""Celery's own ``Request.on_accepted``, while ``install`` has it wrapped."""
+def _on_cancel(request: object, kind: str = "cancelled") -> None:
+    if str(getattr(request, "name", "")).endswith(".parse_document") and (found := doc_in(_args_of(request))):
+        RunRecorder(found[0]).event(kind, task=str(getattr(request, "id", "")), doc=found[1])
 
 
-def _wrap_on_accepted() -> None:
-    global _celery_on_accepted
-    if _celery_on_accepted is not None:
+_celery_methods: list[tuple[type, str, Callable[..., object]]] = []
+"""Celery's own methods that ``install`` has wrapped (class, name, method), while it has them wrapped."""
+
+
+def _wrap_celery() -> None:
+    """``Request.on_accepted`` reports after Celery's own has run (``accepted``). The cold shutdown reports twice,
+    in the main process: ``WorkController.wait_for_soft_shutdown`` as it begins, once per running body the main
+    process has read as started (``soft_wait``: these, and only these, its cancel will reach), and ``Request.cancel``
+    of a running body just before it terminates the body's pool process (``cancelled``;
+    ``Consumer.cancel_all_unacked_requests`` calls it in 5.5.3, ``cancel_active_requests`` in 5.6.3 and 5.7.0)."""
+    if _celery_methods:
         return
-    original = _celery_on_accepted = cast(Callable[..., None], Request.on_accepted)
+    from celery.worker import state
+    from celery.worker.worker import WorkController
+
+    accepted = cast(Callable[..., None], Request.on_accepted)
+    cancel = cast(Callable[..., None], Request.cancel)
+    soft_wait = cast(Callable[..., None], WorkController.wait_for_soft_shutdown)
 
     def on_accepted(self: Request, pid: int, time_accepted: float) -> None:
-        original(self, pid, time_accepted)
+        accepted(self, pid, time_accepted)
         _on_accepted(self)
 
-    setattr(Request, "on_accepted", on_accepted)
+    def on_cancel(self: Request, *args: object, **kwargs: object) -> None:
+        if getattr(self, "time_start", None):  # the body runs: the cancel terminates its process
+            _on_cancel(self)
+        cancel(self, *args, **kwargs)
+
+    def on_soft_wait(self: WorkController) -> None:
+        for request in tuple(state.active_requests):
+            _on_cancel(request, "soft_wait")
+        soft_wait(self)
+
+    for cls, name, wrapper, original in ((Request, "on_accepted", on_accepted, accepted),
+                                         (Request, "cancel", on_cancel, cancel),
+                                         (WorkController, "wait_for_soft_shutdown", on_soft_wait, soft_wait)):
+        _celery_methods.append((cls, name, original))
+        setattr(cls, name, wrapper)
 
 
-def _unwrap_on_accepted() -> None:
-    global _celery_on_accepted
-    if _celery_on_accepted is not None:
-        setattr(Request, "on_accepted", _celery_on_accepted)
-        _celery_on_accepted = None
+def _unwrap_celery() -> None:
+    for cls, name, original in _celery_methods:
+        setattr(cls, name, original)
+    _celery_methods.clear()
 
 
 def _args_of(request: object) -> Sequence[object]:
@@ -541,7 +571,7 @@ def install() -> None:
         return
     for sig, handler in _connections():
         sig.connect(handler, weak=False)
-    _wrap_on_accepted()
+    _wrap_celery()
     _installed = True
 
 
@@ -554,7 +584,7 @@ def uninstall() -> None:
     global _installed
     for sig, handler in _connections():
         sig.disconnect(handler)
-    _unwrap_on_accepted()
+    _unwrap_celery()
     _installed = False
 
 

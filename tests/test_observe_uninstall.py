@@ -73,3 +73,23 @@ def test_uninstall_twice_is_harmless(observer_back: None) -> None:
     run = f"test-uninstall-{uuid.uuid4().hex[:8]}"
     _one_attempt(run, "t1")
     assert _recorded(run) == (0, 0)
+
+
+def test_uninstall_gives_celery_back_its_own_methods_and_install_wraps_them_once(observer_back: None) -> None:
+    from celery.worker.request import Request
+    from celery.worker.worker import WorkController
+
+    def methods() -> list[object]:
+        return [Request.on_accepted, Request.cancel, WorkController.wait_for_soft_shutdown]
+
+    observe.install()
+    wrapped = methods()
+    observe.uninstall()
+    own = methods()
+    assert all(a is not b for a, b in zip(wrapped, own))
+    assert [getattr(m, "__module__", "") for m in own] == ["celery.worker.request", "celery.worker.request",
+                                                            "celery.worker.worker"]
+    observe.install()
+    observe.install()  # once: the second call wraps nothing again
+    assert [getattr(m, "__module__", "") for m in methods()] == ["lab.observe"] * 3
+    assert [original for _, _, original in observe._celery_methods] == own  # pyright: ignore[reportPrivateUsage]

@@ -19,7 +19,7 @@ worker starts as soon as the old one is told to stop (a rollout that follows ano
 counts as ready once the old one is gone.
 
 What a deploy records, in the side chord's event stream: ``deploy_term`` (which worker,
-what it ran and held), then ``deploy_exit`` (the old main process exited by itself) or
+what it ran and held, and ``sent``: when the SIGTERM was sent), then ``deploy_exit`` (the old main process exited by itself) or
 ``deploy_kill`` (SIGKILL at the grace's end, with the documents whose body was still
 running in a live pool process then: their work is lost).
 """
@@ -156,10 +156,11 @@ class RollingDeploy:
         most = max((h.returned for h in messages.values() if h.started is None), default=0)
         if waiting and max(h.returned for h in waiting.values()) < most and patient:
             return  # the most delivered waiting message is elsewhere: wait for it to come here
+        sent = time.time()  # the event's own time comes later: the old worker may have answered the signal by then
         os.kill(old.proc.pid, signal.SIGTERM)  # the main process only, as Kubernetes does
         self.term_at = time.time()
         self.done_deploys += 1
-        reader.rec.event("deploy_term", n=self.done_deploys, old=old.name, old_pid=old.proc.pid, new=new.name,
+        reader.rec.event("deploy_term", n=self.done_deploys, old=old.name, old_pid=old.proc.pid, new=new.name, sent=repr(sent),
                          running=",".join(sorted(h.doc for h in running.values())),
                          waiting=",".join(sorted(f"{h.doc}:{h.returned}" for h in waiting.values())))
         self.old, self.current, self.new = old, new, None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lab.observe import Event
-from lessons.fm7.checks import MIN_DEPLOYS, killed_at_grace, unread_at_term
+from lessons.fm7.checks import MIN_DEPLOYS, cancelled_before_kill, cancels_after_term, killed_at_grace, unread_at_term
 from lessons.fm7.scenario import STORED_DOCS
 from lessons.fm7.scenario import DEPLOYS
 from tests.lessons.runs import LabRuns, holds_every_guarantee_up_to_its_own, symptom_run
@@ -54,3 +54,19 @@ def test_a_body_killed_at_the_grace_is_unread_only_when_its_start_reached_the_wo
     lost, late = killed_at_grace(events)
     assert (lost, late) == (["doc1", "doc2"], [])
     assert unread_at_term(events, lost) == ["doc2"]
+
+
+def test_a_read_body_the_sigkill_overtook_passes_only_when_its_own_delivery_was_cancelled_by_the_old_worker() -> None:
+    """doc1's cancel came from the old worker, for the delivery it held, before the SIGKILL: the kill overtook a
+    cancel. doc3's cancel names an earlier delivery, doc4's came from another worker, doc5's after the SIGKILL was
+    decided: none of them was cancelled by this shutdown in time."""
+    events = [_e(0.5, "received", task="t3old", doc="doc3", pid="10"), _e(0.6, "cancelled", task="t3old", doc="doc3", pid="10"),
+              *[_e(1.0 + i / 10, "received", task=f"t{i}", doc=f"doc{i}", pid="10") for i in (1, 3, 4, 5)],
+              _e(2.1, "deploy_term", n="1", old_pid="10", running="doc1,doc3,doc4,doc5", sent="2.0"),
+              _e(2.0, "soft_wait", task="t1", doc="doc1", pid="10"),
+              _e(2.3, "cancelled", task="t1", doc="doc1", pid="10"), _e(2.3, "cancelled", task="t4", doc="doc4", pid="99"),
+              _e(2.5, "deploy_kill", n="1", lost="doc1,doc3,doc4,doc5"),
+              _e(2.51, "cancelled", task="t5", doc="doc5", pid="10")]
+    assert cancelled_before_kill(events, ["doc1", "doc3", "doc4", "doc5"]) == [
+        "doc1 (cancelled 0.30s after its SIGTERM, SIGKILLed at 0.50s)"]
+    assert cancels_after_term(events) == ["deploy 1: doc1 waited at 0.00s, doc1 cancelled at 0.30s"]
