@@ -1,8 +1,9 @@
 """FM-1's program as it stood before its hard fix: ``fm1_mid_pipeline_error.py`` without it, a real file to open and diff.
 
 ``run_all_fms.py --only fm1 --prove`` runs scenario 1 on it (the cell "fm1 weak", namespace ``fm1w``) and checks
-the hard variant's symptom (``lessons/fm1/checks.py``). Its code is the FM file's but for the hard fix;
-``tests/lessons/test_before_hard_fix.py`` bounds the difference, so the two cannot drift apart.
+the hard variant's symptom (``lessons/fm1/checks.py``). Its code is the FM file's but for the hard fix (no
+``envelope_revoked``): 3 lines added or removed, a bound ``tests/lessons/test_before_hard_fix.py`` holds it to, so
+the two cannot drift apart.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """FM-3's program as it stood before its hard fix: ``fm3_dlq_reconciliation.py`` without it, a real file to open and diff.
 
 ``run_all_fms.py --only fm3 --prove`` runs scenario 3 on it (the cell "fm3 weak", namespace ``fm3w``) and checks
-the hard variant's symptom (``lessons/fm3/checks.py``). Its code is the FM file's but for the hard fix;
-``tests/lessons/test_before_hard_fix.py`` bounds the difference, so the two cannot drift apart.
+the hard variant's symptom (``lessons/fm3/checks.py``). Its code is the FM file's but for the hard fix (the drain
+as first written): 2 lines added or removed, a bound ``tests/lessons/test_before_hard_fix.py`` holds it to, so the
+two cannot drift apart.
 """
 
 from __future__ import annotations

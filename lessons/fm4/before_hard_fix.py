@@ -1,8 +1,9 @@
 """FM-4's program as it stood before its hard fix: ``fm4_duplicated_runs.py`` without it, a real file to open and diff.
 
 ``run_all_fms.py --only fm4 --prove`` runs scenario 4 on it (the cell "fm4 weak", namespace ``fm4w``) and checks
-the hard variant's symptom (``lessons/fm4/checks.py``). Its code is the FM file's but for the hard fix;
-``tests/lessons/test_before_hard_fix.py`` bounds the difference, so the two cannot drift apart.
+the hard variant's symptom (``lessons/fm4/checks.py``). Its code is the FM file's but for the hard fix (the claim
+as first written: no resume, a 20 s busy budget, no idempotency key): 10 lines added or removed, a bound
+``tests/lessons/test_before_hard_fix.py`` holds it to, so the two cannot drift apart.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """FM-5's program as it stood before its hard fix: ``fm5_transient_failures.py`` without it, a real file to open and diff.
 
 ``run_all_fms.py --only fm5 --prove`` runs scenario 5 on it (the cell "fm5 weak", namespace ``fm5w``) and checks
-the hard variant's symptom (``lessons/fm5/checks.py``). Its code is the FM file's but for the hard fix;
-``tests/lessons/test_before_hard_fix.py`` bounds the difference, so the two cannot drift apart.
+the hard variant's symptom (``lessons/fm5/checks.py``). Its code is the FM file's but for the hard fix (no
+``wait_in``): 2 lines added or removed, a bound ``tests/lessons/test_before_hard_fix.py`` holds it to, so the two
+cannot drift apart.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """FM-6's program as it stood before its hard fix: ``fm6_task_timeouts.py`` without it, a real file to open and diff.
 
 ``run_all_fms.py --only fm6 --prove`` runs scenario 6 on it (the cell "fm6 weak", namespace ``fm6w``) and checks
-the hard variant's symptom (``lessons/fm6/checks.py``). Its code is the FM file's but for the hard fix;
-``tests/lessons/test_before_hard_fix.py`` bounds the difference, so the two cannot drift apart.
+the hard variant's symptom (``lessons/fm6/checks.py``). Its code is the FM file's but for the hard fix (Celery's
+soft limit, no backstop request, no deadline on the fetch or on ``notify``): 12 lines added or removed, a bound
+``tests/lessons/test_before_hard_fix.py`` holds it to, so the two cannot drift apart.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """FM-7's program as it stood before its hard fix: ``fm7_rolling_deploys.py`` without it, a real file to open and diff.
 
 ``run_all_fms.py --only fm7 --prove`` runs scenario 7 on it (the cell "fm7 weak", namespace ``fm7w``) and checks
-the hard variant's symptom (``lessons/fm7/checks.py``): a member killed after its result is stored and before
-its chord counts it (``lessons/fm7/stored.py``) is never counted, and the chord waits for ever, in silence. The
-hard fix is ``count_stored_members(app)``. Its code is the FM file's but for the hard fix;
-``tests/lessons/test_before_hard_fix.py`` bounds the difference, so the two cannot drift apart.
+the hard variant's symptom (``lessons/fm7/checks.py``): a member killed after its result is stored and before its
+chord counts it (``lessons/fm7/stored.py``) is never counted, and the chord waits for ever, in silence. The hard
+fix is ``count_stored_members(app)``. Its code is the FM file's but for the hard fix (no ``count_stored_members``):
+2 lines added or removed, a bound ``tests/lessons/test_before_hard_fix.py`` holds it to, so the two cannot drift
+apart.
 """
 
 from __future__ import annotations

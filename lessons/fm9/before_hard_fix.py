@@ -1,8 +1,9 @@
 """FM-9's program as it stood before its hard fix: ``fm9_connection_loss.py`` without it, a real file to open and diff.
 
 ``run_all_fms.py --only fm9 --prove`` runs scenario 9 on it (the cell "fm9 weak", namespace ``fm9w``) and checks
-the hard variant's symptom (``lessons/fm9/checks.py``). Its code is the FM file's but for the hard fix;
-``tests/lessons/test_before_hard_fix.py`` bounds the difference, so the two cannot drift apart.
+the hard variant's symptom (``lessons/fm9/checks.py``). Its code is the FM file's but for the hard fix (no
+``within_consumer_timeout``): 3 lines added or removed, a bound ``tests/lessons/test_before_hard_fix.py`` holds it
+to, so the two cannot drift apart.
 """
 
 from __future__ import annotations
