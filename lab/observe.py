@@ -67,6 +67,7 @@ runner share one key layout and one event format.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -83,6 +84,8 @@ from lab.settings import NAMESPACE, observations_url
 from shared import dlq
 from shared.backend import ResultNotStored, result_unstored
 from shared.envelope import Result, describe, is_envelope, note_attempt, reason_of
+
+_log = logging.getLogger(__name__)
 
 TTL_SECONDS = 3600
 
@@ -496,16 +499,16 @@ def _wrap_celery() -> None:
 
     def on_accepted(self: Request, pid: int, time_accepted: float) -> None:
         accepted(self, pid, time_accepted)
-        _on_accepted(self)
+        _never_in_celerys_way(_on_accepted, self)
 
     def on_cancel(self: Request, *args: object, **kwargs: object) -> None:
         if getattr(self, "time_start", None):  # the body runs: the cancel terminates its process
-            _on_cancel(self)
+            _never_in_celerys_way(_on_cancel, self)
         cancel(self, *args, **kwargs)
 
     def on_soft_wait(self: WorkController) -> None:
         for request in tuple(state.active_requests):
-            _on_cancel(request, "soft_wait")
+            _never_in_celerys_way(_on_cancel, request, "soft_wait")
         soft_wait(self)
 
     for cls, name, wrapper, original in ((Request, "on_accepted", on_accepted, accepted),
@@ -513,6 +516,16 @@ def _wrap_celery() -> None:
                                          (WorkController, "wait_for_soft_shutdown", on_soft_wait, soft_wait)):
         _celery_methods.append((cls, name, original))
         setattr(cls, name, wrapper)
+
+
+def _never_in_celerys_way(report: Callable[..., None], *args: object) -> None:
+    """Run one of the observer's reports from inside a method of Celery's: whatever it raises (the observations'
+    Redis gone, say) is logged and swallowed, so that Celery's own step (a cancel, a shutdown) goes on as without the
+    observer. A signal's receivers get the same from Celery's ``Signal.send``."""
+    try:
+        report(*args)
+    except Exception as exc:  # noqa: BLE001 - an observer never stops the worker it observes
+        _log.warning("lab: the observer could not record %s: %r", getattr(report, "__name__", report), exc)
 
 
 def _unwrap_celery() -> None:

@@ -93,3 +93,51 @@ def test_uninstall_gives_celery_back_its_own_methods_and_install_wraps_them_once
     observe.install()  # once: the second call wraps nothing again
     assert [getattr(m, "__module__", "") for m in methods()] == ["lab.observe"] * 3
     assert [original for _, _, original in observe._celery_methods] == own  # pyright: ignore[reportPrivateUsage]
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.terminated: list[tuple[int, int]] = []
+
+    def terminate_job(self, pid: int, signum: int) -> None:
+        self.terminated.append((pid, signum))
+
+
+class _Running:
+    """What ``Request.cancel`` reads of a running request, and its own announcement (the pool's part is ``_Pool``)."""
+
+    name = "fm7_rolling_deploys.parse_document"
+    id = "t-running"
+    time_start = 1.0
+    worker_pid = 4242
+    _apply_result = None
+
+    def __init__(self, run: str) -> None:
+        self.args = [doc_id(run, "doc2")]
+        self.announced = 0
+
+    def _announce_cancelled(self, emit_retry: bool = True) -> None:
+        self.announced += 1
+
+
+def test_a_report_that_fails_inside_celerys_cancel_leaves_the_cancel_to_happen(observer_back: None,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The observations' Redis gone at a cold shutdown: the observer logs it, and the body is cancelled all the same."""
+    import redis
+    from celery.worker.request import Request
+
+    def gone(*_: object, **__: object) -> None:
+        raise redis.ConnectionError("the observations' Redis is gone")
+
+    observe.install()
+    run, pool = f"test-cancel-{uuid.uuid4().hex[:8]}", _Pool()
+    request = _Running(run)
+    monkeypatch.setattr(observe.RunRecorder, "event", gone)
+    Request.cancel(cast(Any, request), cast(Any, pool))
+    assert (pool.terminated, request.announced) == ([(4242, request_signal())], 1)
+
+
+def request_signal() -> int:
+    """The signal Celery's cancel sends a running body's process: billiard's TERM_SIGNAME (SIGTERM here)."""
+    from billiard.common import TERM_SIGNAL
+    return int(TERM_SIGNAL)
