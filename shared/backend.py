@@ -106,7 +106,13 @@ class RejectUnstored:
         except GONE as gone:
             if not _own(task_id):
                 raise
-            raise self._not_stored(task_id, "RETRY", gone) from gone
+            # Task.retry published the retry before the trace stores RETRY (celery.app.task.Task.retry, then
+            # celery.app.trace's handle_retry, 5.5 to 5.7): rejected, this message would run again beside it.
+            error = f"{type(gone).__name__}: {gone}"
+            result_unstored.send(sender=self.app, task_id=task_id, state="RETRY", error=error)
+            log.warning("%s: RETRY not stored (%s); kept acked: its retry, published already, stores its outcome",
+                        task_id, error)
+            return None
 
     def mark_as_failure(self, task_id: str, exc: Exception, *args: Any, **kwargs: Any) -> Any:
         if isinstance(exc, ResultNotStored):  # the failure is the store itself: no outcome of the task to record
@@ -133,7 +139,7 @@ def _forget_successor(sender: Any = None, task_id: str = "", **_: Any) -> None:
 
 
 def reject_unstored(app: Celery, requeue: bool = False) -> None:
-    """FM-8: a task whose own result (SUCCESS, RETRY or FAILURE) its Redis backend cannot store raises
+    """FM-8: a task whose own result (SUCCESS or FAILURE) its Redis backend cannot store raises
     ``ResultNotStored``, a ``Reject`` without requeue, instead of the backend's ``ConnectionError``.
 
     Why: ``celery.app.trace`` stores the result after the body; an error there is a failure outside the
@@ -153,7 +159,10 @@ def reject_unstored(app: Celery, requeue: bool = False) -> None:
     process running it: the drain and the main process get the backend's own errors. One exception: a task
     whose message carried a next step (a chain's head) has sent it before its store (``celery.app.trace``,
     5.5 to 5.7), with the result in it; rejected, it would run again and send that step twice, so its
-    lost store is only announced (``result_unstored``) and logged, and its message acked as Celery would.
+    lost store is only announced (``result_unstored``) and logged, and its message acked as Celery would. So
+    is a lost RETRY: ``Task.retry`` has published the retry before the trace stores RETRY (5.5 to 5.7), and
+    the retry stores the outcome; rejected, the task would run a second time beside it
+    (tests/test_backend_requeue.py: three runs instead of two).
 
     ``requeue=True``, for a broker with no dead-letter exchange (Redis): the reject sends the message back
     to its queue instead (kombu's ``redis.QoS.reject`` restores it at the queue's head), where a reject

@@ -56,3 +56,16 @@ def work(key: str) -> int:
     runs = int(r.incr(f"{PREFIX}runs:{key}"))
     wait_until(lambda: bool(r.exists(f"{PREFIX}go:{key}")), BODY_SECONDS)
     return runs
+
+
+@app.task(name="rq.retry_once", bind=True)
+def retry_once(self: Any, key: str) -> int:
+    """Its first run waits for ``go``, then retries (``Task.retry`` publishes the retry, then the trace stores
+    RETRY: with the backend stopped, that store fails); a later run waits for ``go2`` and returns its run's number."""
+    r = shared()
+    runs = int(r.incr(f"{PREFIX}runs:{key}"))
+    if runs == 1:
+        wait_until(lambda: bool(r.exists(f"{PREFIX}go:{key}")), BODY_SECONDS)
+        raise self.retry(countdown=0, max_retries=3)
+    wait_until(lambda: bool(r.exists(f"{PREFIX}go2:{key}")), BODY_SECONDS)
+    return runs

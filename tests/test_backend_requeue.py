@@ -79,3 +79,34 @@ def json_of(raw: str | None) -> dict[str, Any]:
 
     assert raw is not None
     return cast(dict[str, Any], json.loads(raw))
+
+
+def test_a_retry_whose_retry_state_the_backend_cannot_store_runs_once_more_not_twice(tmp_path: Path) -> None:
+    """``Task.retry`` has published the retry before the trace stores RETRY: a RETRY the backend cannot store is
+    announced and its message acked, never rejected (a reject, with requeue here or into a dead-letter exchange on
+    RabbitMQ, would run the task a second time beside its retry). The task runs twice in all: the run that retried
+    and its retry, which stores the outcome once the backend is back."""
+    if owned.available() is None:
+        pytest.skip("redis-server is not installed")
+    key = uuid.uuid4().hex[:10]
+    r = shared()
+    server = owned.OwnedRedis(f"t-retry-{os.getpid()}", persist=False)
+    server.start()
+    worker = AppWorker("tests.requeue_app", {"RQ_BACKEND": server.url, "RQ_GUARD": "requeue"}, tmp_path / "worker.log",
+                       ready=lambda w: "ready." in w.text())
+    try:
+        task_id = producer.send_task("rq.retry_once", args=[key]).id
+        runs = lambda: int(r.get(f"{PREFIX}runs:{key}") or 0)  # noqa: E731
+        assert wait_until(lambda: runs() == 1, 30), worker.text()
+        server.stop()  # the first run is in its body: it retries with the backend gone
+        r.set(f"{PREFIX}go:{key}", "1", ex=300)
+        assert wait_until(lambda: runs() == 2, 30), worker.text()  # the retry runs
+        server.start()
+        r.set(f"{PREFIX}go2:{key}", "1", ex=300)
+        assert wait_until(lambda: _meta(server, task_id) is not None and _broker_empty(), 30), worker.text()
+        assert (json_of(_meta(server, task_id))["result"], runs()) == (2, 2), worker.text()  # no third run
+        assert "RETRY not stored" in worker.text()
+    finally:
+        worker.stop()
+        server.remove()
+        r.delete(f"{PREFIX}runs:{key}", f"{PREFIX}go:{key}", f"{PREFIX}go2:{key}")
