@@ -77,6 +77,10 @@ class Held(Fm):
     stated: Stated = Stated()
 
     @property
+    def bounds_stated(self) -> bool:
+        return True
+
+    @property
     def delivery_bound(self) -> int | None:
         return self.stated.delivery_bound
 

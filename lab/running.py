@@ -65,8 +65,8 @@ def reset(fm: Fm) -> None:
     delete_names(fm.queue_names, fm.exchange_names, fm)
     delete_keys(f"{redis_prefix(fm.short)}*")  # before the declare: on a Redis broker the bindings are keys too
     with connect(fm) as conn:
-        for queue in fm.task_queues:  # a DeadLetteringQueue declares its DLQ too
-            queue.bind(conn.default_channel).declare()
+        for queue in (*fm.task_queues, *fm.declared):  # a DeadLetteringQueue declares its DLQ too; a DLQ written
+            queue.bind(conn.default_channel).declare()  # with kombu alone, and its companions, are the module's
 
 
 def connect(fm: Fm | None = None) -> Connection:
