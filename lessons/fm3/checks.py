@@ -55,7 +55,7 @@ def g3(obs: Observations, fm: Fm) -> Check:
                  f"behind {foreign} foreign letters: chord {side_state(behind)}, doc33 "
                  f"{f33.get('reason') or 'not failed'}, emails {len(behind.emails)}",
                  "SUCCESS, doc33 dead_lettered, 1 email")
-        c.expect(obs.parked == foreign, f"set apart {obs.parked} (announced {announced})",
+        c.expect(obs.parked == foreign, f"parked {obs.parked} (announced {announced})",
                  f"the {foreign} foreign letters, out of the DLQ and kept")
     return c.result()
 

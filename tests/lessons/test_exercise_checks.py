@@ -33,6 +33,7 @@ CHECK_TIMEOUT = 300.0
 """A check that has not ended after this is a failure of the test (the lab's own deadline is 90 s a run)."""
 
 FOCUS: dict[str, tuple[str, ...]] = {
+    "fm1": ("doc1", "doc2", "expired"),
     "fm2": ("doc2", "doc3"),
     "fm3": ("doc4",),
     "fm4": ("doc2", "duplicate notify"),
@@ -44,6 +45,11 @@ of 70 to 110 s for their fixes, owned Redis and RabbitMQ nodes) are left out of 
 wrong answers' verdicts were measured by hand (``--focus doc2 deploy``, ``doc2 outage``, ``doc2 connloss overlong``)."""
 
 SAYS: dict[str, tuple[str, ...]] = {
+    "fm1 before": (r"chord notify finished 0x \(expected exactly 1\)", r"envelope ChordError \(expected a SUCCESS envelope\)"),
+    "fm1a_error_swallowed": (r"doc1 not failed '' \(expected error PermanentError\)",
+                             r"chord state SUCCESS, envelope None \(expected a SUCCESS envelope\)"),
+    "fm1b_envelope_without_revoked": (r"stopped early: doc31's chain head expired before it ran",
+                                      r"expired head: chord PENDING, doc31 not failed"),
     "fm2 before": (r"doc3 attempts 1 \(expected 2\)",),
     "fm2a_acks_late_alone": (r"doc3 attempts 1 \(expected 2\)", r"doc3 +lost: killed and never delivered again"),
     "fm2b_reject_alone": (r"doc3 attempts 1 \(expected 2\)", r"doc3 +lost: killed and never delivered again"),
