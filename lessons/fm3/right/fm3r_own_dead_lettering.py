@@ -43,7 +43,9 @@ app.conf.beat_schedule = {"bury": {"task": f"{__name__}.bury_dead_letters", "sch
 
 
 @worker_ready.connect
-def _declare_the_grave(**_: object) -> None:  # a dead letter RabbitMQ cannot route is dropped: declare DEAD first
+def _declare_the_grave(sender: object = None, **_: object) -> None:  # RabbitMQ drops a dead letter it cannot route
+    if getattr(sender, "app", None) is not app:  # another app's worker in this process
+        return
     with app.connection_for_write() as conn:
         for queue in (DEAD, ASIDE):
             queue.bind(conn.default_channel).declare()
