@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +26,7 @@ import run_all_fms
 import lessons
 from lab import exercise
 from lab.fm import ROOT
+from lab.waiting import wait_until
 from tests.namespaces import derived
 
 AT_ONCE = 5
@@ -189,3 +192,55 @@ def test_two_attendees_checking_at_once_do_not_disturb_each_other(checked: dict[
         assert "fm2 check of fm2: PASS" in found.out and "namespace " in found.out
     spaces = {re.search(r"namespace ([a-z0-9-]+)\)", checked[n].out) for n in ROOM}
     assert len({m.group(1) for m in spaces if m is not None}) == 2
+
+
+def test_clean_removes_what_a_check_that_never_ended_left(real_services: None, tmp_path: Path) -> None:
+    """A check killed mid-run (its file outside the repository, so only the check knows its names): its worker
+    still runs, its queues and keys stay; ``--clean`` stops the one and deletes the others, nothing of the
+    namespace left on RabbitMQ (passive declares) or Redis."""
+    from kombu import Connection
+
+    from lab.observe import client
+    from lab.settings import broker_url
+    from tests.leftovers import _exists  # pyright: ignore[reportPrivateUsage]
+
+    ns = derived("exclean")
+    path = tmp_path / "fm3x_own_dead_lettering.py"
+    path.write_text((ROOT / "lessons" / "fm3" / "right" / "fm3r_own_dead_lettering.py").read_text())
+    names = [f"{ns}.fm3x.tasks{suffix}" for suffix in ("", ".dead", ".aside")]
+    queues, exchanges = names, [names[0], f"{ns}.fm3x.tasks.grave"]
+    env = {**os.environ, "RCL_NAMESPACE": ns}
+    check = subprocess.Popen([sys.executable, "run_all_fms.py", "--check", str(path)], cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def consumed(conn: Connection) -> bool:
+        channel: Any = conn.channel()
+        try:
+            return int(channel.queue_declare(queue=names[0], passive=True).consumer_count) > 0
+        except Exception:
+            return False
+        finally:
+            try:
+                channel.close()
+            except Exception:
+                pass
+
+    with Connection(broker_url()) as conn:
+        try:
+            assert wait_until(lambda: consumed(conn), 120.0), "the check's worker never consumed its queue"
+        finally:
+            os.killpg(check.pid, signal.SIGKILL)  # the check itself, not its worker (a process group of its own)
+            check.wait(10)
+        assert all(_exists(conn, lambda ch, q=q: ch.queue_declare(queue=q, passive=True)) for q in queues)
+        r: Any = client()
+        assert set(r.smembers(f"{ns}:checked-names:queues")) >= set(queues)
+        started = time.monotonic()
+        cleaned = subprocess.run([sys.executable, "run_all_fms.py", "--clean"], cwd=ROOT, env=env, capture_output=True,
+                                 text=True, timeout=120)
+        print(f"\n--clean after a killed check: {time.monotonic() - started:.1f}s")
+        assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+        left = [q for q in queues if _exists(conn, lambda ch, q=q: ch.queue_declare(queue=q, passive=True))]
+        left += [e for e in exchanges if _exists(conn, lambda ch, e=e: ch.exchange_declare(exchange=e, type="direct",
+                                                                                          passive=True))]
+    assert left == [], cleaned.stdout
+    assert list(r.scan_iter(match=f"{ns}:*", count=500)) == []
