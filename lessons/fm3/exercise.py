@@ -30,7 +30,6 @@ def _early(stated: Stated) -> Sequence[Stop]:
     bound = stated.delivery_bound or DELIVERIES
     return (
         (f"doc4 was delivered more than {bound} times", lambda r: r.attempts("doc4") > bound),
-        (f"doc9's fetch was delivered more than {bound} times", lambda r: r.attempts("doc9", "fetch-attempts") > bound),
         (f"doc4 was delivered {bound} times and nothing finalised it within {UNFINALISED_SECONDS:.0f} s",
          lambda r: _left_in_dlq(r, "doc4", bound, "attempt_start")),
         (f"doc9's fetch was delivered {bound} times and nothing finalised it within {UNFINALISED_SECONDS:.0f} s",
