@@ -1,6 +1,8 @@
-"""Exercises checked on the real services (issue 42): the lab's fix passes ``--check`` for its lesson; the starting
+"""Exercises checked on the real services (issue 42): the lab's fix passes ``--check`` for its lesson, and so does a
+right answer written another way (``lessons/<lesson>/right/``: the check judges behaviour, not code); the starting
 file (the previous program) fails it with the lesson's symptom; every wrong answer fails it with the message an
-attendee needs; two attendees checking at once in two namespaces do not disturb each other.
+attendee needs; two attendees checking at once in two namespaces do not disturb each other; ``--clean`` removes what
+a check killed mid-run left.
 
 Every check is a ``run_all_fms.py --check`` of its own, in a namespace of its own, run at once with the others in
 one session fixture (at most ``AT_ONCE``): the lab's fixes on the whole scenario (a pass is never focused), the
