@@ -5,27 +5,46 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from celery.states import READY_STATES
+
 from lab.exercise import Stated, Task
 from lab.lesson import Stop
 from lab.observe import Reader
+from lab.runner import StopCondition
 
 STRANDED_SECONDS = 5.0
-"""A chain head the worker discarded as expired, and whose chord's body has not started this long after, is one no
-part of the program will carry on: its chord stays PENDING for ever (with the lab's fix the body runs within a
-second)."""
+"""A chain head the worker discarded as expired, and whose chord's body has not started this long after every member
+of the run's own chord has its outcome, is one no part of the program will carry on: its chord stays PENDING for
+ever. (Its side chord is sent before the run's own chord, so a program that carries it on has long done so; a clock
+started at the discard could stop a right program whose worker is still busy with the run's own documents.)"""
+LOOK_EVERY = 0.5
+"""How often the members' outcomes are read (one result-backend read per document)."""
 
 
-def _expired_head_stranded(r: Reader) -> bool:
-    side = r.side_readers.get("expired")
-    if side is None:
-        return False
-    revoked = [e.t for e in side.events_of("revoked")]
-    return bool(revoked) and time.time() - revoked[0] > STRANDED_SECONDS and not side.events_of("notify_start")
+def _stranded() -> StopCondition:
+    settled: list[float] = []  # when every member of the run's own chord was first seen with its outcome
+    looked: list[float] = [0.0]
+
+    def stranded(r: Reader) -> bool:
+        side = r.side_readers.get("expired")
+        if side is None or not side.events_of("revoked") or side.events_of("notify_start") or not r.members:
+            return False
+        now = time.monotonic()
+        if not settled:
+            if now - looked[0] < LOOK_EVERY:
+                return False
+            looked[0] = now
+            if any(r.member_state(doc) not in READY_STATES for doc in r.members):
+                return False
+            settled.append(now)
+        return now - settled[0] > STRANDED_SECONDS
+
+    return stranded
 
 
 def _early(stated: Stated) -> Sequence[Stop]:
-    return ((f"doc31's chain head expired before it ran and its chord's notify had not started "
-             f"{STRANDED_SECONDS:.0f} s later (its chord stays PENDING)", _expired_head_stranded),)
+    return ((f"doc31's chain head expired before it ran and its chord's notify had not started {STRANDED_SECONDS:.0f} "
+             "s after every member of the run's own chord had its outcome (its chord stays PENDING)", _stranded()),)
 
 
 EXERCISE = Task(
