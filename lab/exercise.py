@@ -77,6 +77,10 @@ class Held(Fm):
     stated: Stated = Stated()
 
     @property
+    def bounds_stated(self) -> bool:
+        return True
+
+    @property
     def delivery_bound(self) -> int | None:
         return self.stated.delivery_bound
 
@@ -182,7 +186,8 @@ def task_text(lesson: str, path: str) -> str:
     lines = [
         f"Exercise {title_of(lessons.modules()[lesson])}",
         "",
-        f"This is {before}.py, the lab's program of the lesson before, renamed: it holds every fix so far.",
+        f"This is {before}.py, the lab's program of the lesson before, renamed: it holds "
+        f"{'no fix yet' if n == 1 else 'every fix so far'}.",
         "Change its code so that it holds this lesson's guarantee too.",
         "",
         "What you will see if you check it as it is:",

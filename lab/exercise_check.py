@@ -29,6 +29,7 @@ from lab.fm import ROOT, Fm, load_module
 from lab.injector import Harnessed, Injector
 from lab.owned import OwnedServiceMissing
 from lab.queues import queue_consumers
+from lab.running import forget_names, remember_names
 from lab.records import Check, Observations, RunReport
 from lab.runner import StopCondition, new_run_id, run_scenario
 from lab.scenarios import Scenario
@@ -119,6 +120,7 @@ def run_check(lesson: str, program: Fm, focus: Sequence[str] = (), say: Callable
             raise OwnedServiceMissing(f"needs {' and '.join(missing)}, to run a service of the lab's own")
         run_id = new_run_id()
         say("resetting the program's queues and keys")
+        remember_names(program)  # before anything is declared: --clean finds them if this check never ends
         harness.reset(program)
         report.log = LOG_DIR / f"{label}-{run_id}.log"
         harness.set_current(program)
@@ -142,6 +144,7 @@ def run_check(lesson: str, program: Fm, focus: Sequence[str] = (), say: Callable
     try:  # nothing of the check stays on the broker (its timelines are in the report)
         wait_stopped(program.short)
         harness.delete_names(program.queue_names, program.exchange_names, program)
+        forget_names(program)
     except Exception as exc:
         report.error = report.error or f"could not delete the check's queues: {harness.run_error(exc)}"
     harness.set_current(None)
@@ -283,6 +286,7 @@ def check_command(path: Path, focus: Sequence[str] = ()) -> int:
             except KeyboardInterrupt:
                 workers.stop_leftovers(say=lambda _: None)
                 harness.empty_interrupted(program)
+                forget_names(program)
                 print("interrupted: workers stopped, the program's queues emptied", file=sys.stderr)
                 return 130
             finally:

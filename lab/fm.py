@@ -10,7 +10,10 @@ harness reads its facts off that program, so there is no second table of FM spec
   command needs neither ``-c`` nor ``-Q``; the worker's environment from the module's
   ``WORKER_ENV`` (a deploy's lesson: Celery reads ``REMAP_SIGTERM`` from the environment only);
 - the queues and exchanges it owns (the harness resets exactly these): every
-  queue in ``task_queues``, and the dead-letter queue each one declares;
+  queue in ``task_queues``, the dead-letter queue each one declares, and every other kombu ``Queue``
+  the module holds (a dead-letter queue or parking queue written with kombu alone, not ``shared/dlq``);
+- its dead-letter queue: a ``DeadLetteringQueue``'s, else the module's queue bound to the exchange and
+  routing key a task queue names in ``x-dead-letter-exchange`` / ``x-dead-letter-routing-key``;
 - the bounds the checks hold it to, from the fixes it applied: the delivery bound
   of a quorum queue (``x-delivery-limit`` + 1), the ``RetryPolicy`` and the hard
   timeout found on ``parse_document``'s decorator stack.
@@ -60,6 +63,7 @@ class Fm:
     fetch_document: Task[Any, Any] | None = None  # the chain's head (the FMs'; a case study has none)
     delays: tuple[DelayQueues, ...] = ()  # delay queues the module declares itself (a claim's busy waits)
     worker_env: tuple[tuple[str, str], ...] = ()  # the module's WORKER_ENV: what the worker's environment must hold
+    declared: tuple[Queue, ...] = ()  # the module's other kombu queues (a DLQ, a parking queue written without shared/)
 
     @property
     def number(self) -> int:
@@ -87,11 +91,21 @@ class Fm:
                     if isinstance(d := getattr(f, "delay_queues", None), DelayQueues) and d.queue in mine}  # every policy
         for found in (*policies.values(), *self.delays):
             out += found.queues()
+        out += self.declared
         return list({str(q.name): q for q in out}.values())
 
     @property
     def dead_letter_queue(self) -> Queue | None:
-        return next((q.dead_letters for q in self.task_queues if isinstance(q, DeadLetteringQueue)), None)
+        found = next((q.dead_letters for q in self.task_queues if isinstance(q, DeadLetteringQueue)), None)
+        if found is not None:
+            return found
+        for q in self.task_queues:  # dead-lettering set with RabbitMQ's own queue arguments
+            args = q.queue_arguments or {}
+            exchange, key = args.get("x-dead-letter-exchange"), args.get("x-dead-letter-routing-key", q.routing_key)
+            if exchange:
+                return next((d for d in self.declared if d.exchange.name == exchange
+                             and d.routing_key == key), None)
+        return None
 
     @property
     def queue_names(self) -> tuple[str, ...]:
@@ -126,6 +140,11 @@ class Fm:
     def submit_command(self) -> str:
         """The by-hand submitter's command, the second of "Run it alone" (``lab.by_hand``)."""
         return f".venv/bin/python {self.module}.py"
+
+    @property
+    def bounds_stated(self) -> bool:
+        """The bounds below are a lesson's stated ceilings (an exercise's check), not this program's own exact ones."""
+        return False
 
     @property
     def delivery_bound(self) -> int | None:
@@ -170,8 +189,11 @@ def from_module(module: ModuleType, member: str = "parse_document", body: str = 
     head = app.tasks.get(f"{module.__name__}.fetch_document")
     delays = tuple(v for v in vars(module).values() if isinstance(v, DelayQueues))
     env = cast(dict[str, str], getattr(module, "WORKER_ENV", None) or {})
+    mine = {id(q) for q in cast(list[Queue], list(app.conf.task_queues or []))}
+    declared = tuple(v for v in vars(module).values() if isinstance(v, Queue) and id(v) not in mine
+                     and not isinstance(v, DeadLetteringQueue))
     return Fm(short, module.__name__, app, cast(Submit, submit), tasks[member], tasks[body], probe, head, delays,
-              tuple((str(k), str(v)) for k, v in env.items()))
+              tuple((str(k), str(v)) for k, v in env.items()), declared)
 
 
 def load_module(name: str, folder: Path | None = None, member: str = "parse_document", body: str = "notify") -> Fm:

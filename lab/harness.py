@@ -42,12 +42,12 @@ from lab.owned import OwnedServiceMissing
 from lab.queues import queue_consumers
 from lab.records import Check, HarnessError, Kind, Observations, OnStage, RunBroken, RunReport, Stage
 from lab.runner import StopCondition, new_run_id, run_scenario
-from lab.running import (Liveness, blame_services, checked, consumers, delete_keys, delete_names, purge,
-                         reset, running_worker, run_error, set_current)
+from lab.running import (Liveness, blame_services, checked, consumers, delete_keys, delete_names, extra_names,
+                         purge, remembered_names, reset, running_worker, run_error, set_current)
 from lab.running import (SERVICE_CHECK_SECONDS as SERVICE_CHECK_SECONDS, Watch as Watch, connect as connect,
                          interrupted_fms as interrupted_fms, running_workers as running_workers,
                          service_problems as service_problems)  # what the CLI, by-hand runs and benches take here
-from lab.settings import NAMESPACE, amqp_name, broker_url, redis_prefix
+from lab.settings import NAMESPACE, amqp_name as amqp_name, broker_url, redis_prefix
 from lab.variants import VARIANTS_DIR
 from lab.waiting import raise_if_interrupted, wait_until
 from lab.workers import LOG_DIR, STOP_GRACE, Worker
@@ -298,7 +298,9 @@ def clean(say: Callable[[str], None] = print) -> None:
 
 
 def namespace_names() -> tuple[list[str], list[str]]:
-    """Every queue and exchange name the lab may have made in the namespace (FMs, variants, case studies)."""
+    """Every queue and exchange name the lab may have made in the namespace (FMs, variants, case studies, the
+    exercises' wrong and right answers, the starting files in ``exercises/``, and the programs of checks that did
+    not end, wherever their files lie: ``lab.running.remembered_names``)."""
     shorts = list(lessons.modules())
     fms = [load(s) for s in shorts] + [load(code) for case in lessons.CASE_STUDIES for code in case.codes]
     fms += [load(f"{s}w") for s in shorts if lessons.before_hard_fix(s) is not None]
@@ -307,12 +309,32 @@ def namespace_names() -> tuple[list[str], list[str]]:
             fms.append(checked(load_module(path.stem, VARIANTS_DIR)))
         except Exception:
             continue
+    fms += _exercise_programs()
     queues = {name for fm in fms for name in fm.queue_names}
     exchanges = {name for fm in fms for name in fm.exchange_names}
     for short in {fm.short for fm in fms}:  # names earlier layouts of the lab and Celery's remote control used
-        queues.update(amqp_name(short, s) for s in ("dlq",))
-        exchanges.update(amqp_name(short, s) for s in ("dlx", "control.pidbox", "events"))
-    return sorted(queues), sorted(exchanges)
+        more_queues, more_exchanges = extra_names(short)
+        queues.update(more_queues)
+        exchanges.update(more_exchanges)
+    checked_queues, checked_exchanges = remembered_names()
+    return sorted(queues | set(checked_queues)), sorted(exchanges | set(checked_exchanges))
+
+
+def _exercise_programs() -> list[Fm]:
+    """The wrong and right answers kept in the lessons, and the starting files in the default exercises folder (an
+    attendee's file that does not load is skipped: its names are remembered when it is checked)."""
+    from lab.exercise import DEFAULT_FOLDER
+    from lab.fm import ROOT
+
+    found: list[Fm] = []
+    for path in sorted([*lessons.HERE.glob("fm*/wrong/fm*_*.py"), *lessons.HERE.glob("fm*/right/fm*_*.py")]):
+        found.append(checked(load_module(".".join(path.relative_to(ROOT).with_suffix("").parts))))
+    for path in sorted(DEFAULT_FOLDER.glob("fm*_*.py")) if DEFAULT_FOLDER.is_dir() else []:
+        try:
+            found.append(checked(load_module(path.stem, DEFAULT_FOLDER)))
+        except Exception:
+            continue
+    return found
 
 
 def plan(selected: list[str], include_fm0: bool, prove: bool) -> list[tuple[str, Kind]]:

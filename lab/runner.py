@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from celery.result import AsyncResult
+from kombu import Queue
 
 from lab.faults import Fault, document_text
 from lab.fm import Fm
@@ -38,7 +39,7 @@ from shared.backend import GONE
 from lab.scenarios import MAIN, Scenario, SideChord
 from lab.waiting import wait_until
 from shared.claim import NotifyClaim
-from shared.dlq import parked_queue
+from shared.dlq import DeadLetteringQueue, parked_queue
 
 NOT_RUN_WINDOW = 0.5
 """To show that ``notify`` did not run, the runner watches this long after the chord ended."""
@@ -88,16 +89,24 @@ def probe_seconds(fm: Fm, timeout: float) -> float | None:
 
 
 def dlq_depth(fm: Fm, parked: bool = False) -> int | None:
-    """Messages in the FM's DLQ (``parked``: in its parking queue; 0 when the drain never declared it)."""
+    """Messages in the FM's DLQ (``parked``: set apart from it: in the lab drain's parking queue, or in the other
+    queues a program written without ``shared/dlq`` declares beside its DLQ; 0 when none was declared yet)."""
     dlq = fm.dead_letter_queue
     if dlq is None:
         return None
-    queue = parked_queue(dlq) if parked else dlq
+    if not parked:
+        return _depth(fm, dlq, missing_is_empty=False)
+    if any(q is dlq for q in fm.declared) and not any(isinstance(q, DeadLetteringQueue) for q in fm.task_queues):
+        return sum(_depth(fm, q, missing_is_empty=True) for q in fm.declared if q is not dlq)
+    return _depth(fm, parked_queue(dlq), missing_is_empty=True)
+
+
+def _depth(fm: Fm, queue: Queue, missing_is_empty: bool) -> int:
     with fm.app.connection_for_write() as conn:
         try:
             declared = cast(Any, queue.bind(conn.default_channel).queue_declare(passive=True))
-        except conn.channel_errors:  # 404: the parking queue exists only once the drain parked something
-            if parked:
+        except conn.channel_errors:  # 404: a parking queue exists only once something was parked
+            if missing_is_empty:
                 return 0
             raise
         return int(declared.message_count)

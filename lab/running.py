@@ -65,8 +65,8 @@ def reset(fm: Fm) -> None:
     delete_names(fm.queue_names, fm.exchange_names, fm)
     delete_keys(f"{redis_prefix(fm.short)}*")  # before the declare: on a Redis broker the bindings are keys too
     with connect(fm) as conn:
-        for queue in fm.task_queues:  # a DeadLetteringQueue declares its DLQ too
-            queue.bind(conn.default_channel).declare()
+        for queue in (*fm.task_queues, *fm.declared):  # a DeadLetteringQueue declares its DLQ too; a DLQ written
+            queue.bind(conn.default_channel).declare()  # with kombu alone, and its companions, are the module's
 
 
 def connect(fm: Fm | None = None) -> Connection:
@@ -82,6 +82,45 @@ def delete_names(queues: Iterable[str], exchanges: Iterable[str], fm: Fm | None 
             channel.queue_delete(queue=name)
         for name in exchanges:
             channel.exchange_delete(exchange=name)
+
+
+CHECKED_NAMES = "checked-names"
+"""``<namespace>:checked-names:queues`` / ``:exchanges``: the names of every program an exercise check is running
+(``remember_names``), wherever its file lies; a check that ends deletes its names and forgets them, so only an
+interrupted one leaves them here, for ``run_all_fms.py --clean``."""
+
+
+def _checked_keys() -> tuple[str, str]:
+    from lab.settings import NAMESPACE
+
+    return f"{NAMESPACE}:{CHECKED_NAMES}:queues", f"{NAMESPACE}:{CHECKED_NAMES}:exchanges"
+
+
+def extra_names(short: str) -> tuple[list[str], list[str]]:
+    """Names a program's worker or an earlier layout of the lab may have made beside its own queues."""
+    return [amqp_name(short, "dlq")], [amqp_name(short, s) for s in ("dlx", "control.pidbox", "events")]
+
+
+def remember_names(fm: Fm) -> None:
+    """Before a check declares anything: note its program's names (``CHECKED_NAMES``)."""
+    queues, exchanges = extra_names(fm.short)
+    r, (qkey, xkey) = cast(Any, client()), _checked_keys()
+    r.sadd(qkey, *fm.queue_names, *queues)
+    r.sadd(xkey, *fm.exchange_names, *exchanges)
+
+
+def forget_names(fm: Fm) -> None:
+    """Once a check has deleted its program's names: forget them (the keys go with their last name)."""
+    queues, exchanges = extra_names(fm.short)
+    r, (qkey, xkey) = cast(Any, client()), _checked_keys()
+    r.srem(qkey, *fm.queue_names, *queues)
+    r.srem(xkey, *fm.exchange_names, *exchanges)
+
+
+def remembered_names() -> tuple[list[str], list[str]]:
+    """The names of the checks that did not end (``CHECKED_NAMES``)."""
+    r, (qkey, xkey) = cast(Any, client()), _checked_keys()
+    return sorted(str(n) for n in r.smembers(qkey)), sorted(str(n) for n in r.smembers(xkey))
 
 
 def delete_keys(pattern: str, batch_size: int = 500) -> int:

@@ -36,12 +36,13 @@ def g1(obs: Observations, fm: Fm) -> Check:
         f31 = side.failed("doc31") or {}
         # With FM-7's prefetch 1 no consumer may have room when it arrives: RabbitMQ then expires it
         # itself (AMQP expiration 0) and dead-letters it, and the drain finalises its chain.
-        by_broker = f31.get("reason") == "dead_lettered" and f31.get("error") == EXPIRED_LETTER and fm.prefetch_one
-        c.expect(side_done(side) and (by_broker or f31.get("reason") == "expired" and f31.get("error") == EXPIRED_ERROR
-                                       and side.heads.get("doc31") == "REVOKED"),
+        # Judged by what happened (its reason, Celery's record of the head), not by the envelope's words
+        # (EXPIRED_ERROR, EXPIRED_LETTER are what the lab's primitives write): a fix of one's own passes alike.
+        by_broker = f31.get("reason") == "dead_lettered" and fm.prefetch_one
+        c.expect(side_done(side) and (by_broker or f31.get("reason") == "expired" and side.heads.get("doc31") == "REVOKED"),
                  f"expired head: chord {side_state(side)}, doc31 {f31.get('reason') or 'not failed'} "
                  f"{f31.get('error')!r}, head {side.heads.get('doc31')}",
-                 f"chord SUCCESS, doc31 expired {EXPIRED_ERROR!r}, head REVOKED (Celery's record)")
+                 "chord SUCCESS, doc31 failed with reason expired, head REVOKED (Celery's record)")
     return c.result()
 
 

@@ -5,7 +5,7 @@ first written: the chord never completes).
 
 from __future__ import annotations
 
-from lab.checks import dead_letter_error, delivery_bound, failed_detail, notify_never, side_done, side_state
+from lab.checks import delivery_bound, failed_detail, notify_never, side_done, side_state
 from lab.fm import Fm
 from lab.lesson import LessonChecks, Stop
 from lab.observe import Reader, drain_passes
@@ -16,41 +16,47 @@ from lessons.fm3.scenario import foreign_letters
 
 
 def g3(obs: Observations, fm: Fm) -> Check:
+    """Judged by what happened, never by the words of the lab's drain: a fix written with RabbitMQ's own queue
+    arguments and a drain of its own passes when it holds. The program's own bound is held exactly; a bound the
+    lesson states (an exercise's check, ``lab.exercise.Held``) is a ceiling: delivered at most that often."""
     c = Collector("G3")
-    bound = delivery_bound(fm)
+    bound, ceiling = delivery_bound(fm), fm.bounds_stated
+
+    def within(n: int) -> bool:
+        return 1 <= n <= bound if ceiling else n == bound
+
+    said = (f"at most {bound} (the lesson's bound)" if ceiling else f"the broker's bound {bound}") if bound else \
+        "a bound (no dead-letter policy)"
     a4 = obs.attempts.get("doc4", 0)
-    c.expect(a4 == bound, f"doc4 attempts {a4}", f"the broker's bound {bound}" if bound else "a bound (no dead-letter policy)")
+    c.expect(bool(bound) and within(a4), f"doc4 attempts {a4}", said)
     reason, error = failed_detail(obs, "doc4")
-    wanted = dead_letter_error("parse_document", bound)
-    c.expect(reason == "dead_lettered" and error == wanted, f"doc4 {reason or 'not failed'} {error!r}", repr(wanted))
+    c.expect(reason == "dead_lettered", f"doc4 {reason or 'not failed'} {error!r}",
+             "failed in the chord's summary, reason dead_lettered")
     # The hard variant: doc9's poison is its fetch, the chain's head, not the chord member.
     f9, a9 = obs.fetch_attempts.get("doc9", 0), obs.attempts.get("doc9", 0)
-    c.expect(f9 == bound and a9 == 0, f"doc9 fetched {f9}x, parsed {a9}x", f"fetched {bound}x (the bound), parsed 0x")
+    c.expect(bool(bound) and within(f9) and a9 == 0, f"doc9 fetched {f9}x, parsed {a9}x", f"fetched {said}, parsed 0x")
     reason, error = failed_detail(obs, "doc9")
-    wanted = dead_letter_error("fetch_document", bound)
-    c.expect(reason == "dead_lettered" and error == wanted, f"doc9 {reason or 'not failed'} {error!r}", repr(wanted))
+    c.expect(reason == "dead_lettered", f"doc9 {reason or 'not failed'} {error!r}",
+             "failed in the chord's summary, reason dead_lettered")
     kept = [e.get("doc") for e in obs.events if e.kind == "dead_letter_kept"]
     c.expect(not kept and obs.dlq_depth == 0, f"DLQ depth {obs.dlq_depth}, kept {kept}", "0, nothing kept")
     # The hard variants, each a chord of its own: a poison chord body (side "body") ends visibly, as
-    # its chord's result; letters the drain cannot place (more than a pass reads) are parked apart
+    # its chord's result; letters the drain cannot place (more than a pass reads) are set apart
     # and do not delay a poison member behind them (side "behind").
     if (body := obs.sides.get("body")) is not None:
         env = body.chord.envelope
-        wanted = dead_letter_error("notify", bound)
-        said = env.error if env is not None else None
-        c.expect(body.chord.state == "SUCCESS" and env is not None and env.reason == "dead_lettered" and said == wanted
-                 and not body.emails,
-                 f"poison body: chord {side_state(body)} {env.reason if env else ''} {said!r}, emails {len(body.emails)}",
-                 f"SUCCESS, its envelope dead_lettered {wanted!r}, no email")
+        c.expect(body.chord.state == "SUCCESS" and env is not None and env.reason == "dead_lettered" and not body.emails,
+                 f"poison body: chord {side_state(body)} {env.reason if env else ''} {env.error if env else None!r}, "
+                 f"emails {len(body.emails)}", "SUCCESS, its envelope dead_lettered, no email")
     if (behind := obs.sides.get("behind")) is not None:
         f33 = behind.failed("doc33") or {}
-        parked, foreign = sum(1 for e in obs.events if e.kind == "dead_letter_parked"), foreign_letters(fm)
+        announced, foreign = sum(1 for e in obs.events if e.kind == "dead_letter_parked"), foreign_letters(fm)
         c.expect(side_done(behind) and f33.get("reason") == "dead_lettered" and len(behind.emails) == 1,
                  f"behind {foreign} foreign letters: chord {side_state(behind)}, doc33 "
                  f"{f33.get('reason') or 'not failed'}, emails {len(behind.emails)}",
                  "SUCCESS, doc33 dead_lettered, 1 email")
-        c.expect(obs.parked == foreign and parked == foreign,
-                 f"parked {obs.parked} (announced {parked})", f"the {foreign} foreign letters, each announced")
+        c.expect(obs.parked == foreign, f"parked {obs.parked} (announced {announced})",
+                 f"the {foreign} foreign letters, out of the DLQ and kept")
     return c.result()
 
 

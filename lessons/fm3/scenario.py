@@ -74,13 +74,15 @@ class ForeignLetters(Injector):
 
 
 def _dead_letters_handled(run: RunView) -> bool:
+    """Every poison document's letter, and the poison body's, is handled: the lab's drain said so (finalised or kept),
+    or, whoever drains, what it stands for has its outcome stored (the member's result, the body's chord result)."""
     handled = {e.get("doc") or "body" for e in run.reader.events() if e.kind in ("dead_lettered", "dead_letter_kept")}
     docs = [d for d, f in run.faults.items() if f is not None and f.kind in POISONED]
-    if not all(d in handled for d in docs):
+    if not all(d in handled or run.reader.member_state(d) == "SUCCESS" for d in docs):
         return False
     body = run.side(BODY)
-    return body is None or not body.sent or any(e.kind in ("dead_lettered", "dead_letter_kept") and not e.get("doc")
-                                                 for e in body.reader.events())
+    return body is None or not body.sent or body.ready() or any(
+        e.kind in ("dead_lettered", "dead_letter_kept") and not e.get("doc") for e in body.reader.events())
 
 
 PART = Part(

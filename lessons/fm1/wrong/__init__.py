@@ -1,0 +1,1 @@
+"""Plausible wrong answers to FM-1's exercise: fixes an engineer would write that do not hold (``lab.exercise``)."""
