@@ -36,8 +36,8 @@ def g1(obs: Observations, fm: Fm) -> Check:
         f31 = side.failed("doc31") or {}
         # With FM-7's prefetch 1 no consumer may have room when it arrives: RabbitMQ then expires it
         # itself (AMQP expiration 0) and dead-letters it, and the drain finalises its chain.
-        # Judged by what happened (its reason, Celery's record of the head), not by the envelope's words
-        # (EXPIRED_ERROR, EXPIRED_LETTER are what the lab's primitives write): a fix of one's own passes alike.
+        # Judged by what happened (its reason, Celery's record of the head), not by the words the lab's
+        # primitives write in the envelope: a fix of one's own passes alike.
         by_broker = f31.get("reason") == "dead_lettered" and fm.prefetch_one
         c.expect(side_done(side) and (by_broker or f31.get("reason") == "expired" and side.heads.get("doc31") == "REVOKED"),
                  f"expired head: chord {side_state(side)}, doc31 {f31.get('reason') or 'not failed'} "
@@ -46,12 +46,6 @@ def g1(obs: Observations, fm: Fm) -> Check:
     return c.result()
 
 
-EXPIRED_LETTER = "fetch_document dead-lettered by the broker (expired) after an unknown number of deliveries, 0 started"
-"""G1 on a prefetch of 1 (FM-7 on): what the drain writes for the expired head RabbitMQ dead-lettered."""
-
-
-EXPIRED_ERROR = "UpstreamFailed: fetch_document expired before it ran"
-"""G1: what the expired head's document says (``shared.envelope.envelope_revoked``, through ``unwrap``)."""
 
 
 def s1(obs: Observations, fixed: Fm) -> Check:
