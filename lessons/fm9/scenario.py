@@ -1,11 +1,13 @@
-"""What FM-9's lesson adds to the scenarios: the worker's broker connection drops, and a member outlives the
-broker's ``consumer_timeout``.
+"""What FM-9's lesson adds to the scenarios: the worker's broker connection drops, also during a cold shutdown's soft
+wait, and a member outlives the broker's ``consumer_timeout``.
 
-Two side chords on a RabbitMQ node the lab owns, served by a worker of their own (``lessons.fm9.connloss``), sent one
+Three side chords on a RabbitMQ node the lab owns, served by a worker of their own (``lessons.fm9.connloss``), sent one
 after the other once the run's own chord is over (while the deploys run: neither touches the other's worker or
 broker) and before the outage (which would stop the result backend their worker stores in): ``connloss``, whose
-worker's connections ``ConnectionCut`` cuts while the slow member runs alone, and ``overlong``, a member stuck in
-C code (the two cannot overlap: the cut would requeue the stuck member too).
+worker's connections ``ConnectionCut`` cuts while the slow member runs alone; ``softcut``, with a spare worker beside
+it, whose worker running the slow member gets a SIGTERM and then the cut during its soft wait
+(``lessons.fm9.softcut``; the worker left serves the node from then on); and ``overlong``, a member stuck in C code
+(it cannot overlap the cuts: a cut would requeue the stuck member too).
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ PART = Part(
                      after=(CONNLOSS, SOFTCUT), before=("outage",))),
     injectors={"connection cut": ConnectionCut},
     by_hand={"connection cut": HandCut},  # by hand, the attendee asks for the cut (lessons.fm9.hand)
-    # S9 and S9 hard read these two sides alone (on the lab's own node, not the deploys' or the outage's worker)
+    # S9 reads these two sides alone, S9 hard these and the soft wait's cut (on the lab's own node, not the deploys' or
+    # the outage's worker)
     symptom=Needs(docs=("doc2",), sides=(CONNLOSS, OVERLONG)),
-    hard=Needs(docs=("doc2",), sides=(CONNLOSS, OVERLONG, SOFTCUT)),
+    hard=Needs(docs=("doc2",), sides=(CONNLOSS, SOFTCUT, OVERLONG)),
 )
