@@ -133,11 +133,12 @@ class _Watch:
         pool = getattr(consumer, "pool", None)
         for req in tuple(state.active_requests):
             if req.task.acks_late and not req.acknowledged:
-                logger.warning("broker connection lost during the soft shutdown wait: cancelling %r", req)
                 try:
-                    req.cancel(pool)
+                    req.cancel(pool)  # first: the broker may be handing the message to another worker already
                 except Exception:  # one cancel failing must not stop the others
                     logger.warning("could not cancel %r after the connection loss", req, exc_info=True)
+                else:
+                    logger.warning("broker connection lost during the soft shutdown wait: cancelled %r", req)
 
     def stop(self) -> None:
         self.over.set()

@@ -137,10 +137,11 @@ class SoftWaitCut:
             return
         worker, link = found
         on_term(worker)  # its exit is this variant's own doing, not the linked worker failing
+        sent = time.time()  # the event's own time comes later: the worker may have recorded its soft wait by then
         os.kill(found[0].proc.pid, signal.SIGTERM)  # its main process only, as a deploy does
-        self.termed, self.state = (worker, link, time.time()), "termed"
+        self.termed, self.state = (worker, link, sent), "termed"
         side.rec.event("soft_term", worker=worker.name, pid=str(found[0].proc.pid), running=SOFTCUT_DOC,
-                       since=f"{time.time() - starts[-1].t:.3f}")
+                       since=f"{sent - starts[-1].t:.3f}", sent=repr(sent))
 
     def close(self, grace: float) -> None:
         try:
