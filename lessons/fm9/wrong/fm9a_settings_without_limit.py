@@ -25,6 +25,7 @@ from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 from shared.manifest import read_manifest, write_manifest
 from shared.retry import RetryPolicy, transient_retryable
+from shared.run_fence import fence_redeliveries
 from shared.soft_wait import cancel_when_lost_in_soft_wait
 from shared.stored_members import count_stored_members
 from shared.timeouts import BackstopRequest, hard_timeout
@@ -96,6 +97,7 @@ def drain_dead_letters() -> int:  # FM-3: finalise each dead letter as a failure
     return drain(app, DLQ, send_back=True, send_back_rejected=True)  # FM-8: and one rejected with its outcome unstored
 
 
+fence_redeliveries(app)  # FM-9: a redelivered message waits until the run it interrupted has ended
 
 
 def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:

@@ -24,6 +24,7 @@ from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 from shared.manifest import read_manifest, write_manifest
 from shared.retry import RetryPolicy, transient_retryable
+from shared.run_fence import fence_redeliveries
 from shared.soft_wait import cancel_when_lost_in_soft_wait
 from shared.stored_members import count_stored_members
 from shared.timeouts import BackstopRequest, hard_timeout
@@ -95,6 +96,7 @@ def drain_dead_letters() -> int:  # FM-3: finalise each dead letter as a failure
 
 
 within_consumer_timeout(app, CONSUMER_TIMEOUT)  # FM-9: every time_limit at most half of it: a task ends before its channel
+fence_redeliveries(app)  # FM-9: a redelivered message waits until the run it interrupted has ended
 
 
 def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
