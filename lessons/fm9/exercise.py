@@ -39,8 +39,9 @@ EXERCISE = Task(
         "task's or the broker's consumer_timeout.",
         "Celery's worker_cancel_long_running_tasks_on_connection_loss (5.1+) and broker_channel_error_retry (5.3+); "
         "shared/consumer_timeout.py's within_consumer_timeout(app, seconds), which keeps every time_limit at most "
-        "half of the broker's timeout; and shared/soft_wait.py's cancel_when_lost_in_soft_wait(app), since "
-        "Celery's soft shutdown wait is a sleep that no connection loss interrupts.",
+        "half of the broker's timeout; shared/soft_wait.py's cancel_when_lost_in_soft_wait(app), since "
+        "Celery's soft shutdown wait is a sleep that no connection loss interrupts; shared/run_fence.py's "
+        "fence_redeliveries(app), since a cancel can lose the race to the broker's redelivery.",
     ),
     early=_early,
     needs=("rabbitmq-server",),
