@@ -18,11 +18,16 @@ Fix:
 - ``worker_cancel_long_running_tasks_on_connection_loss = True`` (Celery 5.1+): on a lost
   connection the worker cancels its unacked late-ack tasks. Each one's process gets SIGQUIT
   (SIGTERM without FM-7's ``REMAP_SIGTERM``). The redelivered copy is the only run left.
+- ``cancel_when_lost_in_soft_wait(app)`` (``shared/soft_wait.py``; Celery 5.5+): the cancel, also during FM-7's
+  soft wait, which sleeps.
+- ``fence_redeliveries(app)`` (``shared/run_fence.py``; 5.5+): a redelivered message waits until the run it
+  interrupted has ended.
 - ``within_consumer_timeout(app, CONSUMER_TIMEOUT)`` (``shared/consumer_timeout.py``; Celery
   5.5 to 5.7): ``CONSUMER_TIMEOUT`` is the broker's timeout in seconds (``RCL_CONSUMER_TIMEOUT``,
   default 1800). Each task's own ``time_limit`` is capped at half of it, so a C hang ends first.
 
-Costs: a cancel throws away work in progress; the redelivery starts it again. Each redelivery
+Costs: a cancel throws away work in progress; the redelivery starts it again. A thread per soft wait;
+two Redis writes per run. Each redelivery
 counts against FM-3's delivery limit. A ``time_limit`` passed to ``apply_async`` is not lowered.
 
 Still open: nothing of FM-1 to FM-9. ``docs/audit.md`` checks these settings in your own app.
@@ -60,6 +65,8 @@ from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 from shared.manifest import read_manifest, write_manifest
 from shared.retry import RetryPolicy, transient_retryable
+from shared.run_fence import fence_redeliveries
+from shared.soft_wait import cancel_when_lost_in_soft_wait
 from shared.stored_members import count_stored_members
 from shared.timeouts import BackstopRequest, hard_timeout
 
@@ -85,6 +92,7 @@ reject_unstored(app)  # FM-8: a result the backend cannot store rejects its mess
 BACKEND_GONE = RetryPolicy(max_retries=6, base=0.5, retry_on=(redis.ConnectionError, redis.TimeoutError))  # FM-8: 31.5 to 63 s in all
 app.conf.broker_channel_error_retry = True  # FM-9 (5.3+): a channel closed by the broker (406) is a reconnect, not the end
 app.conf.worker_cancel_long_running_tasks_on_connection_loss = True  # FM-9 (5.1+): a lost connection ends what it requeued
+cancel_when_lost_in_soft_wait(app)  # FM-9: and during FM-7's soft wait too, when Celery's own loop sleeps
 CONSUMER_TIMEOUT = float(os.environ.get("RCL_CONSUMER_TIMEOUT", DEFAULT_CONSUMER_TIMEOUT))  # FM-9: the broker's, in seconds
 
 
@@ -130,6 +138,7 @@ def drain_dead_letters() -> int:  # FM-3: finalise each dead letter as a failure
 
 
 within_consumer_timeout(app, CONSUMER_TIMEOUT)  # FM-9: every time_limit at most half of it: a task ends before its channel
+fence_redeliveries(app)  # FM-9: a redelivered message waits until the run it interrupted has ended
 
 
 def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:

@@ -1,9 +1,10 @@
-"""FM-9's program as it stood before its hard fix: ``fm9_connection_loss.py`` without it, a real file to open and diff.
+"""FM-9's program as it stood before its hard fixes: ``fm9_connection_loss.py`` without them, a real file to open and diff.
 
 ``run_all_fms.py --only fm9 --prove`` runs scenario 9 on it (the cell "fm9 weak", namespace ``fm9w``) and checks
-the hard variant's symptom (``lessons/fm9/checks.py``). Its code is the FM file's but for the hard fix (no
-``within_consumer_timeout``): 3 lines added or removed, a bound ``tests/lessons/test_before_hard_fix.py`` holds it
-to, so the two cannot drift apart.
+the hard variants' symptom (``lessons/fm9/checks.py``). Its code is the FM file's but for the hard fix (no
+``within_consumer_timeout``, a member past the broker's consumer timeout; no ``cancel_when_lost_in_soft_wait`` and
+no ``fence_redeliveries``, a connection lost during a cold shutdown's soft wait, ``lessons/fm9/softcut.py``): 7 lines
+added or removed, a bound ``tests/lessons/test_before_hard_fix.py`` holds it to, so the two cannot drift apart.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""FM-9's checks: G9 (a dropped connection and a member past the consumer timeout: nothing runs twice at once,
-the worker serves again, the member ends as an envelope), S9 and S9 hard.
+"""FM-9's checks: G9 (a dropped connection, also during a cold shutdown's soft wait, and a member past the consumer
+timeout: nothing runs twice at once, the worker serves again, the member ends as an envelope), S9 and S9 hard (the
+program before its hard fixes: the member past the consumer timeout comes back; a cut in the soft wait runs a member
+twice at once).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from lab.observe import Event, Reader, short_doc
 from lab.records import Check, Collector, Observations, SideRun
 from lessons.fm9.hand import CUT
 from lessons.fm9.scenario import CONNLOSS_DOCS, HUNG_DOC
+from lessons.fm9.softcut import SOFTCUT, SOFTCUT_DOC
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,25 @@ def g9(obs: Observations, fm: Fm) -> Check:
     c.expect(f.hung_starts == 1 and f.hung_back == 0 and f.hung_end == "failed time_limit",
              f"the over-long member parsed {f.hung_starts}x, its message back {f.hung_back}x, {f.hung_end}",
              "1x, never back, failed time_limit (its kill before the broker's consumer timeout)")
+    if (softcut := obs.sides.get(SOFTCUT)) is not None:  # the cut in a soft shutdown wait (lessons.fm9.softcut)
+        _soft_wait_cut(c, softcut, by_hand)
+        twice = overlaps(softcut.events)
+        c.expect(not twice, f"{SOFTCUT}: parsed twice at once: {'; '.join(twice) or 'none'}", "none (cancelled at the cut)")
+        ok = sorted(short_doc(str(d)) for d in summary_of_side(softcut).get("ok", []))
+        c.expect(side_done(softcut) and ok == [SOFTCUT_DOC] and len(softcut.emails) == 1,
+                 f"{SOFTCUT} chord {side_state(softcut)}: ok {', '.join(ok) or 'none'}, emails {len(softcut.emails)}",
+                 f"SUCCESS, ok {SOFTCUT_DOC}, 1 email")
     return c.result()
+
+
+def _soft_wait_cut(c: Collector, softcut: SideRun, by_hand: bool) -> None:
+    """The side ``softcut``'s own steps: a SIGTERM while its member ran, then the cut during the soft wait (by hand,
+    where nobody stops a worker, the side is a slow member alone)."""
+    if by_hand:
+        return
+    kinds = [e.kind for e in softcut.events if e.kind in ("soft_term", "soft_cut", "soft_missed")]
+    c.expect(kinds == ["soft_term", "soft_cut"], f"{SOFTCUT}: {', '.join(kinds) or 'nothing done'}",
+             "soft_term, soft_cut (SIGTERM while the member ran, the cut once the soft wait began)")
 
 
 def s9(obs: Observations, fixed: Fm) -> Check:
@@ -119,7 +140,29 @@ def s9_hard(obs: Observations, fixed: Fm) -> Check:
     c.seen.append(f"a run begun while one before had no end (a cancel cannot reach C code): {'; '.join(twice) or 'none'}")
     c.expect(not f.exits, f"the linked worker exited: {', '.join(e.get('code') for e in f.exits) or 'no'}",
              "no (broker_channel_error_retry)")
+    if (softcut := side_of(c, obs, SOFTCUT)) is None:
+        return c.result()
+    _soft_wait_cut(c, softcut, False)
+    twice = overlaps(softcut.events)
+    ran_on = _ran_on_after_soft_cut(softcut)
+    c.expect(bool(twice) or ran_on >= RAN_ON_SECONDS,
+             f"{SOFTCUT}: parsed twice at once: {'; '.join(twice) or 'none'}; the first run ended {ran_on:.2f}s after the cut",
+             f"its member begun again while the first run went on, or that run on {RAN_ON_SECONDS:.2f}s or more after "
+             "the cut with its message back in the broker: no cancel until the soft wait's end")
     return c.result()
+
+
+RAN_ON_SECONDS = 0.15
+"""S9 hard: without a cancel at the cut, the first run of the soft wait's member ends at the wait's end (0.3 s after the
+SIGTERM, so about 0.25 s after the cut); with one, within the cancel's time (0.001 to 0.08 s in the runs here)."""
+
+
+def _ran_on_after_soft_cut(softcut: SideRun) -> float:
+    """How long after the soft wait's cut the member's first run ended (0 when either is missing)."""
+    cut = next((e.t for e in softcut.events if e.kind == "soft_cut"), None)
+    end = next((e.t for e in softcut.events if e.kind == "attempt_end" and e.get("doc") == SOFTCUT_DOC
+                and e.get("attempt") == "1"), None)
+    return end - cut if cut is not None and end is not None else 0.0
 
 
 HUNG_WAIT = 8.0
@@ -155,6 +198,7 @@ CHECKS = LessonChecks(
     words={
         "G9": "connection cut mid-member: no run twice at once, worker serves on; over-long member an envelope",
         "S9": "connection cut: a running member not stopped (run twice at once); consumer timeout ends the worker",
-        "S9 hard": "no limit below the consumer timeout: the stuck member's message comes back (406)",
+        "S9 hard": "no limit below the consumer timeout: the stuck member's message comes back (406); a cut in a "
+                   "soft shutdown wait: a member runs twice at once",
     },
 )

@@ -25,7 +25,8 @@ EXERCISE = Task(
             "parses, as a network blip or a failover does: RabbitMQ requeues the message, the worker reconnects "
             "and takes it again while the first run goes on (on Celery 5.6 and 5.7 both run at once). Another "
             "document is stuck in C code past the node's consumer timeout (2.4 s here): RabbitMQ closes the channel "
-            "and the worker exits.",
+            "and the worker exits. And a worker stopped by a deploy (SIGTERM, a soft shutdown wait) loses its "
+            "connection while it waits: another worker starts the document it still runs.",
     must_hold=(
         "No document's work runs in two processes at once; every document is accounted once, one email per chord.",
         "The worker serves again after its connection was cut, and after the broker closed its channel.",
@@ -38,7 +39,9 @@ EXERCISE = Task(
         "task's or the broker's consumer_timeout.",
         "Celery's worker_cancel_long_running_tasks_on_connection_loss (5.1+) and broker_channel_error_retry (5.3+); "
         "shared/consumer_timeout.py's within_consumer_timeout(app, seconds), which keeps every time_limit at most "
-        "half of the broker's timeout.",
+        "half of the broker's timeout; shared/soft_wait.py's cancel_when_lost_in_soft_wait(app), since "
+        "Celery's soft shutdown wait is a sleep that no connection loss interrupts; shared/run_fence.py's "
+        "fence_redeliveries(app), since a cancel can lose the race to the broker's redelivery.",
     ),
     early=_early,
     needs=("rabbitmq-server",),

@@ -1,11 +1,13 @@
-"""What FM-9's lesson adds to the scenarios: the worker's broker connection drops, and a member outlives the
-broker's ``consumer_timeout``.
+"""What FM-9's lesson adds to the scenarios: the worker's broker connection drops, also during a cold shutdown's soft
+wait, and a member outlives the broker's ``consumer_timeout``.
 
-Two side chords on a RabbitMQ node the lab owns, served by a worker of their own (``lessons.fm9.connloss``), sent one
+Three side chords on a RabbitMQ node the lab owns, served by a worker of their own (``lessons.fm9.connloss``), sent one
 after the other once the run's own chord is over (while the deploys run: neither touches the other's worker or
 broker) and before the outage (which would stop the result backend their worker stores in): ``connloss``, whose
-worker's connections ``ConnectionCut`` cuts while the slow member runs alone, and ``overlong``, a member stuck in
-C code (the two cannot overlap: the cut would requeue the stuck member too).
+worker's connections ``ConnectionCut`` cuts while the slow member runs alone; ``softcut``, with a spare worker beside
+it, whose worker running the slow member gets a SIGTERM and then the cut during its soft wait
+(``lessons.fm9.softcut``; the worker left serves the node from then on); and ``overlong``, a member stuck in C code
+(it cannot overlap the cuts: a cut would requeue the stuck member too).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView, SideView
 from lab.link import BrokerLink
 from lab.owned import OwnedRabbit, stop_leftovers
+from lab.workers import Worker
 from lab.scenarios import MAIN, Doc, Needs, Part, SideChord
+from lessons.fm9.softcut import SOFTCUT, SOFTCUT_DOC, SPARE, SoftWaitCut
 
 CONNLOSS = "connloss"
 OVERLONG = "overlong"
@@ -41,6 +45,7 @@ class ConnectionCut(Injector):
         self.broker: LinkedBroker | None = None
         self.starting: threading.Thread | None = None
         self.failed: BaseException | None = None
+        self.soft: SoftWaitCut | None = None  # the side ``softcut``'s spare worker and its cut (lessons.fm9.softcut)
 
     def prepare(self, fm: Fm, harnessed: Harnessed) -> Fm:
         stop_leftovers(orphans_only=True)  # what a killed run left running
@@ -51,6 +56,8 @@ class ConnectionCut(Injector):
             try:
                 node.start()
                 self.broker = LinkedBroker(fm, node, BrokerLink.to(node.url), lambda env: harnessed.spawn(fm, LINKED, env))
+                self.soft = SoftWaitCut(node, str(fm.task_queues[0].name), lambda env: harnessed.spawn(fm, SPARE, env),
+                                        {"RCL_CONSUMER_TIMEOUT": f"{CONSUMER_TIMEOUT_MS / 1000:g}"})
                 self.broker.start_worker()
             except BaseException as exc:  # said by ready(), on the run's own thread
                 self.failed = exc
@@ -64,6 +71,8 @@ class ConnectionCut(Injector):
         """Everything it started stopped and removed (once the start is over: a node half started is removed too)."""
         if self.starting is not None:
             self.starting.join()
+        if self.soft is not None:
+            self.soft.close(0.0)
         if self.broker is not None:
             self.broker.close(0.0)  # no warm shutdown: its node and the node's queues are removed next, the run is read
         else:
@@ -74,6 +83,10 @@ class ConnectionCut(Injector):
             return False
         if self.failed is not None:
             raise self.failed
+        if side.tag == SOFTCUT and self.soft is not None:
+            return self.soft.ready()  # its spare worker consumes too
+        if side.tag == OVERLONG and self.soft is not None and self.soft.state not in ("idle", "done"):
+            return False  # the worker the soft wait's cut stopped is gone first: one worker serves the node again
         return True
 
     def send(self, run: RunView, side: SideView) -> None:
@@ -92,6 +105,23 @@ class ConnectionCut(Injector):
             side = run.side(tag)
             if side is not None and side.sent:
                 self.broker.step(side.reader, drop=tag == CONNLOSS)
+        side = run.side(SOFTCUT)
+        if side is not None and side.sent and self.soft is not None:
+            broker = self.broker
+            linked = (broker.worker, broker.link) if broker.worker is not None else None
+
+            def on_term(worker: Worker) -> None:
+                if worker is broker.worker:
+                    broker.exit_seen = True  # the SIGTERM's exit, not the linked worker failing (G9 reads worker_exit)
+
+            def on_exit(worker: Worker, spare: Worker | None) -> bool:
+                """The stopped worker is gone: the spare, if it was the linked one, serves the node from now on."""
+                if worker is not broker.worker or spare is None:
+                    return False
+                broker.worker, broker.exit_seen = spare, False
+                return True
+
+            self.soft.step(side.reader, linked, on_term, on_exit)
 
 
 PART = Part(
@@ -99,13 +129,18 @@ PART = Part(
                                 Doc("doc79", None, "a healthy document"), Doc("doc80", None, "a healthy document")),
                      "a chord whose worker's broker connection drops mid-member", injector="connection cut",
                      after=(MAIN,), before=("outage",)),
+           SideChord(SOFTCUT, (Doc(SOFTCUT_DOC, SLOW, "slow but healthy: its worker's connection drops in its soft "
+                                   "shutdown wait"),),
+                     "a cold shutdown's soft wait whose broker connection drops", injector="connection cut",
+                     after=(CONNLOSS,), before=("outage",)),
            SideChord(OVERLONG, (Doc(HUNG_DOC, C_HANG, "a member stuck in C code, past the broker's consumer timeout"),
                                 Doc("doc82", SLOW, "slow but healthy")),
                      "a member that outlives the broker's consumer_timeout", injector="connection cut",
-                     after=(CONNLOSS,), before=("outage",))),
+                     after=(CONNLOSS, SOFTCUT), before=("outage",))),
     injectors={"connection cut": ConnectionCut},
     by_hand={"connection cut": HandCut},  # by hand, the attendee asks for the cut (lessons.fm9.hand)
-    # S9 and S9 hard read these two sides alone (on the lab's own node, not the deploys' or the outage's worker)
+    # S9 reads these two sides alone, S9 hard these and the soft wait's cut (on the lab's own node, not the deploys' or
+    # the outage's worker)
     symptom=Needs(docs=("doc2",), sides=(CONNLOSS, OVERLONG)),
-    hard=Needs(docs=("doc2",), sides=(CONNLOSS, OVERLONG)),
+    hard=Needs(docs=("doc2",), sides=(CONNLOSS, SOFTCUT, OVERLONG)),
 )

@@ -24,6 +24,8 @@ from shared.dlq import DeadLetteringQueue, count_starts, drain
 from shared.envelope import Wire, envelope_revoked, enveloped, unwrap
 from shared.manifest import read_manifest, write_manifest
 from shared.retry import RetryPolicy, transient_retryable
+from shared.run_fence import fence_redeliveries
+from shared.soft_wait import cancel_when_lost_in_soft_wait
 from shared.stored_members import count_stored_members
 from shared.timeouts import BackstopRequest, hard_timeout
 
@@ -48,6 +50,7 @@ count_stored_members(app)  # FM-7: a member killed between its result's store an
 reject_unstored(app)  # FM-8: a result the backend cannot store rejects its message, into the DLX: nothing acked or stored
 BACKEND_GONE = RetryPolicy(max_retries=6, base=0.5, retry_on=(redis.ConnectionError, redis.TimeoutError))  # FM-8: 31.5 to 63 s in all
 app.conf.worker_cancel_long_running_tasks_on_connection_loss = True  # FM-9 (5.1+): a lost connection ends what it requeued
+cancel_when_lost_in_soft_wait(app)  # FM-9: and during FM-7's soft wait too, when Celery's own loop sleeps
 CONSUMER_TIMEOUT = float(os.environ.get("RCL_CONSUMER_TIMEOUT", DEFAULT_CONSUMER_TIMEOUT))  # FM-9: the broker's, in seconds
 
 
@@ -93,6 +96,7 @@ def drain_dead_letters() -> int:  # FM-3: finalise each dead letter as a failure
 
 
 within_consumer_timeout(app, CONSUMER_TIMEOUT)  # FM-9: every time_limit at most half of it: a task ends before its channel
+fence_redeliveries(app)  # FM-9: a redelivered message waits until the run it interrupted has ended
 
 
 def submit(doc_ids: list[str], pipeline_id: str) -> AsyncResult[Any]:
