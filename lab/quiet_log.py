@@ -19,9 +19,11 @@ worker beside ``lab.worker_log``, changes only what is printed, never what Celer
   ``shared.backend``'s ``WARNING`` for a chain head whose result was not stored is dropped for the same
   reason (``recovery`` says it on ``store_failed``).
 - Celery's ``consumer: Connection to broker lost``, its ``Task ... cannot be acknowledged after a
-  connection loss ... Terminating it instead.`` and a chord callback's publish retried on the closed
-  connection (``Retrying refused callback publish``) each become one ``lab:`` line that says what
-  happens next. They stay at ``WARNING``: the worker cannot tell the lab's cut from a real one.
+  connection loss ... Terminating it instead.``, a chord callback's publish retried on the closed
+  connection (``Retrying refused callback publish``), and kombu's ``CRITICAL`` ``Couldn't ack ... reason:
+  RecoverableConnectionError(... 'connection already closed' ...)`` for a task that ended after the cut (its ack
+  goes to the closed channel; the broker has requeued the message already) each become one ``lab:`` line that says
+  what happens next. They stay at ``WARNING``: the worker cannot tell the lab's cut from a real one.
 - Celery's ``worker: Hitting Ctrl+C again will terminate all running tasks!``, which
   ``celery.apps.worker.on_cold_shutdown`` prints (``safe_say``, not a log record) when a cold shutdown
   starts: with ``REMAP_SIGTERM=SIGQUIT`` (the deploys' lesson on) that is every SIGTERM, a deploy's included, so the
@@ -39,6 +41,7 @@ from typing import Any, cast
 
 import redis
 from celery.signals import worker_init
+from amqp.exceptions import RecoverableConnectionError
 
 from lab.observe import doc_in
 from shared.backend import ResultNotStored
@@ -52,6 +55,9 @@ GONE: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutErr
 BACKEND_RETRY_SAY = "Connection to Redis lost: Retry (%s/%s) %s."
 """What ``celery.backends.redis.RedisBackend.on_connection_error`` logs at ``ERROR`` before each retry of a store
 (``E_LOST``, Celery 5.5 to 5.7): one a retry, three a store with the lab's ``retry_policy``."""
+
+CLOSED: tuple[type[BaseException], ...] = (RecoverableConnectionError, ConnectionError, OSError)
+"""What an ack or a reject on a connection the broker no longer has raises (py-amqp, kombu)."""
 
 COLD_SHUTDOWN_SAY = "worker: Hitting Ctrl+C again will terminate all running tasks!"
 """What ``celery.apps.worker.on_cold_shutdown`` prints (Celery 5.5 to 5.7)."""
@@ -122,6 +128,13 @@ class QuietFaults(logging.Filter):
             return _say(record, f"lab: {who} was running when the connection was lost, and its message is back in the "
                         "broker: Celery cancels this run (worker_cancel_long_running_tasks_on_connection_loss), so the "
                         "redelivered copy is the only one", keep_level=True)
+        if (msg.startswith("Couldn't ack %r, reason:") or msg.startswith("Couldn't reject %r, reason:")) \
+                and len(args) == 2 and isinstance(args[1], CLOSED):
+            what = "ack" if "ack %r" in msg else "reject"
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return _say(record, f"lab: the {what} of delivery {args[0]} could not be sent, its connection was closed "
+                        f"({args[1]!r}; the lab cuts it on purpose): RabbitMQ has put the message back with every other "
+                        "it had delivered unacked on that connection, and delivers it again", keep_level=True)
         if msg.startswith("Retrying refused callback publish for %r") and len(args) >= 5:
             return _say(record, f"lab: the connection closed while {args[0]} was being published as a chord's "
                         f"callback: Celery publishes it again ({args[1]}/{args[2]}): {args[4]!r}", keep_level=True)
@@ -161,7 +174,7 @@ def _say(record: logging.LogRecord, text: str, keep_level: bool = False) -> bool
 
 
 FILTERED = ("celery.utils.dispatch.signal", "shared.dlq", "shared.backend", "celery.worker.consumer.consumer",
-            "celery.app.amqp", "celery.backends.redis")
+            "celery.app.amqp", "celery.backends.redis", "celery.worker.request")
 """The loggers whose records ``QuietFaults`` reads."""
 
 

@@ -85,6 +85,18 @@ def test_a_lost_broker_connection_is_a_lab_line_kept_at_warning() -> None:
                                      "connection'); the lab cuts it on purpose)")
 
 
+def test_an_ack_on_the_cut_connection_is_a_lab_line_at_warning() -> None:
+    from amqp.exceptions import RecoverableConnectionError
+
+    r = record("celery.worker.request", logging.CRITICAL, "Couldn't ack %r, reason:%r", 151,
+               RecoverableConnectionError("connection already closed"))
+    assert QuietFaults().filter(r) is True
+    assert r.levelno == logging.WARNING and r.exc_info is None
+    assert r.getMessage().startswith("lab: the ack of delivery 151 could not be sent, its connection was closed")
+    other = record("celery.worker.request", logging.CRITICAL, "Couldn't ack %r, reason:%r", 152, ValueError("a bug"))
+    assert QuietFaults().filter(other) is True and other.levelno == logging.CRITICAL
+
+
 @pytest.fixture
 def restored_safe_say() -> Iterator[None]:
     original = getattr(apps_worker, "safe_say")
