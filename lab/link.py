@@ -180,6 +180,18 @@ def requested() -> float | None:
         return None
 
 
+def describe(pid: int) -> str:
+    """What ``/proc`` says of process ``pid`` (the link, when a cut went unanswered): its state, threads and signal
+    masks (``SigPnd``/``ShdPnd`` pending, ``SigBlk`` blocked, ``SigCgt`` caught; SIGUSR1 is bit 9)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return f"process {pid} is gone"
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    keep = ("State", "Threads", "SigPnd", "ShdPnd", "SigBlk", "SigCgt")
+    return f"process {pid}: " + ", ".join(f"{k} {fields[k].strip()}" for k in keep if k in fields)
+
+
 def fire(pid: int) -> None:
     """Have the link ``pid`` cut now (SIGUSR1)."""
     os.kill(pid, signal.SIGUSR1)
@@ -232,7 +244,8 @@ def _ask_cut() -> int:
         if not wait_until(lambda: len(cuts()) > before, ASK_SECONDS, interval=0.05):
             print(f"no by-hand run carried the cut out within {ASK_SECONDS:.0f}s: cutting now", flush=True)
             fire(found[0])
-            wait_until(lambda: len(cuts()) > before, 5.0, interval=0.05)
+            if not wait_until(lambda: len(cuts()) > before, 5.0, interval=0.05):
+                print(f"the link did not answer ({describe(found[0])})", flush=True)
     finally:
         _state(REQUEST_FILE).unlink(missing_ok=True)
     made = cuts()[before:]
