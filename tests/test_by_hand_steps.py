@@ -163,6 +163,8 @@ class Attendee:
             if logs is not None:
                 (logs / f"shell{i}-{shell.proc.args[-1] if isinstance(shell.proc.args, list) else ''}.log").write_text(
                     shell.text)
+        if logs is not None:
+            (logs / "submitter.log").write_text("\n".join(self.said))
         subprocess.run([".venv/bin/python", "-m", "lab.hand", "backend", "stop"], cwd=ROOT, env=self.env,
                        capture_output=True, timeout=60)
         shutil.rmtree(OwnedRedis(HAND_BACKEND).folder, ignore_errors=True)
