@@ -20,10 +20,13 @@ run the fault never met.
 ``python -m lab.hand stop-worker <pid>`` stops a worker as a deploy does (FM-7's step by hand): SIGTERM to its main
 process, then, if it still runs ``STOP_GRACE_SECONDS`` later, SIGKILL to it and every process under it, as Kubernetes
 does at the end of ``terminationGracePeriodSeconds``. The grace is not a formality: Celery's cold shutdown
-(``REMAP_SIGTERM=SIGQUIT``) runs in the signal handler, at whatever line the main process was, and when that line
-was between a job's header and its body written to a pool process (``AsynPool._write_job``), the handler's pool
-join waits for that process, which waits for the body: the worker never exits by itself (seen by hand, 2026-12-06:
-a ``kill -TERM`` alone left the old worker running 120 s).
+(``REMAP_SIGTERM=SIGQUIT``, 5.7.0) does its blocking work in the signal handler, on top of whatever line the main
+process was at, and two such lines never let it end: between a job's header and its body written to a pool process
+(``AsynPool._write_job``), the handler's pool join waits for that process, which waits for the body; inside an AMQP
+frame's write (py-amqp's ``write_frame`` holds a non-reentrant ``buffer_lock``, here for an ack), the handler's
+``basic_cancel`` waits for that lock. Seen by hand (2026-12-06: a ``kill -TERM`` alone left the old worker running
+120 s; the by-hand cue comes the moment the worker receives a slow document, when it writes jobs), and with py-spy in
+3 of 24 bare SIGTERMs sent to a busy fm9 worker.
 
 ``python -m lab.hand backend start|stop`` starts and stops the result backend a by-hand run may stop: a
 ``redis-server`` of the lab's own in this namespace (``lab.owned.OwnedRedis``, named ``HAND_BACKEND``, its data
