@@ -25,8 +25,10 @@ process was at, and two such lines never let it end: between a job's header and 
 (``AsynPool._write_job``), the handler's pool join waits for that process, which waits for the body; inside an AMQP
 frame's write (py-amqp's ``write_frame`` holds a non-reentrant ``buffer_lock``, here for an ack), the handler's
 ``basic_cancel`` waits for that lock. Seen by hand (2026-12-06: a ``kill -TERM`` alone left the old worker running
-120 s; the by-hand cue comes the moment the worker receives a slow document, when it writes jobs), and with py-spy in
-3 of 24 bare SIGTERMs sent to a busy fm9 worker.
+120 s; the by-hand cue comes the moment the worker receives a slow document, when it writes jobs), and with py-spy
+in a stress of 24 bare SIGTERMs to a busy fm9 worker: 3 had not exited 30 s later, one over a half-written job, one
+on the ack's lock, and one in the pool join while a pool process waited out billiard's check that its results were
+read (``Worker._ensure_messages_consumed``: 300 looks 0.1 s apart).
 
 ``python -m lab.hand backend start|stop`` starts and stops the result backend a by-hand run may stop: a
 ``redis-server`` of the lab's own in this namespace (``lab.owned.OwnedRedis``, named ``HAND_BACKEND``, its data
