@@ -193,7 +193,7 @@ def _no_worker_left() -> None:
     assert link.registered() is None
 
 
-@pytest.mark.attendee  # make test-by-hand: 2 of 4 fm9 runs failed at load 1-2 (README, "By hand")
+@pytest.mark.attendee  # make test-by-hand: about 300 s for the three, too slow for make test (README, "By hand")
 @pytest.mark.parametrize("name", ["fm7", "fm8", "fm9"])
 def test_an_attendee_who_does_what_the_submitter_says_passes(name: str, attendee: list[Attendee], tmp_path: Path) -> None:
     assert link.registered() is None, "a link of an earlier run still runs in the namespace"
