@@ -2,7 +2,7 @@
 #   make lab    creates .venv, installs, makes sure RabbitMQ and Redis answer, runs the lab (JOBS runs at
 #               once, never two on the same FM's code; JOBS=1: one after another)
 #   make test   the same set-up, then pytest (unit + integration) and pyright (strict); not the by-hand
-#               attendee runs (make test-by-hand: they fail now and then, see README)
+#               attendee runs (make test-by-hand: about 300 s together, see README)
 #   make bench  the chord benchmark (bench/bench_chord.py, docs/benchmarks.md) in namespace rclbench unless
 #               RCL_NAMESPACE is set; options with BENCH_ARGS, e.g. make bench BENCH_ARGS="-n 100 1000 --repeats 2"
 #   make matrix the lab, --prove and the claims on every Celery version in matrix/ (one venv each

@@ -31,7 +31,7 @@ per message. ``REMAP_SIGTERM`` is not a setting: the deployment must set it.
 
 Still open: the result backend going away mid-chord (FM-8).
 
-Run it (one shell each; the submitter says when to start the new version and to ``kill -TERM``
+Run it (one shell each; the submitter says when to start the new version and to stop
 the old worker, with each command):
 
     REMAP_SIGTERM=SIGQUIT .venv/bin/celery -A fm7_rolling_deploys worker --without-gossip --without-mingle --without-heartbeat -B

@@ -17,6 +17,19 @@ run the fault never met.
 
 ``RCL_HAND_SECONDS`` sets every step's deadline (default ``HAND_SECONDS``).
 
+``python -m lab.hand stop-worker <pid>`` stops a worker as a deploy does (FM-7's step by hand): SIGTERM to its main
+process, then, if it still runs ``STOP_GRACE_SECONDS`` later, SIGKILL to it and every process under it, as Kubernetes
+does at the end of ``terminationGracePeriodSeconds``. The grace is not a formality: Celery's cold shutdown
+(``REMAP_SIGTERM=SIGQUIT``, 5.7.0) does its blocking work in the signal handler, on top of whatever line the main
+process was at, and two such lines never let it end: between a job's header and its body written to a pool process
+(``AsynPool._write_job``), the handler's pool join waits for that process, which waits for the body; inside an AMQP
+frame's write (py-amqp's ``write_frame`` holds a non-reentrant ``buffer_lock``, here for an ack), the handler's
+``basic_cancel`` waits for that lock. Seen by hand (2026-12-06: a ``kill -TERM`` alone left the old worker running
+120 s; the by-hand cue comes the moment the worker receives a slow document, when it writes jobs), and with py-spy
+in a stress of 24 bare SIGTERMs to a busy fm9 worker: 3 had not exited 30 s later, one over a half-written job, one
+on the ack's lock, and one in the pool join while a pool process waited out billiard's check that its results were
+read (``Worker._ensure_messages_consumed``: 300 looks 0.1 s apart).
+
 ``python -m lab.hand backend start|stop`` starts and stops the result backend a by-hand run may stop: a
 ``redis-server`` of the lab's own in this namespace (``lab.owned.OwnedRedis``, named ``HAND_BACKEND``, its data
 kept across a stop and a start, its port kept), found by its pid file, never by a name pattern.
@@ -39,6 +52,9 @@ from lab.records import Collector
 
 HAND_SECONDS = 120.0
 """How long the submitter waits for each step by hand, unless ``RCL_HAND_SECONDS`` says otherwise."""
+STOP_GRACE_SECONDS = 10.0
+"""By hand, the old worker's grace between SIGTERM and SIGKILL (``stop-worker``): Celery's cold shutdown of an fm7
+worker takes 1.5 to 3.5 s on the lab's loaded machine when it does not hang."""
 HAND_BACKEND = "by-hand"
 """The name of the by-hand result backend (``lab.owned``: ``.lab/<namespace>/owned/redis-by-hand/``)."""
 
@@ -161,12 +177,73 @@ def backend_command(action: str) -> str:
     return f".venv/bin/python -m lab.hand backend {action}"
 
 
+def stop_command(pid: str) -> str:
+    return f".venv/bin/python -m lab.hand stop-worker {pid}"
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (its pool processes, its beat), read off ``/proc``."""
+    from lab.workers import _after_comm  # pyright: ignore[reportPrivateUsage]
+
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    children.setdefault(int(_after_comm(f.read())[1]), []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def stop_worker(pid: int, grace: float = STOP_GRACE_SECONDS) -> int:
+    """``stop-worker``: SIGTERM, then SIGKILL to what is left at the grace's end (see the module docstring)."""
+    import time
+
+    from lab.waiting import wait_until
+    from lab.workers import pid_alive
+
+    if "celery" not in _cmdline(pid) or " worker" not in _cmdline(pid):
+        print(f"error: process {pid} is not a celery worker", file=sys.stderr)
+        return 2
+    under = _descendants(pid)
+    sent = time.monotonic()
+    os.kill(pid, signal.SIGTERM)
+    print(f"SIGTERM sent to worker {pid}; SIGKILL to what is left of it in {grace:.0f}s if it has not exited by then",
+          flush=True)
+    if wait_until(lambda: not pid_alive(pid), grace, interval=0.05):
+        print(f"worker {pid} exited by itself {time.monotonic() - sent:.1f}s after its SIGTERM", flush=True)
+        return 0
+    left = [p for p in [pid, *under, *_descendants(pid)] if pid_alive(p)]
+    for p in dict.fromkeys(left):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    print(f"worker {pid} still ran {grace:.0f}s after its SIGTERM (Celery's cold shutdown can hang: see lab/hand.py): "
+          f"SIGKILL to it and {len(left) - 1} process(es) under it, as Kubernetes does at the grace's end; the broker "
+          "returns what it held unacknowledged", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m lab.hand backend start|stop``: the by-hand result backend (see the module docstring)."""
+    """``python -m lab.hand backend start|stop``: the by-hand result backend; ``python -m lab.hand stop-worker <pid>``:
+    a worker stopped as a deploy does (see the module docstring)."""
     import argparse
 
     from lab.owned import OwnedRedis, StartFailed
 
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["stop-worker"]:
+        w = argparse.ArgumentParser(prog="python -m lab.hand stop-worker", description=stop_worker.__doc__)
+        w.add_argument("pid", type=int)
+        return stop_worker(int(w.parse_args(argv[1:]).pid))
     p = argparse.ArgumentParser(prog="python -m lab.hand", description=main.__doc__)
     p.add_argument("service", choices=["backend"])
     p.add_argument("action", choices=["start", "stop"])

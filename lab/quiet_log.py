@@ -10,14 +10,20 @@ worker beside ``lab.worker_log``, changes only what is printed, never what Celer
   failure at ``ERROR`` with its traceback, four a second while the drain runs. The first in a process is
   one ``expected:`` line at ``INFO`` that says what is lost; the repeats within ``OUTAGE_SECONDS`` are
   dropped. A ``count_starts`` failure of any other kind stays as Celery wrote it.
+- Celery's ``Connection to Redis lost: Retry (n/3) ...`` at ``ERROR``, which the Redis backend logs before each
+  retry of a store (its ``retry_policy``) while the backend is gone: the first in a process is one ``expected:``
+  line at ``INFO``, the repeats within ``OUTAGE_SECONDS`` are dropped; the store's failure, if it comes, has its
+  own ``expected:`` line (``lab.worker_log``).
 - the DLQ drain's ``WARNING`` for a letter it sent back to its queue or kept in the DLQ (``shared.dlq``)
   is dropped: the ``lab:`` line of ``lab.worker_log.recovery`` says the same with the document's name.
   ``shared.backend``'s ``WARNING`` for a chain head whose result was not stored is dropped for the same
   reason (``recovery`` says it on ``store_failed``).
 - Celery's ``consumer: Connection to broker lost``, its ``Task ... cannot be acknowledged after a
-  connection loss ... Terminating it instead.`` and a chord callback's publish retried on the closed
-  connection (``Retrying refused callback publish``) each become one ``lab:`` line that says what
-  happens next. They stay at ``WARNING``: the worker cannot tell the lab's cut from a real one.
+  connection loss ... Terminating it instead.``, a chord callback's publish retried on the closed
+  connection (``Retrying refused callback publish``), and kombu's ``CRITICAL`` ``Couldn't ack ... reason:
+  RecoverableConnectionError(... 'connection already closed' ...)`` for a task that ended after the cut (its ack
+  goes to the closed channel; the broker has requeued the message already) each become one ``lab:`` line that says
+  what happens next. They stay at ``WARNING``: the worker cannot tell the lab's cut from a real one.
 - Celery's ``worker: Hitting Ctrl+C again will terminate all running tasks!``, which
   ``celery.apps.worker.on_cold_shutdown`` prints (``safe_say``, not a log record) when a cold shutdown
   starts: with ``REMAP_SIGTERM=SIGQUIT`` (the deploys' lesson on) that is every SIGTERM, a deploy's included, so the
@@ -35,6 +41,7 @@ from typing import Any, cast
 
 import redis
 from celery.signals import worker_init
+from amqp.exceptions import RecoverableConnectionError
 
 from lab.observe import doc_in
 from shared.backend import ResultNotStored
@@ -44,6 +51,13 @@ OUTAGE_SECONDS = 10.0
 
 GONE: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
 """What a result backend that does not answer raises in redis-py (and so in ``count_starts``)."""
+
+BACKEND_RETRY_SAY = "Connection to Redis lost: Retry (%s/%s) %s."
+"""What ``celery.backends.redis.RedisBackend.on_connection_error`` logs at ``ERROR`` before each retry of a store
+(``E_LOST``, Celery 5.5 to 5.7): one a retry, three a store with the lab's ``retry_policy``."""
+
+CLOSED: tuple[type[BaseException], ...] = (RecoverableConnectionError, ConnectionError, OSError)
+"""What an ack or a reject on a connection the broker no longer has raises (py-amqp, kombu)."""
 
 COLD_SHUTDOWN_SAY = "worker: Hitting Ctrl+C again will terminate all running tasks!"
 """What ``celery.apps.worker.on_cold_shutdown`` prints (Celery 5.5 to 5.7)."""
@@ -84,6 +98,7 @@ class QuietFaults(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self._told_gone = 0.0  # time.monotonic() of the last count_starts failure said
+        self._told_retry = 0.0  # time.monotonic() of the last retried store said
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -95,6 +110,8 @@ class QuietFaults(logging.Filter):
         msg, args = str(record.msg), record.args if isinstance(record.args, tuple) else ()
         if msg == "Signal handler %r raised: %r" and len(args) == 2:
             return self._count_starts(record, args[0], args[1])
+        if record.name == "celery.backends.redis" and msg == BACKEND_RETRY_SAY and len(args) == 3:
+            return self._store_retry(record, args[1])
         if record.name == "shared.dlq" and (msg.startswith("dead letter %s (%s) sent back to its queue")
                                              or msg.startswith("dead letter %s (%s) kept in the DLQ")):
             return False  # lab.worker_log.recovery says it, with the document's name
@@ -111,10 +128,26 @@ class QuietFaults(logging.Filter):
             return _say(record, f"lab: {who} was running when the connection was lost, and its message is back in the "
                         "broker: Celery cancels this run (worker_cancel_long_running_tasks_on_connection_loss), so the "
                         "redelivered copy is the only one", keep_level=True)
+        if (msg.startswith("Couldn't ack %r, reason:") or msg.startswith("Couldn't reject %r, reason:")) \
+                and len(args) == 2 and isinstance(args[1], CLOSED):
+            what = "ack" if "ack %r" in msg else "reject"
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return _say(record, f"lab: the {what} of delivery {args[0]} could not be sent, its connection was closed "
+                        f"({args[1]!r}; the lab cuts it on purpose): RabbitMQ has put the message back with every other "
+                        "it had delivered unacked on that connection, and delivers it again", keep_level=True)
         if msg.startswith("Retrying refused callback publish for %r") and len(args) >= 5:
             return _say(record, f"lab: the connection closed while {args[0]} was being published as a chord's "
                         f"callback: Celery publishes it again ({args[1]}/{args[2]}): {args[4]!r}", keep_level=True)
         return True
+
+    def _store_retry(self, record: logging.LogRecord, retries: object) -> bool:
+        now = time.monotonic()
+        if now - self._told_retry < OUTAGE_SECONDS:
+            return False  # said already in this outage
+        self._told_retry = now
+        return _say(record, f"expected: the result backend is gone: Celery retries the store of {_current_task()} "
+                    f"(the backend's retry_policy, {retries} retries); if it is still gone then, the store fails and "
+                    f"the line after says what follows (repeats in the next {OUTAGE_SECONDS:.0f} s not shown)")
 
     def _count_starts(self, record: logging.LogRecord, receiver: object, exc: object) -> bool:
         name = _qualname(receiver)
@@ -141,7 +174,7 @@ def _say(record: logging.LogRecord, text: str, keep_level: bool = False) -> bool
 
 
 FILTERED = ("celery.utils.dispatch.signal", "shared.dlq", "shared.backend", "celery.worker.consumer.consumer",
-            "celery.app.amqp")
+            "celery.app.amqp", "celery.backends.redis", "celery.worker.request")
 """The loggers whose records ``QuietFaults`` reads."""
 
 

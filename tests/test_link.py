@@ -4,8 +4,11 @@ RabbitMQ), and the limits below the consumer timeout (pure: no broker)."""
 from __future__ import annotations
 
 import itertools
+import signal
 import subprocess
 import sys
+import threading
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -21,6 +24,22 @@ from shared.consumer_timeout import within_consumer_timeout
 def _ping(conn: Connection) -> None:
     """One round trip on the connection's channel."""
     cast(Any, conn.default_channel).basic_qos(0, 1, False)
+
+
+def _blocked(native_id: int | None) -> int:
+    """The signal mask of one of this process's threads (``SigBlk``, bit n-1 for signal n)."""
+    status = Path(f"/proc/self/task/{native_id}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("SigBlk:")).split()[1], 16)
+
+
+def test_the_links_threads_leave_the_signals_a_main_thread_handles_to_it() -> None:
+    """A SIGUSR1 (a cut by hand) or a Ctrl-C handed to a pump thread would wait for the main thread's next wake-up,
+    and ``python -m lab.link``'s main thread sleeps in a read of its stdin: the link's threads block them."""
+    with BrokerLink("127.0.0.1", 9) as link:  # nothing needs to answer: no connection is made
+        accept = next(t for t in threading.enumerate() if t.name == f"broker-link-{link.port}")
+        for sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGTERM):
+            assert _blocked(accept.native_id) & (1 << (sig - 1)), sig
+            assert not _blocked(threading.main_thread().native_id) & (1 << (sig - 1)), sig  # the main's, unchanged
 
 
 def test_the_link_url_keeps_the_credentials_and_the_vhost() -> None:

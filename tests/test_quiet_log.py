@@ -45,6 +45,20 @@ def test_count_starts_meeting_the_backend_gone_is_one_expected_line_per_outage()
     assert quiet.filter(signal_error(count_starts(), redis.TimeoutError("timed out"))) is False  # the same outage
 
 
+def test_the_backends_retried_store_is_one_expected_line_per_outage() -> None:
+    """Celery's Redis backend logs ``E_LOST`` at ERROR before each retry of a store (three with the lab's policy)."""
+    quiet = QuietFaults()
+    first = record("celery.backends.redis", logging.ERROR, "Connection to Redis lost: Retry (%s/%s) %s.", 0, 3, "now")
+    assert quiet.filter(first) is True
+    assert first.levelno == logging.INFO
+    assert first.getMessage().startswith("expected: the result backend is gone: Celery retries the store of a task "
+                                         "(the backend's retry_policy, 3 retries)")
+    again = record("celery.backends.redis", logging.ERROR, "Connection to Redis lost: Retry (%s/%s) %s.", 1, 3, "now")
+    assert quiet.filter(again) is False  # the same outage
+    other = record("celery.backends.redis", logging.ERROR, "Chord %r raised: %r", "id", ValueError("x"))
+    assert quiet.filter(other) is True and other.levelno == logging.ERROR
+
+
 @pytest.mark.parametrize(("receiver", "exc"), [(other_receiver, redis.ConnectionError("gone")),
                                                (count_starts(), ValueError("a bug"))])
 def test_any_other_signal_handler_error_stays_as_celery_wrote_it(receiver: object, exc: BaseException) -> None:
@@ -69,6 +83,18 @@ def test_a_lost_broker_connection_is_a_lab_line_kept_at_warning() -> None:
     assert r.levelno == logging.WARNING
     assert r.getMessage().startswith("lab: the broker connection was lost (OSError('Server unexpectedly closed "
                                      "connection'); the lab cuts it on purpose)")
+
+
+def test_an_ack_on_the_cut_connection_is_a_lab_line_at_warning() -> None:
+    from amqp.exceptions import RecoverableConnectionError
+
+    r = record("celery.worker.request", logging.CRITICAL, "Couldn't ack %r, reason:%r", 151,
+               RecoverableConnectionError("connection already closed"))
+    assert QuietFaults().filter(r) is True
+    assert r.levelno == logging.WARNING and r.exc_info is None
+    assert r.getMessage().startswith("lab: the ack of delivery 151 could not be sent, its connection was closed")
+    other = record("celery.worker.request", logging.CRITICAL, "Couldn't ack %r, reason:%r", 152, ValueError("a bug"))
+    assert QuietFaults().filter(other) is True and other.levelno == logging.CRITICAL
 
 
 @pytest.fixture

@@ -3,9 +3,11 @@
 1. ``start the new version``: when the side chord ``deploy`` is due, the submitter prints the worker's own command with
    ``-n new@%h`` (a second shell, same folder, same exports) and waits, before it sends the slow documents, until the
    broker counts a second consumer on the task queue (Kubernetes' readiness: the new version takes work);
-2. ``SIGTERM the old worker``: once it has taken one of the slow documents, ``kill -TERM <pid>``, the pid of the worker that
-   served the run until then (its main process, as the observer's ``received`` events name it: this namespace's
-   worker, never one found by a name pattern); seen once that process is gone while slow documents were still to end.
+2. ``SIGTERM the old worker``: once it has taken one of the slow documents, ``python -m lab.hand stop-worker <pid>``
+   (SIGTERM, then SIGKILL at the grace's end, as a deploy does: ``lab.hand`` says why a bare ``kill -TERM`` is not
+   enough), the pid of the worker that served the run until then (its main process, as the observer's ``received``
+   events name it: this namespace's worker, never one found by a name pattern); seen once that process is gone while
+   slow documents were still to end.
 
 The slow documents take about 6 s on two workers: have the ``kill`` typed when step 1 is seen. A step not done within
 its deadline is said as missing; G7 then fails, naming it.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from lab.hand import Hand, HandInjector, Steps, consumers, pid_gone, worker_pids
+from lab.hand import STOP_GRACE_SECONDS, Hand, HandInjector, Steps, consumers, pid_gone, stop_command, worker_pids
 from lab.injector import RunView, SideView
 
 NEW = "start the new version"
@@ -45,7 +47,7 @@ class HandDeploy(HandInjector):
             pids = worker_pids(run.reader.events())
             self.old = pids[-1] if pids else ""
             self.say.cue(side.reader, NEW, f"start the new version of the worker in a second shell (same folder, same "
-                         f"exports as the first); then have `kill -TERM {self.old or '<pid>'}` typed in a shell",
+                         f"exports as the first); then have `{stop_command(self.old or '<pid>')}` typed in a shell",
                          f"{self.hand.fm.worker_command()} -n new@%h", now)
         if NEW in self.say.done:
             return True
@@ -78,7 +80,9 @@ class HandDeploy(HandInjector):
                 return  # the moment: the old worker holds one of them (it may still finish the run's last work)
             self.term_cued = True
             self.say.cue(side.reader, TERM, f"SIGTERM the old worker now (pid {self.old}, the one that ran the run so "
-                         "far), while the slow documents run (about 6 s)", f"kill -TERM {self.old}", now)
+                         f"far), while the slow documents run (about 6 s); the command SIGKILLs what is left of it "
+                         f"{STOP_GRACE_SECONDS:.0f} s later, as Kubernetes does at the grace's end",
+                         stop_command(self.old), now)
             return
         if pid_gone(self.old):
             ended = sum(1 for e in events if e.kind == "attempt_end" and e.get("outcome") == "ok")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from lab import link
-from lab.hand import Hand, HandInjector, Steps, consumers
+from lab.hand import Hand, HandInjector, Steps, consumers, pid_gone
 from lab.injector import RunView, SideView
 from lessons.fm9.connloss import CUT_AFTER
 
@@ -39,6 +39,7 @@ class HandCut(HandInjector):
         self.cuts_before = 0
         self.running = ""
         self.made: tuple[float, int] | None = None
+        self.link_pid: int | None = None
 
     def unmet(self) -> str | None:
         if link.registered() is not None:
@@ -72,16 +73,19 @@ class HandCut(HandInjector):
             return
         now = time.monotonic()
         events = side.reader.events()
-        found = link.registered()
+        if self.link_pid is None:  # the namespace's link, found once (its probe is a connection through it)
+            found = link.registered()
+            self.link_pid = found[0] if found is not None else None
+        linked = self.link_pid is not None and not pid_gone(str(self.link_pid))
         if self.fired_at is None:
             ended = {(e.get("doc"), e.get("attempt")) for e in events if e.kind == "attempt_end"}
             running = [e for e in events if e.kind == "attempt_start" and (e.get("doc"), e.get("attempt")) not in ended]
-            if found is None:
+            if self.link_pid is None or not linked:
                 self.say.missed(side.reader, CUT, "the link stopped before the cut")
             elif len(running) == 1 and time.time() - running[0].t >= CUT_AFTER:
                 self.cuts_before, self.running = len(link.cuts()), running[0].get("doc")
                 self.fired_at = now
-                link.fire(found[0])
+                link.fire(self.link_pid)
             elif any(e.kind == "notify_start" for e in events):
                 self.say.missed(side.reader, CUT, "the side's documents ended with no moment to cut at")
             return
@@ -94,7 +98,7 @@ class HandCut(HandInjector):
                     self.say.missed(side.reader, CUT, "the cut closed no connection: the worker does not go through the "
                                     "link (its CELERY_BROKER_URL must be the one the link printed)")
             elif now - self.fired_at > RECONNECT_SECONDS:
-                self.say.missed(side.reader, CUT, "the link did not answer the cut")
+                self.say.missed(side.reader, CUT, f"the link did not answer the cut ({link.describe(self.link_pid or 0)})")
             return
         if consumers(self.hand.fm) >= 1:
             self.say.seen(side.reader, CUT, f"the link closed {self.made[1]} connection(s) of the worker while "
