@@ -17,18 +17,19 @@ run the fault never met.
 
 ``RCL_HAND_SECONDS`` sets every step's deadline (default ``HAND_SECONDS``).
 
-``python -m lab.hand stop-worker <pid>`` stops a worker as a deploy does (FM-7's step by hand): SIGTERM to its main
-process, then, if it still runs ``STOP_GRACE_SECONDS`` later, SIGKILL to it and every process under it, as Kubernetes
-does at the end of ``terminationGracePeriodSeconds``. The grace is not a formality: Celery's cold shutdown
-(``REMAP_SIGTERM=SIGQUIT``, 5.7.0) does its blocking work in the signal handler, on top of whatever line the main
-process was at, and two such lines never let it end: between a job's header and its body written to a pool process
-(``AsynPool._write_job``), the handler's pool join waits for that process, which waits for the body; inside an AMQP
-frame's write (py-amqp's ``write_frame`` holds a non-reentrant ``buffer_lock``, here for an ack), the handler's
-``basic_cancel`` waits for that lock. Seen by hand (2026-12-06: a ``kill -TERM`` alone left the old worker running
-120 s; the by-hand cue comes the moment the worker receives a slow document, when it writes jobs), and with py-spy
-in a stress of 24 bare SIGTERMs to a busy fm9 worker: 3 had not exited 30 s later, one over a half-written job, one
-on the ack's lock, and one in the pool join while a pool process waited out billiard's check that its results were
-read (``Worker._ensure_messages_consumed``: 300 looks 0.1 s apart).
+``python -m lab.hand stop-worker <pid>`` stops a worker as a deploy does (the rolling deploys' step by hand):
+SIGTERM to its main process, then, if it still runs ``STOP_GRACE_SECONDS`` later, SIGKILL to it and every process
+under it, as Kubernetes does at the end of ``terminationGracePeriodSeconds``. The grace is not a formality:
+Celery's cold shutdown (``REMAP_SIGTERM=SIGQUIT``, 5.7.0) does its blocking work in the signal handler, on top of
+whatever line the main process was at, and two such lines never let it end: between a job's header and its body
+written to a pool process (``AsynPool._write_job``), the handler's pool join waits for that process, which waits
+for the body; inside an AMQP frame's write (py-amqp's ``write_frame`` holds a non-reentrant ``buffer_lock``, here
+for an ack), the handler's ``basic_cancel`` waits for that lock. Seen by hand (2026-12-06: a ``kill -TERM`` alone
+left the old worker running 120 s; the by-hand cue comes the moment the worker receives a slow document, when it
+writes jobs), and with py-spy in a stress of 24 bare SIGTERMs to a busy worker of the last lesson: 3 had not exited
+30 s later, one over a half-written job, one on the ack's lock, and one in the pool join while a pool process
+waited out billiard's check that its results were read (``Worker._ensure_messages_consumed``: 300 looks 0.1 s
+apart).
 
 ``python -m lab.hand backend start|stop`` starts and stops the result backend a by-hand run may stop: a
 ``redis-server`` of the lab's own in this namespace (``lab.owned.OwnedRedis``, named ``HAND_BACKEND``, its data
@@ -53,8 +54,8 @@ from lab.records import Collector
 HAND_SECONDS = 120.0
 """How long the submitter waits for each step by hand, unless ``RCL_HAND_SECONDS`` says otherwise."""
 STOP_GRACE_SECONDS = 10.0
-"""By hand, the old worker's grace between SIGTERM and SIGKILL (``stop-worker``): Celery's cold shutdown of an fm7
-worker takes 1.5 to 3.5 s on the lab's loaded machine when it does not hang."""
+"""By hand, the old worker's grace between SIGTERM and SIGKILL (``stop-worker``): Celery's cold shutdown of a
+rolling deploy's worker takes 1.5 to 3.5 s on the lab's loaded machine when it does not hang."""
 HAND_BACKEND = "by-hand"
 """The name of the by-hand result backend (``lab.owned``: ``.lab/<namespace>/owned/redis-by-hand/``)."""
 
