@@ -478,8 +478,8 @@ def _on_cancel(request: object, kind: str = "cancelled") -> None:
         RunRecorder(found[0]).event(kind, task=str(getattr(request, "id", "")), doc=found[1])
 
 
-_celery_methods: list[tuple[type, str, Callable[..., object]]] = []
-"""Celery's own methods that ``install`` has wrapped (class, name, method), while it has them wrapped."""
+_celery_methods: list[tuple[type, str, Callable[..., object], Callable[..., object]]] = []
+"""Celery's methods that ``install`` has wrapped: (class, name, the method it wrapped, its wrapper)."""
 
 
 def _wrap_celery() -> None:
@@ -487,9 +487,8 @@ def _wrap_celery() -> None:
     in the main process: ``WorkController.wait_for_soft_shutdown`` as it begins, once per running body the main
     process has read as started (``soft_wait``: these, and only these, its cancel will reach), and ``Request.cancel``
     of a running body just before it terminates the body's pool process (``cancelled``;
-    ``Consumer.cancel_all_unacked_requests`` calls it in 5.5.3, ``cancel_active_requests`` in 5.6.3 and 5.7.0)."""
-    if _celery_methods:
-        return
+    ``Consumer.cancel_all_unacked_requests`` calls it in 5.5.3, ``cancel_active_requests`` in 5.6.3 and 5.7.0).
+    Each wrapper reports only while the observer is installed, and otherwise only calls what it wrapped."""
     from celery.worker import state
     from celery.worker.worker import WorkController
 
@@ -499,23 +498,26 @@ def _wrap_celery() -> None:
 
     def on_accepted(self: Request, pid: int, time_accepted: float) -> None:
         accepted(self, pid, time_accepted)
-        _never_in_celerys_way(_on_accepted, self)
+        if _installed:
+            _never_in_celerys_way(_on_accepted, self)
 
     def on_cancel(self: Request, *args: object, **kwargs: object) -> None:
-        if getattr(self, "time_start", None):  # the body runs: the cancel terminates its process
+        if _installed and getattr(self, "time_start", None):  # the body runs: the cancel terminates its process
             _never_in_celerys_way(_on_cancel, self)
         cancel(self, *args, **kwargs)
 
     def on_soft_wait(self: WorkController) -> None:
-        for request in tuple(state.active_requests):
+        for request in tuple(state.active_requests) if _installed else ():
             _never_in_celerys_way(_on_cancel, request, "soft_wait")
         soft_wait(self)
 
+    wrapped = {(cls, name) for cls, name, _, _ in _celery_methods}
     for cls, name, wrapper, original in ((Request, "on_accepted", on_accepted, accepted),
                                          (Request, "cancel", on_cancel, cancel),
                                          (WorkController, "wait_for_soft_shutdown", on_soft_wait, soft_wait)):
-        _celery_methods.append((cls, name, original))
-        setattr(cls, name, wrapper)
+        if (cls, name) not in wrapped:  # still in place from an earlier install (another wrapper went on top of it)
+            _celery_methods.append((cls, name, original, wrapper))
+            setattr(cls, name, wrapper)
 
 
 def _never_in_celerys_way(report: Callable[..., None], *args: object) -> None:
@@ -529,9 +531,13 @@ def _never_in_celerys_way(report: Callable[..., None], *args: object) -> None:
 
 
 def _unwrap_celery() -> None:
-    for cls, name, original in _celery_methods:
-        setattr(cls, name, original)
-    _celery_methods.clear()
+    """Give each wrapped method back, unless another wrapper went on top of the observer's since (``shared.soft_wait``
+    wraps the soft wait too): that one stays, and the observer's beneath it only calls what it wrapped."""
+    for entry in list(_celery_methods):
+        cls, name, original, wrapper = entry
+        if getattr(cls, name) is wrapper:
+            setattr(cls, name, original)
+            _celery_methods.remove(entry)
 
 
 def _args_of(request: object) -> Sequence[object]:
