@@ -22,8 +22,9 @@ worker beside ``lab.worker_log``, changes only what is printed, never what Celer
   connection loss ... Terminating it instead.``, a chord callback's publish retried on the closed
   connection (``Retrying refused callback publish``), and kombu's ``CRITICAL`` ``Couldn't ack ... reason:
   RecoverableConnectionError(... 'connection already closed' ...)`` for a task that ended after the cut (its ack
-  goes to the closed channel; the broker has requeued the message already) each become one ``lab:`` line that says
-  what happens next. They stay at ``WARNING``: the worker cannot tell the lab's cut from a real one.
+  goes to the closed channel; the broker has requeued the message already; kombu's hub then logs the same failed
+  ack at ``ERROR``, ``Callback <... ack_log_error ...> raised exception``, which is dropped) each become one
+  ``lab:`` line that says what happens next. They stay at ``WARNING``: the worker cannot tell the lab's cut from a real one.
 - Celery's ``worker: Hitting Ctrl+C again will terminate all running tasks!``, which
   ``celery.apps.worker.on_cold_shutdown`` prints (``safe_say``, not a log record) when a cold shutdown
   starts: with ``REMAP_SIGTERM=SIGQUIT`` (the deploys' lesson on) that is every SIGTERM, a deploy's included, so the
@@ -135,6 +136,9 @@ class QuietFaults(logging.Filter):
             return _say(record, f"lab: the {what} of delivery {args[0]} could not be sent, its connection was closed "
                         f"({args[1]!r}; the lab cuts it on purpose): RabbitMQ has put the message back with every other "
                         "it had delivered unacked on that connection, and delivers it again", keep_level=True)
+        if msg == "Callback %r raised exception: %r" and len(args) == 2 and isinstance(args[1], CLOSED) \
+                and any(name in repr(args[0]) for name in ("ack_log_error", "reject_log_error")):
+            return False  # kombu's hub on the same failed ack: the "Couldn't ack" line before says it
         if msg.startswith("Retrying refused callback publish for %r") and len(args) >= 5:
             return _say(record, f"lab: the connection closed while {args[0]} was being published as a chord's "
                         f"callback: Celery publishes it again ({args[1]}/{args[2]}): {args[4]!r}", keep_level=True)

@@ -97,6 +97,19 @@ def test_an_ack_on_the_cut_connection_is_a_lab_line_at_warning() -> None:
     assert QuietFaults().filter(other) is True and other.levelno == logging.CRITICAL
 
 
+def test_kombus_second_line_for_an_ack_on_the_cut_connection_is_dropped_and_other_callback_errors_pass() -> None:
+    class _Ack:
+        def __repr__(self) -> str:
+            return "<promise@0x7f --> <bound method Message.ack_log_error of <Message object>>>"
+
+    hub = "kombu.asynchronous.hub"
+    cut = record(hub, logging.ERROR, "Callback %r raised exception: %r", _Ack(), BrokenPipeError(32, "Broken pipe"))
+    assert QuietFaults().filter(cut) is False
+    bug = record(hub, logging.ERROR, "Callback %r raised exception: %r", _Ack(), ValueError("a bug"))
+    elsewhere = record(hub, logging.ERROR, "Callback %r raised exception: %r", "<promise of on_task>", BrokenPipeError())
+    assert QuietFaults().filter(bug) is True and QuietFaults().filter(elsewhere) is True
+
+
 @pytest.fixture
 def restored_safe_say() -> Iterator[None]:
     original = getattr(apps_worker, "safe_say")
