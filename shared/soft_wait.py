@@ -50,8 +50,10 @@ from celery.worker.worker import WorkController
 
 logger = logging.getLogger(__name__)
 
-SLICE_SECONDS = 0.05
-"""How often the watching thread looks whether the soft wait is over (the close itself wakes it at once)."""
+SLICE_SECONDS = 0.01
+"""How often the watching thread looks whether the soft wait is over (the close itself wakes it at once): the wait
+returns at most this late, since the cold shutdown's cancel comes after it and must land within a deploy's grace
+(at 0.05 s the lab's cancels came 0.36 s after the SIGTERM instead of 0.30 s, with a grace of 0.5 s)."""
 
 _apps: weakref.WeakSet[Celery] = weakref.WeakSet()
 _celery_wait: list[Callable[[WorkController], None]] = []  # the method wrapped, once wrapped
