@@ -67,13 +67,16 @@ def test_a_read_body_the_sigkill_overtook_passes_only_when_its_own_delivery_was_
               _e(2.3, "cancelled", task="t1", doc="doc1", pid="10"), _e(2.3, "cancelled", task="t4", doc="doc4", pid="99"),
               _e(2.5, "deploy_kill", n="1", lost="doc1,doc3,doc4,doc5"),
               _e(2.51, "cancelled", task="t5", doc="doc5", pid="10")]
-    assert cancelled_before_kill(events, ["doc1", "doc3", "doc4", "doc5"]) == [
+    assert cancelled_before_kill(events, ["doc1", "doc3", "doc4", "doc5"], 0.3) == [
         "doc1 (cancelled 0.30s after its SIGTERM, SIGKILLed at 0.50s)"]
     # doc5 in the soft wait's hands, its cancel not reached by the SIGKILL: listed too; doc3's soft wait named an
     # earlier delivery, doc4's came from another worker: still failing G7
     held = [_e(2.0, "soft_wait", task=t, doc=d, pid=p) for t, d, p in (("t5", "doc5", "10"), ("t3old", "doc3", "10"),
                                                                         ("t4", "doc4", "99"))]
-    assert cancelled_before_kill(sorted([*events, *held], key=lambda e: e.t), ["doc1", "doc3", "doc4", "doc5"]) == [
+    both = sorted([*events, *held], key=lambda e: e.t)
+    assert cancelled_before_kill(both, ["doc1", "doc3", "doc4", "doc5"], 0.3) == [
         "doc1 (cancelled 0.30s after its SIGTERM, SIGKILLed at 0.50s)",
         "doc5 (in the cold shutdown's hands 0.00s after its SIGTERM, its cancel not reached by the SIGKILL at 0.50s)"]
+    # a soft wait as long as the grace: doc5's cancel was never due before the SIGKILL, so it fails G7
+    assert cancelled_before_kill(both, ["doc5"], 0.5) == []
     assert cancels_after_term(events) == ["deploy 1: doc1 waited at 0.00s, doc1 cancelled at 0.30s"]
