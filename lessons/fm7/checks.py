@@ -123,17 +123,18 @@ def _delivery_at_term(events: Sequence[Event], doc: str, term: Event) -> Event |
 
 
 def cancelled_before_kill(events: Sequence[Event], read: Sequence[str], soft_timeout: float) -> list[str]:
-    """Of the bodies a deploy's SIGKILL killed though the old worker had read their start by its SIGTERM, those its
-    cold shutdown had cancelled by then (``cancelled``, ``lab.observe``: ``Request.cancel`` was about to signal the
-    body's pool process), each with when. The cancel comes at ``worker_soft_shutdown_timeout`` after the SIGTERM plus
-    what the main process takes to get there (0.30 to 0.31 s in the lab's runs at a load of 9); the body's process
-    then still has to be scheduled to die, and on a loaded machine the SIGKILL can overtake it. Those too whose soft
-    wait had them (``soft_wait``: the cancel would reach them) when the SIGKILL came before the cancel, though the
-    cancel was due before it (``soft_timeout`` after the wait began; a soft wait as long as the grace never cancels
-    in time, and that fails G7): the main process had not got there within the grace (one fm9 run with the machine idle: no cancel 0.51 s after the SIGTERM, where
-    the other deploys of the run cancelled at 0.36 s; Celery 5.7's cold shutdown does its blocking work in the signal
-    handler, ``lab/hand.py`` says two ways it can hang there). Either way its message goes back unacknowledged and runs
-    again once; what G7 asks of the fix is a cold shutdown that has each read body in hand, and this is it."""
+    """Of the bodies a deploy's SIGKILL killed though the old worker had read their start by its SIGTERM, those its cold
+    shutdown had cancelled by then (``cancelled``, ``lab.observe``: ``Request.cancel`` was about to signal the
+    body's pool process), each with when. The cancel comes at ``worker_soft_shutdown_timeout`` after the SIGTERM
+    plus what the main process takes to get there (0.30 to 0.31 s in the lab's runs at a load of 9); the body's
+    process then still has to be scheduled to die, and on a loaded machine the SIGKILL can overtake it. Those too
+    whose soft wait had them (``soft_wait``: the cancel would reach them) when the SIGKILL came before the cancel,
+    though the cancel was due before it (``soft_timeout`` after the wait began; a soft wait as long as the grace
+    never cancels in time, and that fails G7): the main process had not got there within the grace (one fm9 run with
+    the machine idle: no cancel 0.51 s after the SIGTERM, where the other deploys of the run cancelled at 0.36 s;
+    Celery 5.7's cold shutdown does its blocking work in the signal handler, ``lab/hand.py`` says two ways it can
+    hang there). Either way its message goes back unacknowledged and runs again once; what G7 asks of the fix is a
+    cold shutdown that has each read body in hand, and this is it."""
     terms = {e.get("n"): e for e in events if e.kind == "deploy_term"}
     found: list[str] = []
     for kill in (e for e in events if e.kind == "deploy_kill"):
@@ -306,7 +307,7 @@ def _hard_stop(fixed: Fm, program: Fm) -> Stop | None:
 CHECKS = LessonChecks(
     guarantee=g7, symptom=s7, symptom_stop=_symptom_stop, hard_symptom=s7_hard, hard_stop=_hard_stop,
     words={
-        "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, no started body killed",
+        "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, each running body in the cold shutdown's hands",
         "S7": "warm shutdown past the grace: a body SIGKILLed, prefetch charged",
         "S7 hard": "a member killed between its result's store and its count: never counted, chord PENDING",
     },
