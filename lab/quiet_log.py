@@ -18,7 +18,8 @@ worker beside ``lab.worker_log``, changes only what is printed, never what Celer
   is dropped: the ``lab:`` line of ``lab.worker_log.recovery`` says the same with the document's name.
   ``shared.backend``'s ``WARNING`` for a chain head whose result was not stored is dropped for the same
   reason (``recovery`` says it on ``store_failed``).
-- Celery's ``consumer: Connection to broker lost``, its ``Task ... cannot be acknowledged after a
+- Celery's ``consumer: Connection to broker lost``, its ``consumer: Cannot connect to ...`` for a reconnect the cut
+  met, its ``Task ... cannot be acknowledged after a
   connection loss ... Terminating it instead.``, a chord callback's publish retried on the closed
   connection (``Retrying refused callback publish``), and kombu's ``CRITICAL`` ``Couldn't ack ... reason:
   RecoverableConnectionError(... 'connection already closed' ...)`` for a task that ended after the cut (its ack
@@ -121,6 +122,10 @@ class QuietFaults(logging.Filter):
         if msg == "%s (%r)" and args and "Connection to broker lost" in str(args[0]):
             return _say(record, f"lab: the broker connection was lost ({args[1]!r}; the lab cuts it on purpose): "
                         "RabbitMQ requeues every message this worker held unacked; Celery reconnects", keep_level=True)
+        if msg.startswith("consumer: Cannot connect to %s: %s.") and len(args) == 3 and isinstance(args[1], CLOSED):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return _say(record, f"lab: the broker connection could not be made again yet ({args[1]!r}; the lab cut it on "
+                        f"purpose, a reconnect can meet the cut): Celery tries again ({args[2]})", keep_level=True)
         if msg.startswith("Task %s cannot be acknowledged after a connection loss") and args:
             request = args[0]
             found = doc_in(tuple(getattr(request, "args", None) or ()))

@@ -127,3 +127,13 @@ def test_the_cold_shutdowns_ctrl_c_line_is_said_in_words_and_other_lines_pass(tm
         getattr(apps_worker, "safe_say")("worker: Cold shutdown (MainProcess)", f)
     said = [line for line in out.read_text().splitlines() if line]  # safe_say writes a blank line before each
     assert said == [COLD_SHUTDOWN_LINE, "worker: Cold shutdown (MainProcess)"]
+
+
+def test_a_reconnect_the_cut_met_is_a_lab_line_at_warning_and_another_cannot_connect_stays_loud() -> None:
+    said = "consumer: Cannot connect to %s: %s.\n%s"
+    cut = record("celery.worker.consumer.consumer", logging.ERROR, said, "amqp://guest:**@127.0.0.1:32851//",
+                 ConnectionResetError(104, "Connection reset by peer"), "Trying again in 2.00 seconds... (1/100)")
+    assert QuietFaults().filter(cut) is True and cut.levelno == logging.WARNING
+    assert cut.getMessage().startswith("lab: the broker connection could not be made again yet")
+    other = record("celery.worker.consumer.consumer", logging.ERROR, said, "amqp://x//", ValueError("a bug"), "")
+    assert QuietFaults().filter(other) is True and other.levelno == logging.ERROR
