@@ -64,13 +64,18 @@ def deploy_findings(side: SideRun, soft_timeout: float) -> DeployFindings:
                           cancels_after_term(events))
 
 
+def sigterm_sent(term: Event) -> float:
+    """When a deploy's SIGTERM was sent (``sent``; a record from before it was kept: the event's own, later, time)."""
+    return float(term.get("sent") or term.t)
+
+
 def cancels_after_term(events: Sequence[Event]) -> list[str]:
     """Per deploy, the bodies its old worker's cold shutdown cancelled (``cancelled``, ``lab.observe``), each with
     how long after the SIGTERM: the soft wait, then what the main process took to get to its cancel."""
     out: list[str] = []
     terms = [e for e in events if e.kind == "deploy_term"]
     for term in terms:
-        pid, n, sent = term.get("old_pid"), term.get("n"), float(term.get("sent") or term.t)
+        pid, n, sent = term.get("old_pid"), term.get("n"), sigterm_sent(term)
         done = [e for e in events if e.kind in ("deploy_exit", "deploy_kill") and e.get("n") == n]
         end = done[0].t if done else float("inf")
         cut = [f"{e.get('doc')} {'waited' if e.kind == 'soft_wait' else 'cancelled'} at {e.t - sent:.2f}s"
@@ -104,7 +109,7 @@ def unread_at_term(events: Sequence[Event], lost: Sequence[str]) -> list[str]:
         term = terms.get(kill.get("n"))
         if term is None:
             continue
-        sent = float(term.get("sent") or term.t)
+        sent = sigterm_sent(term)
         for doc in (d for d in kill.get("lost").split(",") if d in lost):
             if (delivery := _delivery_at_term(events, doc, term)) is None:
                 continue
@@ -141,7 +146,7 @@ def cancelled_before_kill(events: Sequence[Event], read: Sequence[str], soft_tim
         term = terms.get(kill.get("n"))
         if term is None:
             continue
-        sent = float(term.get("sent") or term.t)
+        sent = sigterm_sent(term)
         for doc in (d for d in kill.get("lost").split(",") if d in read):
             delivery = _delivery_at_term(events, doc, term)
             cancel = [e for e in events if delivery is not None and e.kind == "cancelled"
