@@ -11,10 +11,16 @@ The gate (pool processes only): a member whose ``hold:<key>:<i>`` key says ``bef
 its SUCCESS and before ``on_chord_part_return`` counts it; ``after``, once it counted. It then writes its pid to
 ``held:<key>:<i>`` and waits to be killed (or for ``release:<key>``, which a failed test sets). The other
 members wait for ``go:<key>``, so that the test decides
-when they count. Each delivery of a member is counted in ``received:<key>:<i>``. ``body`` appends what the chord gave it to ``bodies:<key>``."""
+when they count. Each delivery of a member is counted in ``received:<key>:<i>``. ``body`` appends what the chord gave it to ``bodies:<key>``.
+
+The ways a fix of the lab's ends a body, set by the worker's environment: ``SM_COLD=1`` is FM-7's (a SIGTERM begins
+a 0.3 s soft wait, then the cold shutdown cancels what still runs; the worker is started with ``REMAP_SIGTERM``);
+``SM_CUT=1`` is FM-9's (the worker's broker is ``SM_BROKER``, a link the test cuts, and Celery cancels what runs
+when its connection is lost)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Callable
@@ -34,7 +40,8 @@ PREFIX = f"{NAMESPACE}:sm:"
 QUEUE = f"{NAMESPACE}-sm"
 WAIT_SECONDS = 60.0  # the most a member waits for "go", or a held member for its kill
 
-app = Celery("rcl-stored", broker=broker_url(), backend=backend_url(), set_as_current=False)
+BROKER = os.environ.get("SM_BROKER") or broker_url()  # SM_CUT: through the test's link
+app = Celery("rcl-stored", broker=BROKER, backend=backend_url(), set_as_current=False)
 app.conf.update(
     task_serializer="json", result_serializer="json", accept_content=["json"], result_accept_content=["json"],
     task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1, worker_concurrency=3,
@@ -44,6 +51,11 @@ app.conf.update(
     broker_connection_retry_on_startup=True, worker_enable_remote_control=False, worker_send_task_events=False)
 if os.environ.get("SM_FIX") == "1":
     count_stored_members(app)
+if os.environ.get("SM_COLD") == "1":
+    app.conf.worker_soft_shutdown_timeout = 0.3  # FM-7 (5.5+), with REMAP_SIGTERM=SIGQUIT in the worker's environment
+if os.environ.get("SM_CUT") == "1":
+    app.conf.broker_channel_error_retry = True  # FM-9 (5.3+)
+    app.conf.worker_cancel_long_running_tasks_on_connection_loss = True  # FM-9 (5.1+)
 
 
 def shared() -> Any:
@@ -65,13 +77,17 @@ def _gate(**_: Any) -> None:
 
     def on_chord_part_return(self: RedisBackend, request: Any, state: Any, result: Any, **kwargs: Any) -> None:
         key, index = cast(list[Any], request.args)
-        where = shared().get(f"{PREFIX}hold:{key}:{index}")
+        r = shared()  # one client: a client per look would be closed by the garbage collector, whose ``__del__``
+        # swallows the SystemExit a cancel's signal raises there (Python ignores exceptions in finalisers), and the
+        # held member would wait on, uncancelled (seen on 5.5.3 under a cold shutdown)
+        where = r.get(f"{PREFIX}hold:{key}:{index}")
         if where == "after":
             counted(self, request, state, result, **kwargs)
         if where in ("before", "after"):
-            shared().set(f"{PREFIX}held:{key}:{index}", os.getpid(), ex=300)
-            # the test kills this process here; a test that failed before says so with release:<key>
-            wait_until(lambda: bool(shared().exists(f"{PREFIX}release:{key}")), WAIT_SECONDS)
+            gc.collect()  # no finaliser left to run during the hold (see above)
+            r.set(f"{PREFIX}held:{key}:{index}", os.getpid(), ex=300)
+            # the test kills or cancels this process here; a test that failed before says so with release:<key>
+            wait_until(lambda: bool(r.exists(f"{PREFIX}release:{key}")), WAIT_SECONDS)
         if where != "after":
             counted(self, request, state, result, **kwargs)
 

@@ -18,6 +18,10 @@ process, and acks it: no redelivery comes):
 - the same with ``BackstopRequest`` counting what it finds stored: the body runs once;
 - after its count: not counted twice.
 
+Celery's own cancels at the same place (FM-7's cold shutdown, FM-9's connection loss): the message comes back to a
+stored SUCCESS and is deduplicated, never counted (C38, C40); ``count_stored_members`` counts it (C39, C41), and a
+member the cut meets after its count is not counted twice (C42).
+
 Celery 5.5 and 5.6 count into a sorted set of encoded results, 5.7 into a set of task ids (``make matrix`` runs
 this file on each)."""
 
@@ -34,6 +38,7 @@ import pytest
 from celery import chord
 from kombu import Connection
 
+from lab.link import BrokerLink
 from lab.queues import queue_consumers, queue_depth
 from lab.settings import broker_url
 from lab.versions import CELERY
@@ -48,12 +53,12 @@ lost pool process within about 5 s (seen here), and its redelivery (5.5, 5.6) is
 pytestmark = pytest.mark.usefixtures("real_services")
 
 
-def _worker(fix: bool, log: Path) -> AppWorker:
+def _worker(fix: bool, log: Path, env: dict[str, str] | None = None) -> AppWorker:
     def consuming(_: AppWorker) -> bool:
         with Connection(broker_url()) as conn:
             return queue_consumers(conn, QUEUE) > 0
 
-    return AppWorker("tests.stored_app", {"SM_FIX": "1" if fix else "0"}, log, ready=consuming)
+    return AppWorker("tests.stored_app", {"SM_FIX": "1" if fix else "0", **(env or {})}, log, ready=consuming)
 
 
 def _clean() -> None:
@@ -171,3 +176,84 @@ def test_a_member_its_time_limit_kills_around_its_count(where: str, fix: bool, t
     finally:
         r.set(f"{PREFIX}release:{key}", "1", ex=300)  # a member still held (the test failed first) ends now
         worker.stop()
+
+
+
+CANCEL_CASES = [
+    pytest.param("cold", "before", False, id="cold-shutdown-uncounted-before",
+                 marks=pytest.mark.claim("C38", "a member a deploy's cold shutdown cancels between its store and its "
+                                                "count is never counted with deduplication on: the chord waits for ever")),
+    pytest.param("cold", "before", True, id="cold-shutdown-counted-before",
+                 marks=pytest.mark.claim("C39", "count_stored_members counts a member a cold shutdown cancelled between "
+                                                "its store and its count: the body runs once")),
+    pytest.param("cut", "before", False, id="connection-loss-uncounted-before",
+                 marks=pytest.mark.claim("C40", "a member Celery cancels on a connection loss between its store and "
+                                                "its count is never counted with deduplication on: the chord waits for "
+                                                "ever")),
+    pytest.param("cut", "before", True, id="connection-loss-counted-before",
+                 marks=pytest.mark.claim("C41", "count_stored_members counts a member cancelled on a connection loss "
+                                                "between its store and its count: the body runs once")),
+    pytest.param("cut", "after", True, id="connection-loss-counted-after",
+                 marks=pytest.mark.claim("C42", "count_stored_members does not count twice a member cancelled on a "
+                                                "connection loss after its count")),
+]
+DEDUPLICATED_WINDOW = 3.0
+"""How long the body must stay unrun after a cancelled member's message came back, before the worker is stopped and
+the queue read: the redelivery is deduplicated at once (no lost process to notice), and a message still unsettled at
+the stop goes back to the queue, which fails the test rather than passing it."""
+
+
+@pytest.mark.parametrize(("way", "where", "fix"), CANCEL_CASES)
+def test_a_member_cancelled_around_its_count(way: str, where: str, fix: bool, tmp_path: Path,
+                                            clean_stored_app: None) -> None:
+    """FM-7's cold-shutdown cancel (a deploy's SIGTERM: 0.3 s of soft wait, then ``Request.cancel``) and FM-9's
+    connection-loss cancel land on a member held after its store, before (or after) its count. The state stays
+    SUCCESS (5.6 and 5.7 cancel a late-acked task in a shutdown without ``mark_as_retry``; where Celery calls it, the
+    test reads SUCCESS after it), so the message comes back to a stored SUCCESS, and the deduplication acks it
+    without running it."""
+    r = shared()
+    key = uuid.uuid4().hex[:10]
+    r.set(f"{PREFIX}hold:{key}:0", where, ex=300)  # the other two wait for go: the held member is never the last
+    # to count (a last member's body, published by its process at the moment of a cut, is a loss of its own: see
+    # docs/failure-modes.md)
+    with BrokerLink.to(broker_url()) as link:
+        env = {"REMAP_SIGTERM": "SIGQUIT",  # fm7..fm9's worker environment
+               **({"SM_COLD": "1"} if way == "cold" else {"SM_CUT": "1", "SM_BROKER": link.url(broker_url())})}
+        workers = [_worker(fix, tmp_path / "worker.log", env)]
+        try:
+            result = chord(member.s(key, i) for i in range(3))(body.s(key))
+            assert wait_until(lambda: bool(r.get(f"{PREFIX}held:{key}:0")), 30), workers[0].text()
+            stored = cast(Any, app.backend).get_task_meta(cast(Any, result.parent).results[0].id, cache=False)
+            assert stored["status"] == "SUCCESS"  # it is held after its store
+            held = int(r.get(f"{PREFIX}held:{key}:0"))
+            if way == "cold":
+                os.kill(workers[0].proc.pid, signal.SIGTERM)  # a deploy's SIGTERM to the worker's main process
+            else:
+                assert link.cut() >= 1  # the worker's connections through the link
+            assert wait_until(lambda: not pid_alive(held), 30), workers[0].text()  # Celery's cancel ended it
+            if way == "cold" and not wait_until(lambda: workers[0].proc.poll() is not None, 30):
+                os.killpg(workers[0].proc.pid, signal.SIGKILL)  # the grace's end, as a deploy's: the member's
+                workers[0].proc.wait()  # process was cancelled already (above); its message comes back either way
+            r.delete(f"{PREFIX}hold:{key}:0")
+            r.set(f"{PREFIX}go:{key}", "1", ex=300)  # the other two (cancelled too, and run again) count now
+            if way == "cold":
+                workers.append(_worker(fix, tmp_path / "deployed.log", env))  # the new version takes the message
+            assert wait_until(lambda: int(r.get(f"{PREFIX}received:{key}:0") or 0) == 2, 30), workers[-1].text()
+            everyone = [{"index": 0}, {"index": 1}, {"index": 2}]
+            if not fix:
+                assert not wait_until(lambda: bool(_bodies(key)), DEDUPLICATED_WINDOW), _bodies(key)  # never counted
+                assert not result.ready()
+                workers[-1].stop()  # an unacked message would go back to the queue now
+                with Connection(broker_url()) as conn:
+                    assert queue_depth(conn, QUEUE) == 0  # acked: nothing is left that could ever count it
+            else:
+                assert wait_until(lambda: bool(_bodies(key)), 30), workers[-1].text()
+                assert not wait_until(lambda: len(_bodies(key)) > 1, 1.0)
+                assert _bodies(key) == [everyone]  # once, each member once
+            assert int(r.get(f"{PREFIX}runs:{key}:0") or 0) == 1  # the member's work ran once: deduplicated
+            final = cast(Any, app.backend).get_task_meta(cast(Any, result.parent).results[0].id, cache=False)
+            assert final["status"] == "SUCCESS"  # the cancel stored nothing over it
+        finally:
+            r.set(f"{PREFIX}release:{key}", "1", ex=300)  # a member still held (the test failed first) ends now
+            for worker in workers:
+                worker.stop()
