@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 from lab.checks import overlaps, side_done, side_of, side_state, summary_of_side
 from lab.fm import Fm
-from lab.hand import expect_steps
+from lab.hand import by_hand, expect_steps
 from lab.lesson import LessonChecks, Stop
 from lab.observe import Event, Reader, short_doc
 from lab.records import Check, Collector, Observations, SideRun
 from lessons.fm7.hand import NEW, TERM
-from lessons.fm7.scenario import DEPLOY, DEPLOYS, STORED_DOCS
-from lessons.fm7.stored import STORED
+from lessons.fm7.scenario import CANCELLED_DOCS, DEPLOY, DEPLOYS, STORED_DOCS
+from lessons.fm7.stored import CANCELLED, STORED
 
 
 MIN_DEPLOYS = 2
@@ -215,6 +215,7 @@ def g7(obs: Observations, fm: Fm) -> Check:
     c.seen.append(f"begun after a SIGTERM, so not Celery's to cancel, and killed at the grace (run again; fm7's Tradeoffs): "
                   f"{', '.join(f.late) or 'none'}")
     _stored_guarantee(c, obs)
+    _cancelled_guarantee(c, obs)
     return c.result()
 
 
@@ -254,6 +255,51 @@ def _stored_guarantee(c: Collector, obs: Observations) -> None:
              f"SUCCESS, ok {', '.join(sorted(side.docs))} (each once), 1 email, none dead-lettered")
 
 
+@dataclass(frozen=True)
+class CancelledFindings:
+    """What the hard variant's side ``cancelled`` shows (``lessons.fm7.stored``)."""
+
+    held: int  # stored_uncounted: the member's SUCCESS stored, its count held
+    cancels: int  # Celery's cancel of the held member (``cancelled``, the observer's)
+    ended: int  # ended_after_store: its process gone while held
+    received: int  # deliveries of the held member's parse
+    ok: list[str]
+    dead: list[str]
+
+
+def cancelled_findings(side: SideRun) -> CancelledFindings:
+    events, doc = side.events, CANCELLED_DOCS[0]
+    return CancelledFindings(
+        held=sum(1 for e in events if e.kind == "stored_uncounted"),
+        cancels=sum(1 for e in events if e.kind == "cancelled" and e.get("doc") == doc),
+        ended=sum(1 for e in events if e.kind == "ended_after_store"),
+        received=sum(1 for e in events if e.kind == "received" and e.get("doc") == doc),
+        ok=sorted(short_doc(str(d)) for d in summary_of_side(side).get("ok", [])),
+        dead=[str(e.get("doc")) for e in events if e.kind == "dead_lettered"])
+
+
+def _cancelled_said(f: CancelledFindings) -> str:
+    return (f"{CANCELLED_DOCS[0]} held after its store {f.held}x, cancelled there by a cold shutdown {f.cancels}x, "
+            f"its process gone there {f.ended}x, delivered {f.received}x")
+
+
+def _cancelled_guarantee(c: Collector, obs: Observations) -> None:
+    """G7's part for the hard variant's second way: the member a deploy's cold shutdown cancelled between its store
+    and its count is counted, once."""
+    if (side := side_of(c, obs, CANCELLED)) is None:
+        return
+    f = cancelled_findings(side)
+    if by_hand(obs.sides[DEPLOY].events if DEPLOY in obs.sides else []):  # no deploy aimed at it: Celery's time
+        c.seen.append(f"by hand, no deploy is aimed at {CANCELLED_DOCS[0]}: {_cancelled_said(f)}")  # limit ends its hold
+    else:
+        c.expect(f.held == 1 and f.cancels == 1 and f.ended == 1 and f.received == 2, _cancelled_said(f),
+                 "held 1x, cancelled 1x, gone 1x, delivered 2x (its redelivery deduplicated)")
+    c.expect(side_done(side) and f.ok == sorted(side.docs) and len(side.emails) == 1 and not f.dead,
+             f"{CANCELLED} chord {side_state(side)}: ok {', '.join(f.ok) or 'none'}, emails {len(side.emails)}, "
+             f"dead-lettered {', '.join(f.dead) or 'none'}",
+             f"SUCCESS, ok {', '.join(sorted(side.docs))} (each once), 1 email, none dead-lettered")
+
+
 def s7(obs: Observations, fixed: Fm) -> Check:
     c = Collector("S7")
     if (side := side_of(c, obs, "deploy")) is None:
@@ -279,6 +325,16 @@ def s7_hard(obs: Observations, fixed: Fm) -> Check:
              f"{STORED} chord {side_state(side)}, {STORED_DOCS[0]} stored {stored}, delivered {f.received}x, "
              f"dead-lettered {', '.join(f.dead) or 'none'}, emails {len(side.emails)}",
              "the member stored SUCCESS, the chord never completes, in silence: nothing dead-lettered, no email")
+    if (cancelled := side_of(c, obs, CANCELLED)) is None:
+        return c.result()
+    g = cancelled_findings(cancelled)
+    member = cancelled.members.get(CANCELLED_DOCS[0])
+    stored = member.state if member is not None else "no member"
+    c.expect(g.held == 1 and g.cancels == 1 and g.ended == 1, _cancelled_said(g), "held 1x, cancelled 1x, gone 1x")
+    c.expect(stored == "SUCCESS" and not side_done(cancelled) and not g.dead and not cancelled.emails,
+             f"{CANCELLED} chord {side_state(cancelled)}, {CANCELLED_DOCS[0]} stored {stored}, "
+             f"dead-lettered {', '.join(g.dead) or 'none'}, emails {len(cancelled.emails)}",
+             "the member stored SUCCESS, the chord never completes, in silence")
     return c.result()
 
 
@@ -287,10 +343,19 @@ STORED_WAIT = 8.0
 message within about 5 s of the kill: 5.7 acks it at once, 5.5 and 5.6 deduplicate its redelivery)."""
 
 
+def _stuck(r: Reader, tag: str, kind: str) -> bool:
+    side = r.side_readers.get(tag)
+    ends = [e.t for e in side.events() if e.kind == kind] if side else []
+    return bool(ends) and time.time() - ends[0] > STORED_WAIT
+
+
 def _stored_stuck(r: Reader) -> bool:
-    side = r.side_readers.get(STORED)
-    kills = [e.t for e in side.events() if e.kind == "killed_after_store"] if side else []
-    return bool(kills) and time.time() - kills[0] > STORED_WAIT
+    return _stuck(r, STORED, "killed_after_store")
+
+
+def _both_stuck(r: Reader) -> bool:
+    """Both ways of the hard variant: the killed member's and the cancelled member's chords not counted."""
+    return _stored_stuck(r) and _stuck(r, CANCELLED, "ended_after_store")
 
 
 def _side_over(r: Reader, tag: str) -> bool:
@@ -306,7 +371,8 @@ def _symptom_stop(fixed: Fm, program: Fm) -> Stop | None:
 
 
 def _hard_stop(fixed: Fm, program: Fm) -> Stop | None:
-    return (f"the member killed between its store and its count, {STORED_WAIT:.0f}s ago, still not counted", _stored_stuck)
+    return (f"the members killed and cancelled between their store and their count, {STORED_WAIT:.0f}s ago, still not "
+            "counted", _both_stuck)
 
 
 CHECKS = LessonChecks(
@@ -314,6 +380,7 @@ CHECKS = LessonChecks(
     words={
         "G7": "rolling deploys: all ok, no innocent dead letter, no overlap, each running body in the cold shutdown's hands",
         "S7": "warm shutdown past the grace: a body SIGKILLed, prefetch charged",
-        "S7 hard": "a member killed between its result's store and its count: never counted, chord PENDING",
+        "S7 hard": "a member killed, or cancelled by a deploy, between its result's store and its count: never "
+                   "counted, chord PENDING",
     },
 )

@@ -110,7 +110,8 @@ class RollingDeploy:
                 raise WorkerFailed(f"the worker {worker.name} exited ({proc.returncode}) during the run; log tail:\n"
                                    f"{worker.tail()}")
 
-    def _consumers(self) -> int:
+    def consumers(self) -> int:
+        """Consumers on the program's task queue, as the broker counts them."""
         if self.conn is None:
             self.conn = self.fm.app.connection_for_write()
         return queue_consumers(self.conn, str(self.fm.task_queues[0].name))
@@ -124,7 +125,7 @@ class RollingDeploy:
             self._spawn(reader, now)
         elif self.state == "booting":
             # The new worker consumes (Kubernetes' readiness); counted once the last old one is gone.
-            if self.old is None and self._consumers() >= 2:
+            if self.old is None and self.consumers() >= 2:
                 self.state, self.since = "armed", now
         elif self.state == "armed":
             self._maybe_terminate(reader, now)

@@ -42,6 +42,8 @@ class HandDeploy(HandInjector):
         return str(self.hand.fm.task_queues[0].name)
 
     def ready(self, run: RunView, side: SideView) -> bool:
+        if side.tag != "deploy":  # the hard variant's side ``cancelled``: no deploy is aimed at its member by hand
+            return True
         now = time.monotonic()
         if NEW not in self.say.cued:
             pids = worker_pids(run.reader.events())

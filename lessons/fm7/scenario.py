@@ -4,7 +4,9 @@ A side chord of its own (``deploy``), sent once the run's own chord and the side
 that a deploy meets none of the earlier faults and the earlier scenarios stay as fast; ``RollingDeploys``
 (``lessons.fm7.deploy``) rolls the worker while it runs. The hard variant's side chord (``stored``), sent at the
 same moment (a program that never counts its member must not hold the deploys back): a member killed after its
-result is stored and before its chord counts it (``lessons.fm7.stored``).
+result is stored and before its chord counts it (``lessons.fm7.stored``); and its second side chord
+(``cancelled``), sent once the deploys are done and one more new worker consumes: a member held after its store,
+which the cold shutdown of one more deploy cancels there.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from lessons.fm7.deploy import RollingDeploy
 from lessons.fm7.hand import HandDeploy
 from lab.faults import HOLD_AFTER_STORE, SLOW
 from lab.fm import Fm
-from lab.injector import Harnessed, Injector, RunView
+from lab.injector import Harnessed, Injector, RunView, SideView
 from lab.scenarios import MAIN, Doc, Needs, Part, SideChord
 from lab.workers import Worker
-from lessons.fm7.stored import STORED, KillAfterStore
+from lessons.fm7.stored import CANCELLED, STORED, DeployOnHeld, KillAfterStore
 
 DEPLOY = "deploy"
 DEPLOY_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(34, 34 + 32))
@@ -24,18 +26,22 @@ DEPLOY_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(34, 34 + 32))
 worker boots in 0.6 s (idle) and for two when it takes 4 s (loaded; ``lessons.fm7.checks.MIN_DEPLOYS``)."""
 STORED_DOCS: tuple[str, ...] = ("doc83", "doc84")
 """The hard variant's side: the member killed between its store and its count, and a healthy one."""
+CANCELLED_DOCS: tuple[str, ...] = ("doc86", "doc87")
+"""The hard variant's second side: the member a deploy's cold shutdown cancels after its store, and a healthy one."""
 DEPLOYS = 3
 """Deploys the harness makes while the side ``deploy`` runs."""
 
 
 class RollingDeploys(Injector):
-    """``DEPLOYS`` rolling deploys of the run's worker (``lessons.fm7.deploy.RollingDeploy``) while the side runs."""
+    """``DEPLOYS`` rolling deploys of the run's worker (``lessons.fm7.deploy.RollingDeploy``) while the side runs, then,
+    when the scenario has the side ``cancelled``, one more at its held member (``lessons.fm7.stored.DeployOnHeld``)."""
 
     needs_harness = True
 
     def __init__(self) -> None:
         self.harnessed: Harnessed | None = None
         self.deploy: RollingDeploy | None = None
+        self.on_held: DeployOnHeld | None = None
 
     def prepare(self, fm: Fm, harnessed: Harnessed) -> Fm:
         self.harnessed = harnessed
@@ -46,11 +52,17 @@ class RollingDeploys(Injector):
         fm, harnessed = worker.fm, self.harnessed
         if harnessed is not None:
             self.deploy = RollingDeploy(fm, worker, lambda part: harnessed.spawn(fm, part, None), DEPLOYS)
+            self.on_held = DeployOnHeld(self.deploy)
+
+    def ready(self, run: RunView, side: SideView) -> bool:
+        return side.tag != CANCELLED or (self.on_held is not None and self.on_held.ready())
 
     def step(self, run: RunView) -> None:
         side = run.side(DEPLOY)
         if self.deploy is not None and side is not None and side.sent:
             self.deploy.step(side.reader)
+        if self.on_held is not None:
+            self.on_held.step(run.side(CANCELLED))
 
     def stop(self) -> None:
         if self.deploy is not None:
@@ -68,7 +80,12 @@ class RollingDeploys(Injector):
 
 
 PART = Part(
-    sides=(SideChord(DEPLOY, tuple(Doc(d, SLOW, "slow but healthy: 0.8 s of work") for d in DEPLOY_DOCS),
+    sides=(SideChord(CANCELLED, (Doc(CANCELLED_DOCS[0], HOLD_AFTER_STORE, "healthy; held after its result is stored, "
+                                     "before its chord counts it, until a deploy's cold shutdown cancels it"),
+                                 Doc(CANCELLED_DOCS[1], None, "a healthy document")),
+                     "a member a deploy cancels between its result's store and its count", injector="rolling deploys",
+                     after=(MAIN,)),
+           SideChord(DEPLOY, tuple(Doc(d, SLOW, "slow but healthy: 0.8 s of work") for d in DEPLOY_DOCS),
                      "slow but healthy documents, rolled over by deploys", injector="rolling deploys", after=(MAIN,)),
            SideChord(STORED, (Doc(STORED_DOCS[0], HOLD_AFTER_STORE, "healthy; its process killed after its result is "
                                   "stored, before its chord counts it"),

@@ -1,4 +1,4 @@
-"""FM-7's hard variant: a member killed after its result is stored and before its chord counts it.
+"""FM-7's hard variant: a member ended after its result is stored and before its chord counts it, two ways.
 
 A deploy's SIGKILL at the grace's end (or its cold shutdown's cancel, or FM-9's connection-loss cancel) can land
 in the window of every late-acked chord member between ``Backend.mark_as_done``'s store of SUCCESS and its call of
@@ -13,19 +13,32 @@ What follows is Celery's: 5.5 and 5.6 requeue the message (reject on worker lost
 without running by ``worker_deduplicate_successful_tasks``; 5.7 acks it at once ("succeeded before the worker was
 lost"). Without ``count_stored_members`` (``lessons/fm7/before_hard_fix.py``) no one counts the member: the chord
 waits for ever, in silence. With it, the member is counted once.
+
+The second way is FM-7's own fix: the side chord ``cancelled``'s marked member is held there too, and a deploy of
+its own (``DeployOnHeld``, after the deploys' three) SIGTERMs the worker that holds it; after the 0.3 s soft wait,
+the cold shutdown's ``Request.cancel`` ends its process there. Celery
+stores nothing over the SUCCESS (5.7 stores no RETRY for a late-acked task it cancels in a shutdown), so the
+redelivery is deduplicated like the SIGKILLed member's, and only ``count_stored_members`` counts it. The same two
+ways, and FM-9's connection-loss cancel, are claims C38 to C42 (``tests/test_stored_members.py``) on each version.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 from lab.backend import HELD_ACTED
-from lab.injector import Injector, RunView
-from lab.workers import pid_alive
+from lab.injector import Injector, RunView, SideView
+from lab.waiting import wait_until
+from lab.workers import KILL_WAIT_SECONDS, Worker, group_alive, pid_alive, signal_group
+from lessons.fm7.deploy import GRACE_SECONDS, RollingDeploy
 
 STORED = "stored"
 """The side chord's tag."""
+CANCELLED = "cancelled"
+"""The side chord whose marked member a deploy's cold shutdown cancels after its store."""
 
 
 class KillAfterStore(Injector):
@@ -51,3 +64,86 @@ class KillAfterStore(Injector):
             reader.rec.event("killed_after_store", doc=doc, task=e.get("task"), child=str(pid),
                              killed="yes" if alive else "no: gone already")
             reader.rec.put(f"{HELD_ACTED}:{doc}", "1")  # the held member, if alive, goes on
+
+
+class DeployOnHeld:
+    """One more deploy, after ``RollingDeploy``'s, aimed at the side ``cancelled``'s held member (see above).
+
+    A member is held inside its task's ``time_limit`` (3 s from its start), longer than a new worker's boot on a
+    loaded machine, so the new worker is started first; once it consumes, the side is sent (``ready``); the member
+    is held on whichever of the two took it, and that worker's main process gets the SIGTERM (the other serves on),
+    then SIGKILL at the grace's end if it has not exited. Recorded in the side's stream: ``held_deploy_term``,
+    ``held_deploy_end``, then ``ended_after_store`` once the held process is gone."""
+
+    def __init__(self, deploy: RollingDeploy) -> None:
+        self.deploy = deploy
+        self.state = "idle"  # idle -> booting -> ready -> terminated -> gone -> done
+        self.extra: Worker | None = None
+        self.holder: Worker | None = None
+        self.held_pid = 0
+        self.term_at = 0.0
+
+    def ready(self) -> bool:
+        return self.state in ("ready", "terminated", "gone", "done")
+
+    def step(self, side: SideView | None) -> None:
+        deploy = self.deploy
+        if side is None or not deploy.done:
+            return
+        if self.state == "idle":
+            self.extra = deploy.spawn("deploy-held")
+            deploy.workers.append(self.extra)
+            self.state = "booting"
+        elif self.state == "booting":
+            if deploy.consumers() >= 2:
+                self.state = "ready"
+        elif self.state == "ready" and side.sent:
+            self._terminate_holder(side)
+        elif self.state == "terminated" and self.holder is not None and self.holder.proc is not None:
+            proc = self.holder.proc
+            exited = proc.poll() is not None
+            if not exited and time.time() - self.term_at < GRACE_SECONDS:
+                return
+            side.reader.rec.event("held_deploy_end", old=self.holder.name, seconds=f"{time.time() - self.term_at:.3f}",
+                                  end="exited" if exited else "SIGKILLed")
+            signal_group(proc.pid, signal.SIGKILL)  # what is left of the container goes with it
+            proc.wait()
+            wait_until(lambda: not group_alive(proc.pid), KILL_WAIT_SECONDS)
+            self.state = "gone"
+        elif self.state == "gone" and not pid_alive(self.held_pid):
+            side.reader.rec.event("ended_after_store", doc=side_doc(side), child=str(self.held_pid))
+            side.reader.rec.put(f"{HELD_ACTED}:{side_doc(side)}", "1")
+            self.state = "done"
+
+    def _terminate_holder(self, side: SideView) -> None:
+        held = [e for e in side.reader.events() if e.kind == "stored_uncounted"]
+        if not held:
+            return
+        self.held_pid = int(held[0].get("pid"))
+        parent = parent_pid(self.held_pid)
+        workers = [w for w in (self.deploy.current, self.extra) if w is not None and w.proc is not None]
+        holder = next((w for w in workers if w.proc is not None and w.proc.pid == parent), None)
+        if holder is None or holder.proc is None:
+            return  # not yet read (the process may be gone already: then no deploy can cancel it)
+        other = next(w for w in workers if w is not holder)
+        self.deploy.current, self.holder = other, holder  # the other one serves from now on
+        sent = time.time()
+        os.kill(holder.proc.pid, signal.SIGTERM)  # the main process only, as Kubernetes does
+        self.term_at = time.time()
+        side.reader.rec.event("held_deploy_term", old=holder.name, old_pid=holder.proc.pid, sent=repr(sent),
+                              doc=side_doc(side), child=str(self.held_pid))
+        self.state = "terminated"
+
+
+def side_doc(side: SideView) -> str:
+    """The held member of the side ``cancelled`` (its first document)."""
+    return side.docs[0]
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of process ``pid`` (0 when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])

@@ -17,7 +17,7 @@ from lab.lesson import LessonChecks, Stop
 from lab.observe import Event, Reader, short_doc
 from lab.records import Check, Collector, Observations, SideRun
 from lessons.fm9.hand import CUT
-from lessons.fm9.scenario import CONNLOSS_DOCS, HUNG_DOC
+from lessons.fm9.scenario import CONNLOSS_DOCS, CUTSTORED, CUTSTORED_DOCS, HUNG_DOC
 from lessons.fm9.softcut import SOFTCUT, SOFTCUT_DOC
 
 
@@ -91,6 +91,8 @@ def g9(obs: Observations, fm: Fm) -> Check:
     c.expect(f.hung_starts == 1 and f.hung_back == 0 and f.hung_end == "failed time_limit",
              f"the over-long member parsed {f.hung_starts}x, its message back {f.hung_back}x, {f.hung_end}",
              "1x, never back, failed time_limit (its kill before the broker's consumer timeout)")
+    if (cutstored := obs.sides.get(CUTSTORED)) is not None:
+        _cut_after_store(c, cutstored, by_hand)
     if (softcut := obs.sides.get(SOFTCUT)) is not None:  # the cut in a soft shutdown wait (lessons.fm9.softcut)
         _soft_wait_cut(c, softcut, by_hand)
         twice = overlaps(softcut.events)
@@ -100,6 +102,28 @@ def g9(obs: Observations, fm: Fm) -> Check:
                  f"{SOFTCUT} chord {side_state(softcut)}: ok {', '.join(ok) or 'none'}, emails {len(softcut.emails)}",
                  f"SUCCESS, ok {SOFTCUT_DOC}, 1 email")
     return c.result()
+
+
+def _cut_after_store(c: Collector, side: SideRun, by_hand: bool) -> None:
+    """The cut that meets a member between its result's store and its count (the side ``cutstored``): Celery's cancel
+    ends it there, its message comes back to a stored SUCCESS, and FM-7's ``count_stored_members`` counts it, once."""
+    doc, events = CUTSTORED_DOCS[0], side.events
+    held = sum(1 for e in events if e.kind == "stored_uncounted")
+    cuts = sum(1 for e in events if e.kind == "link_cut")
+    cancels = sum(1 for e in events if e.kind == "cancelled" and e.get("doc") == doc)
+    ended = sum(1 for e in events if e.kind == "ended_after_store")
+    received = sum(1 for e in events if e.kind == "received" and e.get("doc") == doc)
+    said = (f"{CUTSTORED}: {doc} held after its store {held}x, cut there {cuts}x, cancelled there {cancels}x, its "
+            f"process gone there {ended}x, delivered {received}x")
+    if by_hand:  # no cut is aimed at it by hand: Celery's time limit ends its hold
+        c.seen.append(f"by hand, no cut is aimed at {doc}: {said}")
+    else:
+        c.expect(held == 1 and cuts == 1 and cancels == 1 and ended == 1 and received == 2, said,
+                 "held 1x, cut 1x, cancelled 1x, gone 1x, delivered 2x (its redelivery deduplicated)")
+    ok = sorted(short_doc(str(d)) for d in summary_of_side(side).get("ok", []))
+    c.expect(side_done(side) and ok == sorted(side.docs) and len(side.emails) == 1,
+             f"{CUTSTORED} chord {side_state(side)}: ok {', '.join(ok) or 'none'}, emails {len(side.emails)}",
+             f"SUCCESS, ok {', '.join(sorted(side.docs))} (each once), 1 email")
 
 
 def _soft_wait_cut(c: Collector, softcut: SideRun, by_hand: bool) -> None:

@@ -29,13 +29,14 @@ from typing import Any
 from celery import Celery
 from kombu import Connection
 
+from lab.backend import HELD_ACTED
 from lab.fm import Fm
 from lab.link import BrokerLink
 from lab.observe import Reader
 from lab.owned import OwnedRabbit, stop_leftovers
 from lab.queues import queue_consumers
 from lab.waiting import wait_until
-from lab.workers import READY_TIMEOUT, Worker, WorkerFailed
+from lab.workers import READY_TIMEOUT, Worker, WorkerFailed, pid_alive
 
 OWNED_NAME = "broker"
 """The owned node's name, then the run's id (two runs of scenario 9 at once each have their own)."""
@@ -126,6 +127,21 @@ class LinkedBroker:
         if len(running) == 1 and time.time() - running[0].t >= CUT_AFTER:
             self.cut_done = True
             side.rec.event("link_cut", connections=str(self.link.cut()), running=running[0].get("doc"))
+
+    def cut_when_held(self, side: Reader) -> None:
+        """The side ``cutstored``: cut the link once its member is held after its store (``stored_uncounted``, the
+        lab's result backend: ``lab.backend``), record ``ended_after_store`` once that process is gone (Celery's
+        connection-loss cancel), and release the hold."""
+        events = side.events()
+        held = [e for e in events if e.kind == "stored_uncounted"]
+        if not held:
+            return
+        doc, pid = held[0].get("doc"), int(held[0].get("pid"))
+        if not any(e.kind == "link_cut" for e in events):
+            side.rec.event("link_cut", connections=str(self.link.cut()), running=doc, held="1")
+        elif not any(e.kind == "ended_after_store" for e in events) and not pid_alive(pid):
+            side.rec.event("ended_after_store", doc=doc, child=str(pid))
+            side.rec.put(f"{HELD_ACTED}:{doc}", "1")
 
     def close(self, grace: float) -> None:
         """Its worker stopped, the link closed, the node stopped and its data removed."""

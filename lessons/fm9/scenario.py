@@ -16,7 +16,7 @@ import threading
 
 from lessons.fm9.connloss import CONSUMER_TIMEOUT_MS, LINKED, OWNED_NAME, TICK_MS, LinkedBroker
 from lessons.fm9.hand import HandCut
-from lab.faults import C_HANG, SLOW
+from lab.faults import C_HANG, HOLD_AFTER_STORE, SLOW
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView, SideView
 from lab.link import BrokerLink
@@ -30,6 +30,10 @@ OVERLONG = "overlong"
 HUNG_DOC = "doc81"
 """The member stuck in C code (side ``overlong``)."""
 CONNLOSS_DOCS: tuple[str, ...] = ("doc78", "doc79", "doc80")
+CUTSTORED = "cutstored"
+CUTSTORED_DOCS: tuple[str, ...] = ("doc88", "doc89")
+"""The side ``cutstored``: a member held after its result's store, before its count, when the cut comes (FM-9's
+cancel ends it there: ``count_stored_members`` counts its redelivery), and a healthy one."""
 
 
 class ConnectionCut(Injector):
@@ -101,10 +105,12 @@ class ConnectionCut(Injector):
     def step(self, run: RunView) -> None:
         if self.broker is None:
             return
-        for tag in (CONNLOSS, OVERLONG):
+        for tag in (CONNLOSS, CUTSTORED, OVERLONG):
             side = run.side(tag)
             if side is not None and side.sent:
                 self.broker.step(side.reader, drop=tag == CONNLOSS)
+                if tag == CUTSTORED:
+                    self.broker.cut_when_held(side.reader)
         side = run.side(SOFTCUT)
         if side is not None and side.sent and self.soft is not None:
             broker = self.broker
@@ -129,14 +135,19 @@ PART = Part(
                                 Doc("doc79", None, "a healthy document"), Doc("doc80", None, "a healthy document")),
                      "a chord whose worker's broker connection drops mid-member", injector="connection cut",
                      after=(MAIN,), before=("outage",)),
+           SideChord(CUTSTORED, (Doc(CUTSTORED_DOCS[0], HOLD_AFTER_STORE, "healthy; its worker's connection drops "
+                                     "after its result is stored, before its chord counts it"),
+                                 Doc(CUTSTORED_DOCS[1], None, "a healthy document")),
+                     "a member whose connection drops between its result's store and its count", injector="connection cut",
+                     after=(CONNLOSS,), before=("outage",)),
            SideChord(SOFTCUT, (Doc(SOFTCUT_DOC, SLOW, "slow but healthy: its worker's connection drops in its soft "
                                    "shutdown wait"),),
                      "a cold shutdown's soft wait whose broker connection drops", injector="connection cut",
-                     after=(CONNLOSS,), before=("outage",)),
+                     after=(CONNLOSS, CUTSTORED), before=("outage",)),
            SideChord(OVERLONG, (Doc(HUNG_DOC, C_HANG, "a member stuck in C code, past the broker's consumer timeout"),
                                 Doc("doc82", SLOW, "slow but healthy")),
                      "a member that outlives the broker's consumer_timeout", injector="connection cut",
-                     after=(CONNLOSS, SOFTCUT), before=("outage",))),
+                     after=(CONNLOSS, CUTSTORED, SOFTCUT), before=("outage",))),
     injectors={"connection cut": ConnectionCut},
     by_hand={"connection cut": HandCut},  # by hand, the attendee asks for the cut (lessons.fm9.hand)
     # S9 reads these two sides alone, S9 hard these and the soft wait's cut (on the lab's own node, not the deploys' or

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from lab.observe import Event
 from lessons.fm7.checks import MIN_DEPLOYS, cancelled_before_kill, cancels_after_term, killed_at_grace, unread_at_term
-from lessons.fm7.scenario import STORED_DOCS
-from lessons.fm7.scenario import DEPLOYS
+from lessons.fm7.scenario import CANCELLED_DOCS, DEPLOYS, STORED_DOCS
 from tests.lessons.runs import LabRuns, holds_every_guarantee_up_to_its_own, symptom_run
 
 
@@ -29,6 +28,27 @@ def test_without_count_stored_members_a_member_killed_after_its_store_leaves_the
     stored = obs.sides["stored"]
     assert stored.members[STORED_DOCS[0]].state == "SUCCESS" and stored.chord.state == "PENDING"
     assert not stored.emails and not any(e.kind == "dead_lettered" for e in stored.events)
+
+
+def test_a_member_a_deploy_cancels_between_its_store_and_its_count_is_counted_once(lab: LabRuns) -> None:
+    obs = holds_every_guarantee_up_to_its_own(lab.of("fm7")["fixed"], 7)
+    cancelled = obs.sides["cancelled"]
+    kinds = [e.kind for e in cancelled.events if e.kind in ("stored_uncounted", "held_deploy_term", "cancelled",
+                                                             "held_deploy_end", "ended_after_store")]
+    # held, the deploy's SIGTERM, Celery's cancel after the 0.3 s soft wait (it ends the process there), then the end
+    assert kinds[:3] == ["stored_uncounted", "held_deploy_term", "cancelled"] and sorted(kinds[3:]) == [
+        "ended_after_store", "held_deploy_end"], kinds
+    assert cancelled.chord.state == "SUCCESS" and len(cancelled.emails) == 1
+    assert cancelled.attempts[CANCELLED_DOCS[0]] == 1  # its redelivery was deduplicated, and counted
+
+
+def test_without_count_stored_members_a_member_a_deploy_cancels_after_its_store_leaves_the_chord_pending(
+        lab: LabRuns) -> None:
+    obs = symptom_run(lab.of("fm7")["weak"], 7, "fm7w", "S7 hard")
+    cancelled = obs.sides["cancelled"]
+    assert any(e.kind == "cancelled" and e.get("doc") == CANCELLED_DOCS[0] for e in cancelled.events)
+    assert cancelled.members[CANCELLED_DOCS[0]].state == "SUCCESS" and cancelled.chord.state == "PENDING"
+    assert not cancelled.emails and not any(e.kind == "dead_lettered" for e in cancelled.events)
 
 
 def test_with_a_warm_shutdown_longer_than_the_grace_a_deploy_kills_a_document_mid_body(lab: LabRuns) -> None:

@@ -16,6 +16,15 @@ def test_a_dropped_connection_cancels_the_running_member_and_the_worker_serves_a
     assert not any(e.kind == "worker_exit" for e in (*connloss.events, *overlong.events))
 
 
+def test_a_member_its_connection_loss_cancels_between_its_store_and_its_count_is_counted_once(lab: LabRuns) -> None:
+    obs = holds_every_guarantee_up_to_its_own(lab.of("fm9")["fixed"], 9)
+    side = obs.sides["cutstored"]
+    kinds = [e.kind for e in side.events if e.kind in ("stored_uncounted", "link_cut", "cancelled", "ended_after_store")]
+    assert kinds == ["stored_uncounted", "link_cut", "cancelled", "ended_after_store"], kinds
+    assert side.chord.state == "SUCCESS" and len(side.emails) == 1
+    assert side.attempts["doc88"] == 1  # its redelivery was deduplicated, and counted
+
+
 def _soft_wait_cut(softcut: SideRun) -> tuple[float, float]:
     """The side ``softcut``: SIGTERM while its member ran, the cut once the soft wait began; (when the first body
     ended, when the copy began), each after the cut."""
