@@ -12,6 +12,9 @@ from lab.records import Check, Collector, Observations
 
 
 PROBE_AT_ONCE_SECONDS = 2.0
+TIME_LIMIT_KILL_SECONDS = (2.0, 10.0)
+"""doc90's attempt, held after its store, ends at its task's time_limit (3 s after it began, less what its start's
+record came after): well before the hold's own end (``lab.backend.HOLD_SECONDS``, 30 s)."""
 """G6: a probe task must come back within this after the run."""
 
 
@@ -37,6 +40,17 @@ def g6(obs: Observations, fm: Fm) -> Check:
     # A Celery limit that does land outside the body (time_limit, in the stalled store) is an envelope.
     r30, e30 = failed_detail(obs, "doc30")
     c.expect(r30 == "time_limit" and "TimeLimitExceeded" in e30, f"doc30 {r30 or 'not failed'} {e30!r}", "time_limit")
+    # Killed by its time limit after its result's store, before its count: BackstopRequest counts it (claims C35-C37).
+    held = sum(1 for e in obs.events if e.kind == "stored_uncounted" and e.get("doc") == "doc90")
+    received = sum(1 for e in obs.events if e.kind == "received" and e.get("doc") == "doc90")
+    starts = [e.t for e in obs.events if e.kind == "attempt_start" and e.get("doc") == "doc90"]
+    ends = [e.t for e in obs.events if e.kind == "attempt_end" and e.get("doc") == "doc90"]
+    ran = ends[0] - starts[0] if len(starts) == 1 and len(ends) == 1 else None
+    low, high = TIME_LIMIT_KILL_SECONDS
+    c.expect("doc90" in obs.ok_docs() and held == 1 and received == 1 and ran is not None and low <= ran < high,
+             f"doc90 {'ok' if 'doc90' in obs.ok_docs() else 'not ok'}, held after its store {held}x, delivered "
+             f"{received}x, its attempt ended {'never' if ran is None else f'{ran:.2f}s after it began'}",
+             f"ok, held 1x, delivered 1x, ended by its time limit ({low:g} to {high:g}s), counted once")
     # A hang in the chain's head: the fetch has its own deadline.
     r29, e29 = failed_detail(obs, "doc29")
     c.expect(r29 == "hard_timeout" and "fetch_document ran past its hard timeout" in e29,

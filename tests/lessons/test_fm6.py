@@ -19,3 +19,10 @@ def test_with_celerys_limits_alone_hangs_in_c_and_stalled_stores_fail_outside_th
     obs = symptom_run(lab.of("fm6")["weak"], 6, "fm6w", "S6 hard")
     assert obs.members["doc11"].error_type == "TimeLimitExceeded" and obs.notify_runs["chord"] == 0
     assert obs.members["doc28"].state == "FAILURE" and obs.chord.state == "PENDING"
+
+
+def test_a_member_its_time_limit_kills_between_its_store_and_its_count_is_counted_once(lab: LabRuns) -> None:
+    obs = holds_every_guarantee_up_to_its_own(lab.of("fm6")["fixed"], 6)
+    assert [e.kind for e in obs.events if e.get("doc") == "doc90" and e.kind in ("received", "stored_uncounted")] == [
+        "received", "stored_uncounted"]  # delivered once: BackstopRequest settled and acked it, counted
+    assert obs.members["doc90"].state == "SUCCESS" and obs.chord.state == "SUCCESS"
