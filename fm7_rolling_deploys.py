@@ -21,7 +21,7 @@ Fix:
 - ``worker_deduplicate_successful_tasks = True`` (Celery 5.1+): a redelivered message whose
   result is stored as SUCCESS is acked without running again.
 - ``count_stored_members(app)`` (``shared/stored_members.py``; Celery 5.5 to 5.7): a member
-  killed after its result is stored, before the chord counts it, is counted once.
+  killed or cancelled after its result is stored, before the chord counts it, is counted once.
 - ``send_back=True`` on the drain (``shared/dlq.py``; Celery 5.5 to 5.7): a dead letter
   whose process never crashed goes back to its queue, at most 5 times.
 

@@ -85,4 +85,6 @@ def _hold_once(task_id: str, result: object) -> None:
     run.event("stored_uncounted", task=task_id, doc=found[1])
     LOGGER.info("lab: %s's result is stored and not yet counted in its chord: held until the run acts on it "
                 "(scenario fault HOLD_AFTER_STORE)", found[1])
-    wait_until(lambda: run.get(f"{HELD_ACTED}:{found[1]}") is not None, HOLD_SECONDS)
+    acted = wait_until(lambda: run.get(f"{HELD_ACTED}:{found[1]}") is not None, HOLD_SECONDS)
+    # only a member still alive gets here: one killed or cancelled in the hold records nothing more
+    run.event("hold_over", task=task_id, doc=found[1], why="acted" if acted else f"{HOLD_SECONDS:g}s passed")
