@@ -62,7 +62,7 @@ class RollingDeploys(Injector):
         if self.deploy is not None and side is not None and side.sent:
             self.deploy.step(side.reader)
         if self.on_held is not None:
-            self.on_held.step(run.side(CANCELLED))
+            self.on_held.step(run.side(CANCELLED), side is not None and side.ready())
 
     def stop(self) -> None:
         if self.deploy is not None:

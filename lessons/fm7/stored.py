@@ -86,13 +86,19 @@ class DeployOnHeld:
     def ready(self) -> bool:
         return self.state in ("ready", "terminated", "gone", "done")
 
-    def step(self, side: SideView | None) -> None:
+    def step(self, side: SideView | None, deploys_over: bool) -> None:
+        """``deploys_over``: the deploys' side chord has completed (on a loaded machine its documents may all end
+        before the third deploy: that deploy's new worker, booted or booting, is then this one's)."""
         deploy = self.deploy
-        if side is None or not deploy.done:
+        if side is None or not (deploy.done or (deploys_over and deploy.old is None)):
             return
         if self.state == "idle":
-            self.extra = deploy.spawn("deploy-held")
-            deploy.workers.append(self.extra)
+            if deploy.new is not None:  # a deploy that found no moment before its documents ended: its new worker
+                self.extra, deploy.new = deploy.new, None
+            else:
+                self.extra = deploy.spawn("deploy-held")
+                deploy.workers.append(self.extra)
+            deploy.state = "done"  # no rolling deploy after this one
             self.state = "booting"
         elif self.state == "booting":
             if deploy.consumers() >= 2:
