@@ -292,8 +292,11 @@ def _cancelled_guarantee(c: Collector, obs: Observations) -> None:
     if by_hand(obs.sides[DEPLOY].events if DEPLOY in obs.sides else []):  # no deploy aimed at it: Celery's time
         c.seen.append(f"by hand, no deploy is aimed at {CANCELLED_DOCS[0]}: {_cancelled_said(f)}")  # limit ends its hold
     else:
-        c.expect(f.held == 1 and f.cancels == 1 and f.ended == 1 and f.received == 2, _cancelled_said(f),
-                 "held 1x, cancelled 1x, gone 1x, delivered 2x (its redelivery deduplicated)")
+        runs = side.attempts.get(CANCELLED_DOCS[0], 0)
+        c.expect(f.held == 1 and f.cancels == 1 and f.ended == 1 and f.received >= 2 and runs == 1,
+                 f"{_cancelled_said(f)}, its body run {runs}x",
+                 "held 1x, cancelled 1x, gone 1x, delivered 2x or more (a redelivery may meet the stopping worker "
+                 "first), its body run 1x (every redelivery deduplicated)")
     c.expect(side_done(side) and f.ok == sorted(side.docs) and len(side.emails) == 1 and not f.dead,
              f"{CANCELLED} chord {side_state(side)}: ok {', '.join(f.ok) or 'none'}, emails {len(side.emails)}, "
              f"dead-lettered {', '.join(f.dead) or 'none'}",
