@@ -252,17 +252,18 @@ def test_fm3_task_queue_is_a_bounded_quorum_queue_that_dead_letters_to_its_dlq()
 def test_scenarios_are_cumulative() -> None:
     assert scenario(1).docs == ("doc1", "doc2")
     assert scenario(3).docs == ("doc1", "doc2", "doc3", "doc4", "doc9")  # doc9: scenario 3's hard variant
-    assert set(scenario(6).docs) == {f"doc{i}" for i in range(1, 31)}
+    assert set(scenario(6).docs) == {f"doc{i}" for i in range(1, 31)} | {"doc90"}
     assert [side.tag for side in scenario(1).sides] == ["expired"] == [side.tag for side in scenario(2).sides]
     assert [side.tag for side in scenario(3).sides] == ["expired", "body", "behind"] == [side.tag for side in scenario(6).sides]
     assert scenario(5).burst == tuple(f"doc{i}" for i in range(12, 28)) and not scenario(4).burst
     assert "duplicate notify" not in scenario(3).injectors and "duplicate notify" in scenario(4).injectors
-    assert [side.tag for side in scenario(7).sides] == ["expired", "body", "behind", "deploy", "stored"]
+    assert [side.tag for side in scenario(7).sides] == ["expired", "body", "behind", "cancelled", "deploy", "stored"]
     assert scenario(7).docs == scenario(6).docs  # the slow documents are the side chord's, not the main chord's
-    assert [side.tag for side in scenario(8).sides] == ["expired", "body", "behind", "deploy", "stored", "outage"]
+    assert [side.tag for side in scenario(8).sides] == ["expired", "body", "behind", "cancelled", "deploy", "stored",
+                                                        "outage"]
     assert scenario(8).docs == scenario(6).docs and [s.injector for s in scenario(8).sides][-1] == "backend outage"
-    assert [side.tag for side in scenario(9).sides] == ["expired", "body", "behind", "deploy", "stored", "outage", "connloss",
-                                                        "softcut", "overlong"]
-    assert scenario(9).docs == scenario(6).docs and [s.injector for s in scenario(9).sides][-3:] == ["connection cut"] * 3
+    assert [side.tag for side in scenario(9).sides] == ["expired", "body", "behind", "cancelled", "deploy", "stored",
+                                                        "outage", "connloss", "cutstored", "softcut", "overlong"]
+    assert scenario(9).docs == scenario(6).docs and [s.injector for s in scenario(9).sides][-4:] == ["connection cut"] * 4
     with pytest.raises(ValueError):
         scenario(10)

@@ -21,7 +21,9 @@ def test_a_member_its_connection_loss_cancels_between_its_store_and_its_count_is
     obs = holds_every_guarantee_up_to_its_own(lab.of("fm9")["fixed"], 9)
     side = obs.sides["cutstored"]
     kinds = [e.kind for e in side.events if e.kind in ("stored_uncounted", "link_cut", "cancelled", "ended_after_store")]
-    assert kinds == ["stored_uncounted", "link_cut", "cancelled", "ended_after_store"], kinds
+    # the runner records its cut once the cut is made: the worker's cancel may be recorded first
+    assert kinds[0] == "stored_uncounted" and sorted(kinds[1:3]) == ["cancelled", "link_cut"] \
+        and kinds[3:] == ["ended_after_store"], kinds
     assert side.chord.state == "SUCCESS" and len(side.emails) == 1
     assert side.attempts["doc88"] == 1  # its redelivery was deduplicated, and counted
 
