@@ -50,7 +50,7 @@ class BackendOutages(Injector):
 PART = Part(
     sides=(SideChord(OUTAGE, tuple(Doc(d, SLOW, "slow but healthy: 0.8 s of work") for d in OUTAGE_DOCS),
                      "slow but healthy documents while the result backend goes away", injector="backend outage",
-                     after=("deploy",)),),
+                     after=("deploy", "cancelled")),),  # the deploy aimed at cancelled's member stops a worker
     injectors={"backend outage": BackendOutages},
     by_hand={"backend outage": HandOutage},  # by hand, the attendee stops and starts the backend (lessons.fm8.hand)
     symptom=Needs(docs=("doc2",), sides=(OUTAGE,)),  # S8 reads the outage's side alone; a healthy chord before it
