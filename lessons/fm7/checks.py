@@ -261,6 +261,8 @@ class CancelledFindings:
 
     held: int  # stored_uncounted: the member's SUCCESS stored, its count held
     cancels: int  # Celery's cancel of the held member (``cancelled``, the observer's)
+    in_hand: int  # the cold shutdown's soft wait had it in hand (``soft_wait``, the observer's)
+    killed: int  # its worker SIGKILLed at the grace's end (``held_deploy_end``)
     ended: int  # ended_after_store: its process gone while held
     received: int  # deliveries of the held member's parse
     ok: list[str]
@@ -272,6 +274,8 @@ def cancelled_findings(side: SideRun) -> CancelledFindings:
     return CancelledFindings(
         held=sum(1 for e in events if e.kind == "stored_uncounted"),
         cancels=sum(1 for e in events if e.kind == "cancelled" and e.get("doc") == doc),
+        in_hand=sum(1 for e in events if e.kind == "soft_wait" and e.get("doc") == doc),
+        killed=sum(1 for e in events if e.kind == "held_deploy_end" and e.get("end") == "SIGKILLed"),
         ended=sum(1 for e in events if e.kind == "ended_after_store"),
         received=sum(1 for e in events if e.kind == "received" and e.get("doc") == doc),
         ok=sorted(short_doc(str(d)) for d in summary_of_side(side).get("ok", [])),
@@ -279,8 +283,15 @@ def cancelled_findings(side: SideRun) -> CancelledFindings:
 
 
 def _cancelled_said(f: CancelledFindings) -> str:
-    return (f"{CANCELLED_DOCS[0]} held after its store {f.held}x, cancelled there by a cold shutdown {f.cancels}x, "
-            f"its process gone there {f.ended}x, delivered {f.received}x")
+    return (f"{CANCELLED_DOCS[0]} held after its store {f.held}x, cancelled there by a cold shutdown {f.cancels}x (in "
+            f"its soft wait's hands {f.in_hand}x, its worker SIGKILLed at the grace {f.killed}x), its process gone there "
+            f"{f.ended}x, delivered {f.received}x")
+
+
+def _ended_by_the_deploy(f: CancelledFindings) -> bool:
+    """Celery's cancel ended it, or the grace's SIGKILL did while the soft wait had it in hand (on a loaded machine
+    the cancel, 0.3 s after the SIGTERM, can come after the SIGKILL at 0.5 s: G7's race, ``cancelled_before_kill``)."""
+    return f.held == 1 and f.ended == 1 and (f.cancels == 1 or (f.in_hand == 1 and f.killed == 1))
 
 
 def _cancelled_guarantee(c: Collector, obs: Observations) -> None:
@@ -293,9 +304,10 @@ def _cancelled_guarantee(c: Collector, obs: Observations) -> None:
         c.seen.append(f"by hand, no deploy is aimed at {CANCELLED_DOCS[0]}: {_cancelled_said(f)}")  # limit ends its hold
     else:
         runs = side.attempts.get(CANCELLED_DOCS[0], 0)
-        c.expect(f.held == 1 and f.cancels == 1 and f.ended == 1 and f.received >= 2 and runs == 1,
+        c.expect(_ended_by_the_deploy(f) and f.received >= 2 and runs == 1,
                  f"{_cancelled_said(f)}, its body run {runs}x",
-                 "held 1x, cancelled 1x, gone 1x, delivered 2x or more (a redelivery may meet the stopping worker "
+                 "held 1x, cancelled 1x (or in the soft wait's hands when the grace's SIGKILL came first), gone 1x, "
+                 "delivered 2x or more (a redelivery may meet the stopping worker "
                  "first), its body run 1x (every redelivery deduplicated)")
     c.expect(side_done(side) and f.ok == sorted(side.docs) and len(side.emails) == 1 and not f.dead,
              f"{CANCELLED} chord {side_state(side)}: ok {', '.join(f.ok) or 'none'}, emails {len(side.emails)}, "
@@ -333,7 +345,8 @@ def s7_hard(obs: Observations, fixed: Fm) -> Check:
     g = cancelled_findings(cancelled)
     member = cancelled.members.get(CANCELLED_DOCS[0])
     stored = member.state if member is not None else "no member"
-    c.expect(g.held == 1 and g.cancels == 1 and g.ended == 1, _cancelled_said(g), "held 1x, cancelled 1x, gone 1x")
+    c.expect(_ended_by_the_deploy(g), _cancelled_said(g),
+             "held 1x, cancelled 1x (or in the soft wait's hands when the grace's SIGKILL came first), gone 1x")
     c.expect(stored == "SUCCESS" and not side_done(cancelled) and not g.dead and not cancelled.emails,
              f"{CANCELLED} chord {side_state(cancelled)}, {CANCELLED_DOCS[0]} stored {stored}, "
              f"dead-lettered {', '.join(g.dead) or 'none'}, emails {len(cancelled.emails)}",
