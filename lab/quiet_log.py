@@ -185,7 +185,7 @@ def _say(record: logging.LogRecord, text: str, keep_level: bool = False) -> bool
 FILTERED = ("celery.utils.dispatch.signal", "shared.dlq", "shared.backend", "celery.worker.consumer.consumer",
             "celery.app.amqp", "celery.backends.redis", "celery.worker.request", "kombu.asynchronous.hub")
 """The loggers whose records ``QuietFaults`` reads (a logger's filter sees only the records made on that logger, not
-those of its children: kombu's hub is named, or its failed-ack line passes, as it did on fm9's spare worker)."""
+those of its children: kombu's hub is named, or its failed-ack line passes, as it did on a spare worker of the cut)."""
 
 
 def _quiet_cold_shutdown() -> None:

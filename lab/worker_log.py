@@ -232,6 +232,7 @@ class ExpectedFaults(logging.Filter):
 
     def _exited(self, process: str, pid: int, status: str) -> str | None:
         cause = _time_limited.pop(pid, None)  # its job is over already: the time limit's line came first
+        by_limit = cause is not None
         request = _by_pid(pid) if cause is None else None
         cause = cause or (request_cause(request) if request is not None else None)
         if cause is None or "SIGKILL" not in status:
@@ -239,7 +240,8 @@ class ExpectedFaults(logging.Filter):
         if cause.fault in KILLS or cause.task == "notify":
             head = f"the lab killed pool process {process} (pid {pid}): {_what(cause)}"
         elif cause.fault == "HOLD_AFTER_STORE":
-            head = (f"the lab killed pool process {process} (pid {pid}): {_what(cause)}, its result stored and not yet "
+            who = "Celery's time_limit" if by_limit else "the lab"
+            head = (f"{who} killed pool process {process} (pid {pid}): {_what(cause)}, its result stored and not yet "
                     "counted in its chord")
         elif cause.fault == "C_HANG":
             head = (f"Celery's time_limit killed pool process {process} (pid {pid}): {_what(cause)}, stuck in one C call "
@@ -270,11 +272,15 @@ class ExpectedFaults(logging.Filter):
     def _time_limit(self, task_id: str) -> str | None:
         request = _requests.get(task_id)
         cause = request_cause(request) if request is not None else None
-        if cause is None or cause.fault not in ("C_HANG", "STALL_PAST_LIMIT"):
+        if cause is None or cause.fault not in ("C_HANG", "STALL_PAST_LIMIT", "HOLD_AFTER_STORE"):
             return None
         pid = getattr(request, "worker_pid", None)
         if isinstance(pid, int):
             _time_limited[pid] = cause
+        if cause.fault == "HOLD_AFTER_STORE":
+            return (f"expected: {cause.doc}'s {cause.task} ran past its time_limit after its result was stored, before "
+                    f"its chord counted it ({_what(cause)}): Celery kills its process; BackstopRequest finds SUCCESS "
+                    "stored and counts it into the chord")
         where = " after its body returned, its result not stored yet" if cause.fault == "STALL_PAST_LIMIT" else ""
         return (f"expected: {cause.doc}'s {cause.task} ran past its time_limit{where} ({_what(cause)}): Celery kills its "
                 "process; BackstopRequest records the envelope reason time_limit, and the chord goes on")

@@ -64,7 +64,7 @@ def symptom_run(report: RunReport, n: int, code: str, label: str) -> Observation
 # attempts per document of scenario N on FM N's (fixed) code
 FIXED_ATTEMPTS = {"doc1": 1, "doc2": 1, "doc3": 2, "doc4": 3, "doc5": 3, "doc6": 4, "doc7": 1, "doc8": 1,
                   "doc9": 0, "doc10": 1, "doc11": 1, **{f"doc{i}": 2 for i in range(12, 28)}, "doc28": 1, "doc29": 0,
-                  "doc30": 1}
+                  "doc30": 1, "doc90": 1}
 FAILED_REASONS = {"doc1": "error", "doc4": "dead_lettered", "doc6": "retries_exhausted", "doc7": "soft_timeout",
                   "doc8": "hard_timeout", "doc9": "dead_lettered", "doc10": "hard_timeout", "doc11": "time_limit",
                   "doc29": "hard_timeout", "doc30": "time_limit"}
