@@ -16,9 +16,9 @@ waits for ever, in silence. With it, the member is counted once.
 
 The second way is FM-7's own fix: the side chord ``cancelled``'s marked member is held there too, and a deploy of
 its own (``DeployOnHeld``, after the deploys' three) SIGTERMs the worker that holds it; after the 0.3 s soft wait,
-the cold shutdown's ``Request.cancel`` ends its process there. Celery
-stores nothing over the SUCCESS (5.7 stores no RETRY for a late-acked task it cancels in a shutdown), so the
-redelivery is deduplicated like the SIGKILLed member's, and only ``count_stored_members`` counts it. The same two
+the cold shutdown's ``Request.cancel`` ends its process there. The
+stored state stays SUCCESS (claim C38 reads it on each version), so the redelivery is deduplicated like the
+SIGKILLed member's, and only ``count_stored_members`` counts it. The same two
 ways, and FM-9's connection-loss cancel, are claims C38 to C42 (``tests/test_stored_members.py``) on each version.
 """
 
