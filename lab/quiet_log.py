@@ -24,7 +24,8 @@ worker beside ``lab.worker_log``, changes only what is printed, never what Celer
   connection (``Retrying refused callback publish``), and kombu's ``CRITICAL`` ``Couldn't ack ... reason:
   RecoverableConnectionError(... 'connection already closed' ...)`` for a task that ended after the cut (its ack
   goes to the closed channel; the broker has requeued the message already; kombu's hub then logs the same failed
-  ack at ``ERROR``, ``Callback <... ack_log_error ...> raised exception``, which is dropped) each become one
+  ack at ``ERROR``, ``Callback <... ack_log_error ...> raised exception``, which is dropped; and Celery's
+  ``Error on terminating Hub`` when a worker's shutdown closes its event loop over a cut connection) each become one
   ``lab:`` line that says what happens next. They stay at ``WARNING``: the worker cannot tell the lab's cut from a real one.
 - Celery's ``worker: Hitting Ctrl+C again will terminate all running tasks!``, which
   ``celery.apps.worker.on_cold_shutdown`` prints (``safe_say``, not a log record) when a cold shutdown
@@ -144,6 +145,12 @@ class QuietFaults(logging.Filter):
         if msg == "Callback %r raised exception: %r" and len(args) == 2 and isinstance(args[1], CLOSED) \
                 and any(name in repr(args[0]) for name in ("ack_log_error", "reject_log_error")):
             return False  # kombu's hub on the same failed ack: the "Couldn't ack" line before says it
+        if record.name == "celery.bootsteps" and msg == "Error on %s %s: %r" and len(args) == 3 \
+                and args[1] == "Hub" and isinstance(args[2], CLOSED):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return _say(record, f"lab: the worker's event loop, closed as it shuts down, met a connection already gone "
+                        f"({args[2]!r}; the lab cuts it on purpose): nothing it held is lost, the broker has it back",
+                        keep_level=True)
         if msg.startswith("Retrying refused callback publish for %r") and len(args) >= 5:
             return _say(record, f"lab: the connection closed while {args[0]} was being published as a chord's "
                         f"callback: Celery publishes it again ({args[1]}/{args[2]}): {args[4]!r}", keep_level=True)
@@ -183,7 +190,8 @@ def _say(record: logging.LogRecord, text: str, keep_level: bool = False) -> bool
 
 
 FILTERED = ("celery.utils.dispatch.signal", "shared.dlq", "shared.backend", "celery.worker.consumer.consumer",
-            "celery.app.amqp", "celery.backends.redis", "celery.worker.request", "kombu.asynchronous.hub")
+            "celery.app.amqp", "celery.backends.redis", "celery.worker.request", "kombu.asynchronous.hub",
+            "celery.bootsteps")
 """The loggers whose records ``QuietFaults`` reads (a logger's filter sees only the records made on that logger, not
 those of its children: kombu's hub is named, or its failed-ack line passes, as it did on a spare worker of the cut)."""
 

@@ -115,7 +115,8 @@ def test_every_logger_a_record_it_reads_is_made_on_gets_the_filter() -> None:
     """A logger's filter reads only the records made on that logger: each record the filter knows must come from a
     logger ``_setup`` filters (kombu's hub was missing: its failed-ack line passed on a fm9 spare worker in CI)."""
     made_on = {"celery.utils.dispatch.signal", "celery.backends.redis", "shared.dlq", "shared.backend",
-               "celery.worker.consumer.consumer", "celery.worker.request", "celery.app.amqp", "kombu.asynchronous.hub"}
+               "celery.worker.consumer.consumer", "celery.worker.request", "celery.app.amqp", "kombu.asynchronous.hub",
+               "celery.bootsteps"}
     assert made_on <= set(quiet_log.FILTERED)
     loggers = [logging.getLogger(name) for name in quiet_log.FILTERED]
     before = [list(logger.filters) for logger in loggers]
@@ -154,3 +155,12 @@ def test_a_reconnect_the_cut_met_is_a_lab_line_at_warning_and_another_cannot_con
     assert cut.getMessage().startswith("lab: the broker connection could not be made again yet")
     other = record("celery.worker.consumer.consumer", logging.ERROR, said, "amqp://x//", ValueError("a bug"), "")
     assert QuietFaults().filter(other) is True and other.levelno == logging.ERROR
+
+
+def test_the_hubs_close_on_a_cut_connection_in_a_shutdown_is_a_lab_line_and_another_step_error_stays_loud() -> None:
+    cut = record("celery.bootsteps", logging.ERROR, "Error on %s %s: %r", "terminating", "Hub",
+                 BrokenPipeError(32, "Broken pipe"))
+    assert QuietFaults().filter(cut) is True
+    assert cut.levelname == "WARNING" and str(cut.msg).startswith("lab: the worker's event loop") and cut.exc_info is None
+    other = record("celery.bootsteps", logging.ERROR, "Error on %s %s: %r", "terminating", "Pool", ValueError("a bug"))
+    assert QuietFaults().filter(other) is True and other.levelname == "ERROR"
