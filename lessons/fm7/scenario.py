@@ -57,6 +57,9 @@ class RollingDeploys(Injector):
     def ready(self, run: RunView, side: SideView) -> bool:
         return side.tag != CANCELLED or (self.on_held is not None and self.on_held.ready())
 
+    def busy(self, run: RunView) -> bool:
+        return self.on_held is not None and self.on_held.busy()
+
     def step(self, run: RunView) -> None:
         side = run.side(DEPLOY)
         if self.deploy is not None and side is not None and side.sent:

@@ -86,6 +86,10 @@ class DeployOnHeld:
     def ready(self) -> bool:
         return self.state in ("ready", "terminated", "gone", "done")
 
+    def busy(self) -> bool:
+        """Its deploy is under way: the run waits for it to be recorded, even once every chord is done."""
+        return self.state in ("terminated", "gone")
+
     def step(self, side: SideView | None, deploys_over: bool) -> None:
         """``deploys_over``: the deploys' side chord has completed (on a loaded machine its documents may all end
         before the third deploy: that deploy's new worker, booted or booting, is then this one's)."""
@@ -116,7 +120,7 @@ class DeployOnHeld:
             proc.wait()
             wait_until(lambda: not group_alive(proc.pid), KILL_WAIT_SECONDS)
             self.state = "gone"
-        elif self.state == "gone" and not pid_alive(self.held_pid):
+        if self.state == "gone" and not pid_alive(self.held_pid):  # at once: the run may end before the next look
             side.reader.rec.event("ended_after_store", doc=side_doc(side), child=str(self.held_pid))
             side.reader.rec.put(f"{HELD_ACTED}:{side_doc(side)}", "1")
             self.state = "done"
