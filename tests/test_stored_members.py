@@ -214,8 +214,8 @@ def test_a_member_cancelled_around_its_count(way: str, where: str, fix: bool, tm
     r = shared()
     key = uuid.uuid4().hex[:10]
     r.set(f"{PREFIX}hold:{key}:0", where, ex=300)  # the other two wait for go: the held member is never the last
-    # to count (a last member's body, published by its process at the moment of a cut, is a loss of its own: see
-    # docs/failure-modes.md)
+    # to count (a last member cut just after its count once left no body run, not explained: see
+    # docs/celery-versions.md)
     with BrokerLink.to(broker_url()) as link:
         env = {"REMAP_SIGTERM": "SIGQUIT",  # fm7..fm9's worker environment
                **({"SM_COLD": "1"} if way == "cold" else {"SM_CUT": "1", "SM_BROKER": link.url(broker_url())})}
