@@ -191,6 +191,17 @@ def test_only_the_claims_run_writes_the_claims_results(tmp_path: Path, monkeypat
     assert ran["claims"]["RCL_CLAIMS_JSON"] == str(out.claims)
 
 
+def test_the_lab_steps_run_one_at_a_time_and_the_pytest_steps_beside_them_from_the_last_version_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(matrix, "ENVS_DIR", tmp_path / "envs")
+    vs = [Version(name, tmp_path / f"celery-{name}.txt") for name in ("5.5", "5.6", "5.7")]
+    lab, tests = matrix.lanes(vs)
+    assert [(v.name, what) for v, what, *_ in lab] == [("5.5", "lab"), ("5.6", "lab"), ("5.7", "lab")]
+    assert [(v.name, what) for v, what, *_ in tests] == [("5.7", "claims"), ("5.7", "audit"), ("5.6", "claims"),
+                                                         ("5.6", "audit"), ("5.5", "claims"), ("5.5", "audit")]
+    assert len({log for *_, log, _ in lab + tests}) == 9  # each step writes a log of its own
+
+
 def test_a_claims_run_that_reported_no_claim_fails_its_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(matrix, "ENVS_DIR", tmp_path / "envs")
     _write_results(tmp_path / "envs", "5.7", [_run("fm1", "fixed", [("G1", True, "")])], "5.7.0", claims_empty=True)
