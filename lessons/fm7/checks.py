@@ -264,6 +264,7 @@ class CancelledFindings:
     in_hand: int  # the cold shutdown's soft wait had it in hand (``soft_wait``, the observer's)
     killed: int  # its worker SIGKILLed at the grace's end (``held_deploy_end``)
     ended: int  # ended_after_store: its process gone while held
+    missed: int  # held_deploy_missed: its process gone before the deploy found its worker
     received: int  # deliveries of the held member's parse
     ok: list[str]
     dead: list[str]
@@ -277,18 +278,20 @@ def cancelled_findings(side: SideRun) -> CancelledFindings:
         in_hand=sum(1 for e in events if e.kind == "soft_wait" and e.get("doc") == doc),
         killed=sum(1 for e in events if e.kind == "held_deploy_end" and e.get("end") == "SIGKILLed"),
         ended=sum(1 for e in events if e.kind == "ended_after_store"),
+        missed=sum(1 for e in events if e.kind == "held_deploy_missed"),
         received=sum(1 for e in events if e.kind == "received" and e.get("doc") == doc),
         ok=sorted(short_doc(str(d)) for d in summary_of_side(side).get("ok", [])),
         dead=[str(e.get("doc")) for e in events if e.kind == "dead_lettered"])
 
 
-def _cancelled_said(f: CancelledFindings) -> str:
+def cancelled_said(f: CancelledFindings) -> str:
     return (f"{CANCELLED_DOCS[0]} held after its store {f.held}x, cancelled there by a cold shutdown {f.cancels}x (in "
             f"its soft wait's hands {f.in_hand}x, its worker SIGKILLed at the grace {f.killed}x), its process gone there "
-            f"{f.ended}x, delivered {f.received}x")
+            f"{f.ended}x, delivered {f.received}x"
+            + (f"; its process gone before the deploy found its worker {f.missed}x" if f.missed else ""))
 
 
-def _ended_by_the_deploy(f: CancelledFindings) -> bool:
+def ended_by_the_deploy(f: CancelledFindings) -> bool:
     """Celery's cancel ended it, or the grace's SIGKILL did while the soft wait had it in hand (on a loaded machine
     the cancel, 0.3 s after the SIGTERM, can come after the SIGKILL at 0.5 s: G7's race, ``cancelled_before_kill``)."""
     return f.held == 1 and f.ended == 1 and (f.cancels == 1 or (f.in_hand == 1 and f.killed == 1))
@@ -301,11 +304,11 @@ def _cancelled_guarantee(c: Collector, obs: Observations) -> None:
         return
     f = cancelled_findings(side)
     if by_hand(obs.sides[DEPLOY].events if DEPLOY in obs.sides else []):  # no deploy aimed at it: Celery's time
-        c.seen.append(f"by hand, no deploy is aimed at {CANCELLED_DOCS[0]}: {_cancelled_said(f)}")  # limit ends its hold
+        c.seen.append(f"by hand, no deploy is aimed at {CANCELLED_DOCS[0]}: {cancelled_said(f)}")  # limit ends its hold
     else:
         runs = side.attempts.get(CANCELLED_DOCS[0], 0)
-        c.expect(_ended_by_the_deploy(f) and f.received >= 2 and runs == 1,
-                 f"{_cancelled_said(f)}, its body run {runs}x",
+        c.expect(ended_by_the_deploy(f) and f.received >= 2 and runs == 1,
+                 f"{cancelled_said(f)}, its body run {runs}x",
                  "held 1x, cancelled 1x (or in the soft wait's hands when the grace's SIGKILL came first), gone 1x, "
                  "delivered 2x or more (a redelivery may meet the stopping worker "
                  "first), its body run 1x (every redelivery deduplicated)")
@@ -345,7 +348,7 @@ def s7_hard(obs: Observations, fixed: Fm) -> Check:
     g = cancelled_findings(cancelled)
     member = cancelled.members.get(CANCELLED_DOCS[0])
     stored = member.state if member is not None else "no member"
-    c.expect(_ended_by_the_deploy(g), _cancelled_said(g),
+    c.expect(ended_by_the_deploy(g), cancelled_said(g),
              "held 1x, cancelled 1x (or in the soft wait's hands when the grace's SIGKILL came first), gone 1x")
     c.expect(stored == "SUCCESS" and not side_done(cancelled) and not g.dead and not cancelled.emails,
              f"{CANCELLED} chord {side_state(cancelled)}, {CANCELLED_DOCS[0]} stored {stored}, "

@@ -73,7 +73,8 @@ class DeployOnHeld:
     loaded machine, so the new worker is started first; once it consumes, the side is sent (``ready``); the member
     is held on whichever of the two took it, and that worker's main process gets the SIGTERM (the other serves on),
     then SIGKILL at the grace's end if it has not exited. Recorded in the side's stream: ``held_deploy_term``,
-    ``held_deploy_end``, then ``ended_after_store`` once the held process is gone."""
+    ``held_deploy_end``, then ``ended_after_store`` once the held process is gone; ``held_deploy_missed`` when the held
+    process was gone before its worker was found."""
 
     def __init__(self, deploy: RollingDeploy) -> None:
         self.deploy = deploy
@@ -133,8 +134,13 @@ class DeployOnHeld:
         parent = parent_pid(self.held_pid)
         workers = [w for w in (self.deploy.current, self.extra) if w is not None and w.proc is not None]
         holder = next((w for w in workers if w.proc is not None and w.proc.pid == parent), None)
+        if parent == 0:
+            # gone before a deploy came (its time limit, on a machine too loaded to send the side in time): G7 says so
+            side.reader.rec.event("held_deploy_missed", doc=side_doc(side), child=str(self.held_pid))
+            self.state = "done"
+            return
         if holder is None or holder.proc is None:
-            return  # not yet read (the process may be gone already: then no deploy can cancel it)
+            return  # its parent not read yet
         other = next(w for w in workers if w is not holder)
         self.deploy.current, self.holder = other, holder  # the other one serves from now on
         sent = time.time()

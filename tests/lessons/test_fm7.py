@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from lab.observe import Event
-from lessons.fm7.checks import MIN_DEPLOYS, cancelled_before_kill, cancels_after_term, killed_at_grace, unread_at_term
+from lessons.fm7.checks import (MIN_DEPLOYS, cancelled_before_kill, cancelled_findings, cancelled_said, cancels_after_term,
+                                ended_by_the_deploy, killed_at_grace, unread_at_term)
 from lessons.fm7.scenario import CANCELLED_DOCS, DEPLOYS, STORED_DOCS
 from tests.lessons.runs import LabRuns, holds_every_guarantee_up_to_its_own, symptom_run
+from tests.synthetic import side, summary_outcome
 
 
 def test_rolling_deploys_dead_letter_no_innocent_document_and_lose_none(lab: LabRuns) -> None:
@@ -102,3 +104,15 @@ def test_a_read_body_the_sigkill_overtook_passes_only_when_its_own_delivery_was_
     # a soft wait as long as the grace: doc5's cancel was never due before the SIGKILL, so it fails G7
     assert cancelled_before_kill(both, ["doc5"], 0.5) == []
     assert cancels_after_term(events) == ["deploy 1: doc1 waited at 0.00s, doc1 cancelled at 0.30s"]
+
+
+def test_a_held_member_gone_before_the_deploy_found_its_worker_fails_g7_saying_so() -> None:
+    """``DeployOnHeld`` records ``held_deploy_missed`` when the held pool process is gone (its time limit, on a machine
+    too loaded to send the side in time) before its worker was found: no deploy cancelled it, and G7 says why."""
+    doc = CANCELLED_DOCS[0]
+    events = [_e(1.0, "received", task="t1", doc=doc, pid="10"), _e(1.2, "stored_uncounted", doc=doc, pid="11"),
+              _e(4.0, "held_deploy_missed", doc=doc, child="11"), _e(4.1, "received", task="t1", doc=doc, pid="12")]
+    f = cancelled_findings(side("cancelled", (doc,), events, summary_outcome([doc], [])))
+    assert (f.held, f.cancels, f.ended, f.missed, f.received) == (1, 0, 0, 1, 2)
+    assert not ended_by_the_deploy(f)
+    assert cancelled_said(f).endswith("; its process gone before the deploy found its worker 1x")
