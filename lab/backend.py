@@ -39,6 +39,18 @@ HELD_ACTED = "acted-after-store"
 HOLD_SECONDS = 30.0
 """The most a held member waits for its injector (by hand, with none, it then counts)."""
 
+def release_held(rec: RunRecorder, doc: str) -> None:
+    """An injector acted on ``doc``'s member held after its store: if its process lives on, it goes on to its count."""
+    rec.put(f"{HELD_ACTED}:{doc}", "1")
+
+
+def held_ended(rec: RunRecorder, doc: str, pid: int) -> None:
+    """The process that held ``doc``'s member after its store is gone (cancelled, SIGKILLed): recorded
+    (``ended_after_store``) and the hold released."""
+    rec.event("ended_after_store", doc=doc, child=str(pid))
+    release_held(rec, doc)
+
+
 LOGGER = logging.getLogger("lab.worker")  # the lab's lines in the worker window (lab.worker_log)
 
 

@@ -563,12 +563,12 @@ def _group_stacks(pgid: int) -> str:
     return "\n".join(lines)
 
 
-def _deploy_away(fm: Fm, run_id: str, label: str, running: Callable[[], bool]) -> None:
+def _deploy_away(fm: Fm, run_id: str, label: str, running: Callable[[], bool]) -> bool:
     """A worker of ``fm`` that serves until ``running()``, then gets SIGTERM (its main process: REMAP_SIGTERM
     makes it the soft, then cold shutdown); no other worker runs meanwhile. It exits in about 2 s; one that has
     not after ``DEPLOY_GRACE`` is SIGKILLed, as a deploy's grace ends, and the run warns with what each of its
     processes waited on (its log and stacks in a ``-stuck.txt`` beside its log): the callers' assertions on
-    what the body recorded decide the claim, a slow exit alone does not."""
+    what the body recorded decide the claim, a slow exit alone does not. True when the worker exited by itself."""
     worker = Worker(fm, run_id, workers.LOG_DIR / f"{label}-{run_id}.log", part=label.rsplit("-", 1)[-1])
     worker.start()
     try:
@@ -582,6 +582,8 @@ def _deploy_away(fm: Fm, run_id: str, label: str, running: Callable[[], bool]) -
             stuck.write_text(f"log:\n{worker.tail(80)}\nprocesses:\n{_group_stacks(proc.pid)}\n")
             warnings.warn(f"{label}: the worker had not exited {DEPLOY_GRACE:.0f} s after SIGTERM and is "
                           f"SIGKILLed as a deploy's grace ends; its log and stacks: {stuck}", stacklevel=2)
+            return False
+        return True
     finally:
         worker.stop(grace=0.5)
 
@@ -652,15 +654,23 @@ def test_a_deploy_that_cuts_notify_while_it_holds_the_claim_ends_in_one_email() 
     which ``sending()`` lets through after releasing the claim, and the message goes back. The next worker's
     ``notify`` takes the claim and sends once the gate opens: one email, ``sent=True``, the chord SUCCESS."""
     fm = harness.load("fm7")
-    harness.reset(fm)
-    run_id = new_run_id()
-    reader = Reader(run_id)
-    reader.rec.put("gated", "1")  # the mail API waits until the runner opens the gate (FM-4's interleaving)
-    result = fm.submit([store_document(run_id, "doc2", document_text("doc2", None))], run_id)
+    for attempt in (1, 2):
+        harness.reset(fm)
+        run_id = new_run_id()
+        reader = Reader(run_id)
+        reader.rec.put("gated", "1")  # the mail API waits until the runner opens the gate (FM-4's interleaving)
+        result = fm.submit([store_document(run_id, "doc2", document_text("doc2", None))], run_id)
+        if _deploy_away(fm, run_id, f"variant-fm7-notify-cut-{attempt}", lambda: reader.has_event("gate_wait")):
+            break
+        # Celery's cold shutdown hung in its signal handler (lab/hand.py says two ways: a 5.6.3 matrix run, its main
+        # process asleep on a lock after "Initiating Soft Shutdown"): nothing cancelled notify, which ran on to its
+        # soft limit and stored its envelope, so its redelivery is deduplicated. Not this claim: once more.
+        result.forget()
+    else:
+        raise AssertionError("both deploys hung in Celery's cold shutdown (see the warnings' -stuck.txt files)")
     try:
-        _deploy_away(fm, run_id, "variant-fm7-notify-cut-1", lambda: reader.has_event("gate_wait"))
         assert reader.emails() == []  # the cut notify had not sent
-        with running_worker(fm, run_id, "variant-fm7-notify-cut-2", grace=0.5):
+        with running_worker(fm, run_id, "variant-fm7-notify-cut-next", grace=0.5):
             assert wait_until(lambda: sum(1 for e in reader.events() if e.kind == "gate_wait") >= 2, 30)
             reader.rec.open_gate()
             assert wait_until(lambda: result.ready(), 30), "the chord never completed"

@@ -29,7 +29,7 @@ import signal
 import time
 from pathlib import Path
 
-from lab.backend import HELD_ACTED
+from lab.backend import held_ended, release_held
 from lab.injector import Injector, RunView, SideView
 from lab.waiting import wait_until
 from lab.workers import KILL_WAIT_SECONDS, Worker, group_alive, pid_alive, signal_group
@@ -63,7 +63,7 @@ class KillAfterStore(Injector):
                 os.kill(pid, signal.SIGKILL)  # the grace's SIGKILL, landing after the store and before the count
             reader.rec.event("killed_after_store", doc=doc, task=e.get("task"), child=str(pid),
                              killed="yes" if alive else "no: gone already")
-            reader.rec.put(f"{HELD_ACTED}:{doc}", "1")  # the held member, if alive, goes on
+            release_held(reader.rec, doc)  # the held member, if alive, goes on
 
 
 class DeployOnHeld:
@@ -122,8 +122,7 @@ class DeployOnHeld:
             wait_until(lambda: not group_alive(proc.pid), KILL_WAIT_SECONDS)
             self.state = "gone"
         if self.state == "gone" and not pid_alive(self.held_pid):  # at once: the run may end before the next look
-            side.reader.rec.event("ended_after_store", doc=side_doc(side), child=str(self.held_pid))
-            side.reader.rec.put(f"{HELD_ACTED}:{side_doc(side)}", "1")
+            held_ended(side.reader.rec, side_doc(side), self.held_pid)
             self.state = "done"
 
     def _terminate_holder(self, side: SideView) -> None:

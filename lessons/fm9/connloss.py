@@ -29,7 +29,7 @@ from typing import Any
 from celery import Celery
 from kombu import Connection
 
-from lab.backend import HELD_ACTED
+from lab.backend import held_ended
 from lab.fm import Fm
 from lab.link import BrokerLink
 from lab.observe import Reader
@@ -140,8 +140,7 @@ class LinkedBroker:
         if not any(e.kind == "link_cut" for e in events):
             side.rec.event("link_cut", connections=str(self.link.cut()), running=doc, held="1")
         elif not any(e.kind == "ended_after_store" for e in events) and not pid_alive(pid):
-            side.rec.event("ended_after_store", doc=doc, child=str(pid))
-            side.rec.put(f"{HELD_ACTED}:{doc}", "1")
+            held_ended(side.rec, doc, pid)
 
     def close(self, grace: float) -> None:
         """Its worker stopped, the link closed, the node stopped and its data removed."""
