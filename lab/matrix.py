@@ -30,6 +30,9 @@ built, the services do not answer, or ``--table-only`` finds no results yet (it 
     python -m lab.matrix                  # every version (make matrix)
     python -m lab.matrix --only 5.5       # one version
     python -m lab.matrix --table-only     # print the table of the last runs again
+
+One piece: the venvs, the steps run in them and the table read from their results share the same paths (``Version``,
+``Outputs``); 40 of its lines are the table's few words per check (``TITLES``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ def test_a_dropped_connection_cancels_the_running_member_and_the_worker_serves_a
 def test_a_member_its_connection_loss_cancels_between_its_store_and_its_count_is_counted_once(lab: LabRuns) -> None:
     obs = holds_every_guarantee_up_to_its_own(lab.of("fm9")["fixed"], 9)
     side = obs.sides["cutstored"]
-    kinds = [e.kind for e in side.events if e.kind in ("stored_uncounted", "link_cut", "cancelled", "ended_after_store")]
+    kinds = [e.kind for e in side.events if e.kind in ("stored_uncounted", "link_cut", "ended_after_store")
+             or (e.kind == "cancelled" and e.get("doc") == "doc88")]  # doc89, healthy, may be running at the cut too
     # the runner records its cut once the cut is made: the worker's cancel may be recorded first
     assert kinds[0] == "stored_uncounted" and sorted(kinds[1:3]) == ["cancelled", "link_cut"] \
         and kinds[3:] == ["ended_after_store"], kinds
