@@ -28,7 +28,7 @@ WRONG_LINES = {
     "fm6a_soft_time_limit_alone": 10, "fm6b_time_limit_alone": 10,
     "fm7a_prefetch_one_alone": 2, "fm7b_soft_shutdown_without_remap": 1,
     "fm8a_reject_without_send_back": 2, "fm8b_retry_without_reject": 2,
-    "fm9a_settings_without_limit": 3, "fm9b_cancel_without_channel_retry": 1,
+    "fm9a_settings_without_limit": 3, "fm9b_limit_without_cancel": 1,
 }
 """Lines added plus lines removed between each wrong answer's code and the lab's fix (docstrings left out): the
 fix with one plausible mistake, no more; a change to the FM that is not made to them too fails here."""

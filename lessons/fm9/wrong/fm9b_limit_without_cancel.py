@@ -1,7 +1,8 @@
-"""A wrong answer to FM-9's exercise: ``worker_cancel_long_running_tasks_on_connection_loss`` alone.
+"""A wrong answer to FM-9's exercise: the limit below the consumer timeout and the channel retry, without
+``worker_cancel_long_running_tasks_on_connection_loss``.
 
-A cut connection no longer runs a task twice at once, but a channel the broker closes (406, at the
-consumer timeout) still ends the worker.
+Nothing outlives the broker's timeout now, and a closed channel is a reconnect; but a cut connection still
+leaves the running body going on while its message goes back to the queue (Celery's default before 6.0).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ app.conf.worker_deduplicate_successful_tasks = True  # FM-7 (5.1+): a redelivere
 count_stored_members(app)  # FM-7: a member killed between its result's store and its count is counted once
 reject_unstored(app)  # FM-8: a result the backend cannot store rejects its message, into the DLX: nothing acked or stored
 BACKEND_GONE = RetryPolicy(max_retries=6, base=0.5, retry_on=(redis.ConnectionError, redis.TimeoutError))  # FM-8: 31.5 to 63 s in all
-app.conf.worker_cancel_long_running_tasks_on_connection_loss = True  # FM-9 (5.1+): a lost connection ends what it requeued
+app.conf.broker_channel_error_retry = True  # FM-9 (5.3+): a channel closed by the broker (406) is a reconnect, not the end
 cancel_when_lost_in_soft_wait(app)  # FM-9: and during FM-7's soft wait too, when Celery's own loop sleeps
 CONSUMER_TIMEOUT = float(os.environ.get("RCL_CONSUMER_TIMEOUT", DEFAULT_CONSUMER_TIMEOUT))  # FM-9: the broker's, in seconds
 
