@@ -4,11 +4,13 @@ test first asks for them."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 
 import lessons
 import run_all_fms
 from lab import harness
+from lab.fm import ROOT
 from lab.lesson import RunKind
 from lab.records import Observations, RunReport
 
@@ -33,7 +35,9 @@ class LabRuns:
 
         def run(i: int) -> None:
             fm, kind = missing[i]
-            self.reports[missing[i]] = harness.run_one(fm, kind, _quiet)
+            self.reports[missing[i]] = report = harness.run_one(fm, kind, _quiet)
+            if report.error is not None:
+                keep_logs(report)
 
         if missing:
             run_all_fms.run_at_once(missing, LAB_JOBS, run, lambda: None)
@@ -45,8 +49,23 @@ class LabRuns:
         return self.reports[lessons.NAIVE_BUG]
 
 
+KEPT = ROOT / ".lab" / "kept-logs"
+"""Where the worker logs of a run that ended in ERROR are copied: the namespace keeps only its newest logs
+(``lab.workers.KEEP_LOGS``), and a session makes more."""
+
+
+def keep_logs(report: RunReport) -> None:
+    if report.log is None:
+        return
+    run = "-".join(report.log.stem.rsplit("-", 2)[1:])
+    KEPT.mkdir(parents=True, exist_ok=True)
+    for log in report.log.parent.glob(f"*{run}*"):
+        shutil.copy2(log, KEPT / log.name)
+
+
 def observed(report: RunReport) -> Observations:
-    assert report.error is None, report.error
+    assert report.error is None, f"{report.error} (logs copied to {KEPT}); checks not holding: " + "; ".join(
+        f"{c.label}: {c.detail}" for c in report.checks if not c.ok)
     assert report.observations is not None
     return report.observations
 
