@@ -39,6 +39,7 @@ HELD_ACTED = "acted-after-store"
 HOLD_SECONDS = 30.0
 """The most a held member waits for its injector (by hand, with none, it then counts)."""
 
+
 def release_held(rec: RunRecorder, doc: str) -> None:
     """An injector acted on ``doc``'s member held after its store: if its process lives on, it goes on to its count."""
     rec.put(f"{HELD_ACTED}:{doc}", "1")

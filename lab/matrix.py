@@ -222,13 +222,12 @@ def steps(v: Version, out: Outputs, env: Mapping[str, str]) -> list[tuple[str, l
             ("audit", [*pytest, *AUDIT_TESTS], out.audit_log, dict(env))]
 
 
-def prepare(v: Version) -> Outputs:
-    """``v``'s outputs, none left from an earlier run (a step that fails to start leaves no stale result)."""
+def prepare(v: Version) -> None:
+    """No output of ``v`` left from an earlier run (a step that fails to start leaves no stale result)."""
     out = outputs(v)
     out.lab.parent.mkdir(parents=True, exist_ok=True)
     for stale in (out.lab, out.claims, out.audit):
         stale.unlink(missing_ok=True)
-    return out
 
 
 def step_env() -> dict[str, str]:
@@ -276,7 +275,7 @@ def run_versions(vs: Sequence[Version], say: Callable[[str], None] = print) -> N
     and logs go to ``outputs(v)``."""
     for v in vs:
         prepare(v)
-    lock = threading.Lock()
+    lock, stopped = threading.Lock(), threading.Event()
 
     def said(line: str) -> None:
         with lock:
@@ -284,13 +283,21 @@ def run_versions(vs: Sequence[Version], say: Callable[[str], None] = print) -> N
 
     def lane(todo: list[Step]) -> None:
         for step in todo:
+            if stopped.is_set():  # Ctrl+C: the running steps got it too; start no other
+                return
             run_step(step, said)
 
     threads = [threading.Thread(target=lane, args=(todo,), name=f"matrix-lane-{i}") for i, todo in enumerate(lanes(vs))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        stopped.set()
+        for t in threads:
+            t.join()
+        raise
 
 
 # ---- from results to cells (pure) -------------------------------------------------------
@@ -503,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
         except (services.ServiceError, EnvFailed) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:  # the running steps got it too, and ended; none other was started
+            print("interrupted (Ctrl+C): no table; the steps' logs are under .lab/matrix/results", file=sys.stderr)
+            return 130
     if args.table_only:
         missing = [v for v in vs if not has_results(v)]
         if len(missing) == len(vs):

@@ -131,13 +131,13 @@ class DeployOnHeld:
             return
         self.held_pid = int(held[0].get("pid"))
         parent = parent_pid(self.held_pid)
-        workers = [w for w in (self.deploy.current, self.extra) if w is not None and w.proc is not None]
-        holder = next((w for w in workers if w.proc is not None and w.proc.pid == parent), None)
         if parent == 0:
             # gone before a deploy came (its time limit, on a machine too loaded to send the side in time): G7 says so
             side.reader.rec.event("held_deploy_missed", doc=side_doc(side), child=str(self.held_pid))
             self.state = "done"
             return
+        workers = [w for w in (self.deploy.current, self.extra) if w is not None and w.proc is not None]
+        holder = next((w for w in workers if w.proc is not None and w.proc.pid == parent), None)
         if holder is None or holder.proc is None:
             return  # its parent not read yet
         other = next(w for w in workers if w is not holder)

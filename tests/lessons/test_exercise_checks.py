@@ -100,8 +100,9 @@ RIGHT = {"fm3r_own_dead_lettering": "fm3"}
 uses RabbitMQ's own dead-letter arguments and a drain of its own, no ``shared/dlq``: the check judges behaviour."""
 
 
-BY_HAND = {"fm9a_settings_without_limit": "its verdict is a race: the broker's consumer timeout (2.4 s, read on the "
-                                          "node's own tick) against Celery's 3 s time_limit; it failed --check focused "
+BY_HAND = {"fm9a_settings_without_limit": "its verdict is not steady (the suspected race, not read from a log: "
+                                          "the broker's 2.4 s consumer timeout against Celery's 3 s time_limit); it "
+                                          "failed --check focused "
                                           "on doc2, connloss and overlong alone at 04:29 (the over-long member's "
                                           "message back 1x) and held G9 in a fresh-clone make test at 04:55, "
                                           "2026-12-07"}
