@@ -9,7 +9,8 @@ FM-6's ``BackstopRequest``, whose settling in the main process counts a stored S
 
 The gate (pool processes only): a member whose ``hold:<key>:<i>`` key says ``before`` stops after Celery stored
 its SUCCESS and before ``on_chord_part_return`` counts it; ``after``, once it counted. It then writes its pid to
-``held:<key>:<i>`` and waits to be killed (or for ``release:<key>``, which a failed test sets). The other
+``held:<key>:<i>`` and waits to be killed (or for ``release:<key>``, which a failed test sets). ``last`` (member
+0 only): it counts once the other two have (``counted:<key>``), and is held where it sends the chord's body. The other
 members wait for ``go:<key>``, so that the test decides
 when they count. Each delivery of a member is counted in ``received:<key>:<i>``. ``body`` appends what the chord gave it to ``bodies:<key>``.
 
@@ -29,7 +30,7 @@ from typing import Any, cast
 import redis
 from celery import Celery
 from celery.backends.redis import RedisBackend
-from celery.signals import task_received, worker_process_init
+from celery.signals import before_task_publish, task_received, worker_process_init
 
 from lab.settings import NAMESPACE, backend_url, broker_url
 from lab.waiting import wait_until
@@ -90,16 +91,35 @@ def _gate(**_: Any) -> None:
             wait_until(lambda: bool(r.exists(f"{PREFIX}release:{key}")), WAIT_SECONDS)
         if where != "after":
             counted(self, request, state, result, **kwargs)
+        r.incr(f"{PREFIX}counted:{key}")
 
     setattr(RedisBackend, "on_chord_part_return", on_chord_part_return)
+    before_task_publish.connect(_hold_the_body, weak=False)
+
+
+def _hold_the_body(sender: Any = None, body: Any = None, **_: Any) -> None:
+    """In a pool process: the member whose ``hold:`` says ``last`` counted last and now sends the chord's body
+    (5.7: holding the dispatch's claim): it is held here, before the body is published, as the gate holds."""
+    if sender != "sm.body":
+        return
+    key = cast(list[Any], cast(tuple[Any, ...], body)[0])[1]
+    r = shared()
+    if r.get(f"{PREFIX}hold:{key}:0") != "last":
+        return
+    gc.collect()
+    r.set(f"{PREFIX}held:{key}:0", os.getpid(), ex=300)
+    wait_until(lambda: bool(r.exists(f"{PREFIX}release:{key}")), WAIT_SECONDS)
 
 
 @app.task(name="sm.member")
 def member(key: str, index: int) -> dict[str, int]:
     r = shared()
     r.incr(f"{PREFIX}runs:{key}:{index}")
-    if not r.exists(f"{PREFIX}hold:{key}:{index}"):
+    where = r.get(f"{PREFIX}hold:{key}:{index}")
+    if where is None:
         wait_until(lambda: bool(r.exists(f"{PREFIX}go:{key}")), WAIT_SECONDS)
+    elif where == "last":  # it counts once the others have
+        wait_until(lambda: int(r.get(f"{PREFIX}counted:{key}") or 0) >= 2, WAIT_SECONDS)
     return {"index": index}
 
 

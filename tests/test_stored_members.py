@@ -22,6 +22,9 @@ Celery's own cancels at the same place (FM-7's cold shutdown, FM-9's connection 
 stored SUCCESS and is deduplicated, never counted (C38, C40); ``count_stored_members`` counts it (C39, C41), and a
 member the cut meets after its count is not counted twice (C42).
 
+The last member to count, ended after its count and before it sent the body (SIGKILLed, or its time limit's kill):
+the body never runs without the fix (C43); ``count_stored_members`` sends it once (C44, C45).
+
 Celery 5.5 and 5.6 count into a sorted set of encoded results, 5.7 into a set of task ids (``make matrix`` runs
 this file on each)."""
 
@@ -214,8 +217,7 @@ def test_a_member_cancelled_around_its_count(way: str, where: str, fix: bool, tm
     r = shared()
     key = uuid.uuid4().hex[:10]
     r.set(f"{PREFIX}hold:{key}:0", where, ex=300)  # the other two wait for go: the held member is never the last
-    # to count (a last member cut just after its count once left no body run, not explained: see
-    # docs/celery-versions.md)
+    # to count (the last one is test_the_last_member_dies_before_it_sends_the_body's)
     with BrokerLink.to(broker_url()) as link:
         env = {"REMAP_SIGTERM": "SIGQUIT",  # fm7..fm9's worker environment
                **({"SM_COLD": "1"} if way == "cold" else {"SM_CUT": "1", "SM_BROKER": link.url(broker_url())})}
@@ -257,3 +259,61 @@ def test_a_member_cancelled_around_its_count(way: str, where: str, fix: bool, tm
             r.set(f"{PREFIX}release:{key}", "1", ex=300)  # a member still held (the test failed first) ends now
             for worker in workers:
                 worker.stop()
+
+
+LAST_CASES = [
+    pytest.param("kill", False, id="last-killed-unsent",
+                 marks=pytest.mark.claim("C43", "a chord's last member killed after its count, before it sent the "
+                                                "body: the body never runs (5.7: past the dead process's claim too)")),
+    pytest.param("kill", True, id="last-killed-sent",
+                 marks=pytest.mark.claim("C44", "count_stored_members sends the body of a chord whose last member was "
+                                                "killed after its count, before it sent it: once")),
+    pytest.param("time_limit", True, id="last-time-limit-sent",
+                 marks=pytest.mark.claim("C45", "BackstopRequest sends the body of a chord whose last member its time "
+                                                "limit killed after its count, before it sent it: once")),
+]
+SENT_WITHIN = 60.0
+"""How long the fix may take to send the body: 5.7 waits for the dead process's claim to expire (about 21 s with
+Celery's default publish retries: ``RedisBackend._chord_publish_claim_expires``); 5.5 and 5.6 for
+``shared.stored_members.RESEND_AFTER``."""
+
+
+@pytest.mark.parametrize(("way", "fix"), LAST_CASES)
+def test_the_last_member_dies_before_it_sends_the_body(way: str, fix: bool, tmp_path: Path,
+                                                        clean_stored_app: None) -> None:
+    """The member that counts last is held where it publishes the chord's body (5.7: holding the dispatch's claim)
+    and dies there: SIGKILLed, or killed by its own time limit (``BackstopRequest`` settles it in the main process).
+    The join is complete and no one sends the body: ``count_stored_members`` (and the backstop's count) watch such
+    a join and send it once the dead dispatcher's claim expired (5.7) or the join stood
+    ``RESEND_AFTER`` s (5.5, 5.6). The time limit's kill there is what left fm9's connloss chord PENDING in about one
+    run in twenty on 5.7.0."""
+    r = shared()
+    key = uuid.uuid4().hex[:10]
+    r.set(f"{PREFIX}hold:{key}:0", "last", ex=300)
+    r.set(f"{PREFIX}go:{key}", "1", ex=300)  # the other two count at once; the held one after them
+    worker = _worker(fix, tmp_path / "worker.log")
+    try:
+        first = timed_member.s(key, 0) if way == "time_limit" else member.s(key, 0)
+        result = chord([first, member.s(key, 1), member.s(key, 2)])(body.s(key))
+        assert wait_until(lambda: bool(r.get(f"{PREFIX}held:{key}:0")), 30), worker.text()
+        held = int(r.get(f"{PREFIX}held:{key}:0"))
+        if way == "kill":
+            os.kill(held, signal.SIGKILL)
+        assert wait_until(lambda: not pid_alive(held), 30), worker.text()  # killed, or Celery's time limit killed it
+        everyone = [{"index": 0}, {"index": 1}, {"index": 2}]
+        if not fix:
+            claim = cast(Any, app.backend).get_key_for_group(cast(Any, result.parent).id, ".c")
+            window = max(NOT_RUN_WINDOW, r.pttl(claim) / 1000 + 5)  # 5.7: beyond the dead process's claim
+            assert not wait_until(lambda: bool(_bodies(key)), window), _bodies(key)
+            assert not result.ready()
+            worker.stop()  # an unacked message would go back to the queue now
+            with Connection(broker_url()) as conn:
+                assert queue_depth(conn, QUEUE) == 0  # acked: nothing is left that could ever send it
+        else:
+            assert wait_until(lambda: bool(_bodies(key)), SENT_WITHIN), worker.text()
+            assert not wait_until(lambda: len(_bodies(key)) > 1, 1.0)
+            assert _bodies(key) == [everyone]  # once, each member once
+        assert int(r.get(f"{PREFIX}runs:{key}:0") or 0) == 1  # the member's work ran once
+    finally:
+        r.set(f"{PREFIX}release:{key}", "1", ex=300)  # a member still held (the test failed first) ends now
+        worker.stop()
