@@ -32,8 +32,8 @@ Counting is idempotent, so a member that was counted before it died is not count
   size, so a second report landing between the last member's count and the deletion of the join's keys
   would send it twice (a run showed it).
 
-The last member to count may be ended after its count and before it sent the body (in one of about twenty
-of fm9's runs on 5.7.0 its time limit's kill landed there: the chord stayed PENDING). Two ways:
+The last member to count may be ended after its count and before it sent the body (fm9's connloss chord stayed
+PENDING in about one run in twenty on 5.7.0; its logs: the last member's time-limit kill, then no body). Two ways:
 
 - a signal Celery turns into an exception in the pool process (billiard's ``SIGTERM`` for a time limit's kill
   and for Celery's cancels, ``SystemExit``; ``SIGUSR1``, the soft limit) raised inside the body's publish:
@@ -42,11 +42,13 @@ of fm9's runs on 5.7.0 its time limit's kill landed there: the chord stayed PEND
   ``count_stored_members`` makes Celery's count whole in pool processes: those signals are held while it runs
   and delivered once it returned (``_whole``), so the process ends right after its count and its send;
 - a ``SIGKILL`` (billiard's follows its ``SIGTERM`` by 0.1 s) between the count and the send. The join is then
-  complete and no one sends the body: 5.7's ``CHORD_PART_RETURN_LUA`` gave the dispatch to the dead process (its claim key
-``.c``, ``SET NX`` for ``max(5, 2 x result_chord_join_timeout)`` s, extended to about 21 s with the default
-publish retries before the publish), and a second report finds it claimed; 5.5 and 5.6 keep the join's keys
-until the body is sent, and a second report is not made (above). So when a count leaves a complete join behind,
-a thread of the main process watches it (``finish_dispatch``), once per chord (a ``.resend`` key):
+  complete and no one sends the body: 5.7's ``CHORD_PART_RETURN_LUA`` gave the dispatch to the dead process
+  (its claim key ``.c``, ``SET NX`` for ``max(5, 2 x result_chord_join_timeout)`` s, extended to about 21 s
+  with the default publish retries before the publish), and a second report finds it claimed; 5.5 and 5.6
+  keep the join's keys until the body is sent, and a second report is not made (above).
+
+So when a count in the main process leaves a complete join unsent behind, a thread of that process watches it
+(``finish_dispatch``), once per chord (a ``.resend`` key):
 
 - 5.7: once the claim is gone (expired) with the chord's keys still there, it reports the member again: the
   script claims the dispatch for it and the body is sent; a ``done`` claim (sent) ends the watch;
