@@ -29,7 +29,12 @@ left the old worker running 120 s; the by-hand cue comes the moment the worker r
 writes jobs), and with py-spy in a stress of 24 bare SIGTERMs to a busy worker of the last lesson: 3 had not exited
 30 s later, one over a half-written job, one on the ack's lock, and one in the pool join while a pool process
 waited out billiard's check that its results were read (``Worker._ensure_messages_consumed``: 300 looks 0.1 s
-apart).
+apart). On 5.6.3 a fourth (C16's deploys, 2026-12-07, its traceback in the worker's log): the handler came inside
+py-amqp's read of a message's header frame, and ``on_cold_shutdown``'s unguarded ``task_consumer.cancel()`` read
+the next frame for its ``basic_cancel``: ``UnexpectedFrame: Received frame 3 while expecting type: 2`` left the
+handler, the consumer took it for a lost connection and reconnected, and the worker served on (its body ran to its
+end, a later delivery too) until the grace's SIGKILL. 5.7.0 calls that cancel through ``ignore_errors``; 5.5.3 does
+not call it.
 
 ``python -m lab.hand backend start|stop`` starts and stops the result backend a by-hand run may stop: a
 ``redis-server`` of the lab's own in this namespace (``lab.owned.OwnedRedis``, named ``HAND_BACKEND``, its data
