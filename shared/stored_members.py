@@ -173,6 +173,9 @@ def finish_dispatch(app: Celery, context: Any, result: Any) -> bool:
     group_id = str(context.group)
     try:
         return _finish_dispatch(backend, group_id, context, result)
+    except Exception as exc:  # the backend went away while it watched: the chord stays as Celery left it
+        log.warning("chord %s: its unsent body's watch ended: %r", group_id, exc)
+        return False
     finally:
         with contextlib.suppress(Exception):  # a later death may watch again (the key expires if Redis is away)
             backend.client.delete(backend.get_key_for_group(group_id, ".resend"))
@@ -195,11 +198,7 @@ def _finish_dispatch(backend: Any, group_id: str, context: Any, result: Any) -> 
         log.warning("chord %s: its join is complete and its body unsent after %.0f s; left as it is", group_id,
                     WATCH_SECONDS)
         return False
-    try:
-        backend.on_chord_part_return(context, SUCCESS, result)
-    except Exception as exc:  # the backend does not answer: the chord stays as Celery left it
-        log.warning("chord %s: its body could not be sent for a dead dispatcher: %r", group_id, exc)
-        return False
+    backend.on_chord_part_return(context, SUCCESS, result)
     log.info("sent the body of chord %s, whose last member died before it sent it", group_id)
     return True
 
