@@ -41,11 +41,12 @@ PENDING in about one run in twenty on 5.7.0; its logs: the last member's time-li
   ``done``), the body unsent and nothing left to send it with (seen on 5.7.0 by tests/test_stored_members.py).
   ``count_stored_members`` makes Celery's count whole in pool processes: those signals are held while it runs
   and delivered once it returned (``_whole``), so the process ends right after its count and its send;
-- a ``SIGKILL`` (billiard's follows its ``SIGTERM`` by 0.1 s) between the count and the send. The join is then
-  complete and no one sends the body: 5.7's ``CHORD_PART_RETURN_LUA`` gave the dispatch to the dead process
-  (its claim key ``.c``, ``SET NX`` for ``max(5, 2 x result_chord_join_timeout)`` s, extended to about 21 s
-  with the default publish retries before the publish), and a second report finds it claimed; 5.5 and 5.6
-  keep the join's keys until the body is sent, and a second report is not made (above).
+- a ``SIGKILL`` (billiard's follows its ``SIGTERM`` by 0.1 s: ``Pool._trywaitkill``, read) between the count
+  and the send. The join is then complete and no one sends the body: 5.7's ``CHORD_PART_RETURN_LUA`` gave the
+  dispatch to the dead process (its claim key ``.c``, ``SET NX`` for ``max(5, 2 x result_chord_join_timeout)`` s,
+  extended before the publish to about 21 s with the default publish retries: ``_chord_publish_claim_expires``,
+  read), and a second report finds it claimed; 5.5 and 5.6 keep the join's keys until the body is sent, and a
+  second report is not made (above).
 
 So when a count in the main process leaves a complete join unsent behind, a thread of that process watches it
 (``finish_dispatch``), once per chord (a ``.resend`` key):
@@ -228,7 +229,8 @@ def count_stored_members(app: Celery) -> None:
         setattr(RedisBackend, "on_chord_part_return", _whole(RedisBackend.on_chord_part_return))
 
 
-HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGQUIT", "SIGHUP", "SIGUSR1") if hasattr(signal, name))
+HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGQUIT", "SIGHUP", "SIGUSR1")
+                     if hasattr(signal, name))
 """What billiard (``reset_signals``) and Celery's soft limit turn into exceptions in a pool process."""
 _POOL = [False]
 
