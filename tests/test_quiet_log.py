@@ -116,7 +116,7 @@ def test_every_logger_a_record_it_reads_is_made_on_gets_the_filter() -> None:
     logger ``_setup`` filters (kombu's hub was missing: its failed-ack line passed on a fm9 spare worker in CI)."""
     made_on = {"celery.utils.dispatch.signal", "celery.backends.redis", "shared.dlq", "shared.backend",
                "celery.worker.consumer.consumer", "celery.worker.request", "celery.app.amqp", "kombu.asynchronous.hub",
-               "celery.bootsteps"}
+               "celery.bootsteps", "celery.beat"}
     assert made_on <= set(quiet_log.FILTERED)
     loggers = [logging.getLogger(name) for name in quiet_log.FILTERED]
     before = [list(logger.filters) for logger in loggers]
@@ -164,3 +164,13 @@ def test_the_hubs_close_on_a_cut_connection_in_a_shutdown_is_a_lab_line_and_anot
     assert cut.levelname == "WARNING" and str(cut.msg).startswith("lab: the worker's event loop") and cut.exc_info is None
     other = record("celery.bootsteps", logging.ERROR, "Error on %s %s: %r", "terminating", "Pool", ValueError("a bug"))
     assert QuietFaults().filter(other) is True and other.levelname == "ERROR"
+
+
+def test_an_embedded_beats_reconnect_over_a_cut_is_a_lab_line_and_another_beat_error_stays_loud() -> None:
+    said = quiet_log.BEAT_RETRY_SAY
+    cut = record("celery.beat", logging.ERROR, said, OSError("Server unexpectedly closed connection"), 2.0)
+    assert QuietFaults().filter(cut) is True and cut.levelname == "WARNING" and cut.exc_info is None
+    assert cut.getMessage().startswith("lab: the beat in this worker lost its broker connection")
+    other = record("celery.beat", logging.ERROR, said, ValueError("a bug"), 2.0)
+    assert QuietFaults().filter(other) is True and other.levelname == "ERROR"
+    assert other.getMessage() == "beat: Connection error: a bug. Trying again in 2.0 seconds..."
