@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -475,7 +476,13 @@ def _on_accepted(request: object) -> None:
 
 def _on_cancel(request: object, kind: str = "cancelled") -> None:
     if str(getattr(request, "name", "")).endswith(".parse_document") and (found := doc_in(_args_of(request))):
-        RunRecorder(found[0]).event(kind, task=str(getattr(request, "id", "")), doc=found[1])
+        extra = {"in_wait": "1"} if kind == "cancelled" and _soft_waiting.is_set() else {}
+        RunRecorder(found[0]).event(kind, task=str(getattr(request, "id", "")), doc=found[1], **extra)
+
+
+_soft_waiting = threading.Event()
+"""Set while ``WorkController.wait_for_soft_shutdown`` (Celery's own) sleeps in this process: a cancel then (another
+thread's: the main one sleeps) is recorded ``in_wait``; the cold shutdown's own cancel comes after the wait."""
 
 
 _celery_methods: list[tuple[type, str, Callable[..., object], Callable[..., object]]] = []
@@ -486,7 +493,8 @@ def _wrap_celery() -> None:
     """``Request.on_accepted`` reports after Celery's own has run (``accepted``). The cold shutdown reports twice,
     in the main process: ``WorkController.wait_for_soft_shutdown`` as it begins, once per running body the main
     process has read as started (``soft_wait``: these, and only these, its cancel will reach), and ``Request.cancel``
-    of a running body just before it terminates the body's pool process (``cancelled``;
+    of a running body just before it terminates the body's pool process (``cancelled``, ``in_wait`` when another
+    thread cancels it while the wait still sleeps, as ``shared.soft_wait``'s does at a cut;
     ``Consumer.cancel_all_unacked_requests`` calls it in 5.5.3, ``cancel_active_requests`` in 5.6.3 and 5.7.0).
     Each wrapper reports only while the observer is installed, and otherwise only calls what it wrapped."""
     from celery.worker import state
@@ -509,7 +517,11 @@ def _wrap_celery() -> None:
     def on_soft_wait(self: WorkController) -> None:
         for request in tuple(state.active_requests) if _installed else ():
             _never_in_celerys_way(_on_cancel, request, "soft_wait")
-        soft_wait(self)
+        _soft_waiting.set()
+        try:
+            soft_wait(self)
+        finally:
+            _soft_waiting.clear()
 
     wrapped = {(cls, name) for cls, name, _, _ in _celery_methods}
     for cls, name, wrapper, original in ((Request, "on_accepted", on_accepted, accepted),

@@ -25,8 +25,9 @@ worker beside ``lab.worker_log``, changes only what is printed, never what Celer
   RecoverableConnectionError(... 'connection already closed' ...)`` for a task that ended after the cut (its ack
   goes to the closed channel; the broker has requeued the message already; kombu's hub then logs the same failed
   ack at ``ERROR``, ``Callback <... ack_log_error ...> raised exception``, which is dropped; and Celery's
-  ``Error on terminating Hub`` when a worker's shutdown closes its event loop over a cut connection, and an embedded
-  beat's ``beat: Connection error: ... Trying again``) each become one
+  ``Error on terminating Hub`` when a worker's shutdown closes its event loop over a cut connection, an embedded
+  beat's ``beat: Connection error: ... Trying again``, and the DLQ drain's failure when the cut closes the connection it
+  reads the DLQ on) each become one
   ``lab:`` line that says what happens next. They stay at ``WARNING``: the worker cannot tell the lab's cut from a real one.
 - Celery's ``worker: Hitting Ctrl+C again will terminate all running tasks!``, which
   ``celery.apps.worker.on_cold_shutdown`` prints (``safe_say``, not a log record) when a cold shutdown
@@ -62,6 +63,10 @@ BACKEND_RETRY_SAY = "Connection to Redis lost: Retry (%s/%s) %s."
 
 CLOSED: tuple[type[BaseException], ...] = (RecoverableConnectionError, ConnectionError, OSError)
 """What an ack or a reject on a connection the broker no longer has raises (py-amqp, kombu)."""
+
+TASK_FAILED_SAY = "Task %(name)s[%(id)s] %(description)s: %(exc)s"
+"""What ``celery.app.trace.TraceInfo._log_error`` logs for a task's failure (``LOG_FAILURE``, Celery 5.5 to 5.7; at
+``ERROR`` with its traceback when unexpected): the DLQ drain's, when the lab cuts the connection it reads the DLQ on."""
 
 BEAT_RETRY_SAY = "beat: Connection error: %s. Trying again in %s seconds..."
 """What ``celery.beat.Scheduler._ensure_connected``'s error handler logs at ``ERROR`` before each reconnect of the
@@ -156,6 +161,13 @@ class QuietFaults(logging.Filter):
             return _say(record, f"lab: the worker's event loop, closed as it shuts down, met a connection already gone "
                         f"({args[2]!r}; the lab cuts it on purpose): nothing it held is lost, the broker has it back",
                         keep_level=True)
+        if record.name == "celery.app.trace" and msg == TASK_FAILED_SAY and isinstance(record.args, dict) \
+                and str(record.args.get("name", "")).endswith(".drain_dead_letters") \
+                and record.exc_info is not None and isinstance(record.exc_info[1], CLOSED):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return _say(record, f"lab: the DLQ drain's broker connection was cut ({record.exc_info[1]!r}; the lab cuts "
+                        "it on purpose): the letters it held unacked are back in the DLQ, and its next pass drains them",
+                        keep_level=True)
         if record.name == "celery.beat" and msg == BEAT_RETRY_SAY and len(args) == 2 and isinstance(args[0], CLOSED):
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             return _say(record, f"lab: the beat in this worker lost its broker connection ({args[0]!r}; the lab cuts it "
@@ -201,7 +213,7 @@ def _say(record: logging.LogRecord, text: str, keep_level: bool = False) -> bool
 
 FILTERED = ("celery.utils.dispatch.signal", "shared.dlq", "shared.backend", "celery.worker.consumer.consumer",
             "celery.app.amqp", "celery.backends.redis", "celery.worker.request", "kombu.asynchronous.hub",
-            "celery.bootsteps", "celery.beat")
+            "celery.bootsteps", "celery.beat", "celery.app.trace")
 """The loggers whose records ``QuietFaults`` reads (a logger's filter sees only the records made on that logger, not
 those of its children: kombu's hub is named, or its failed-ack line passes, as it did on a spare worker of the cut)."""
 

@@ -116,7 +116,7 @@ def test_every_logger_a_record_it_reads_is_made_on_gets_the_filter() -> None:
     logger ``_setup`` filters (kombu's hub was missing: its failed-ack line passed on a fm9 spare worker in CI)."""
     made_on = {"celery.utils.dispatch.signal", "celery.backends.redis", "shared.dlq", "shared.backend",
                "celery.worker.consumer.consumer", "celery.worker.request", "celery.app.amqp", "kombu.asynchronous.hub",
-               "celery.bootsteps", "celery.beat"}
+               "celery.bootsteps", "celery.beat", "celery.app.trace"}
     assert made_on <= set(quiet_log.FILTERED)
     loggers = [logging.getLogger(name) for name in quiet_log.FILTERED]
     before = [list(logger.filters) for logger in loggers]
@@ -174,3 +174,21 @@ def test_an_embedded_beats_reconnect_over_a_cut_is_a_lab_line_and_another_beat_e
     other = record("celery.beat", logging.ERROR, said, ValueError("a bug"), 2.0)
     assert QuietFaults().filter(other) is True and other.levelname == "ERROR"
     assert other.getMessage() == "beat: Connection error: a bug. Trying again in 2.0 seconds..."
+
+
+def _task_failed(name: str, exc: BaseException) -> logging.LogRecord:
+    """The record ``celery.app.trace`` makes for a task's unexpected failure (one mapping as its args)."""
+    context = {"name": name, "id": "t1", "description": "raised unexpected", "exc": repr(exc)}
+    made = logging.LogRecord("celery.app.trace", logging.ERROR, __file__, 1, quiet_log.TASK_FAILED_SAY, (context,),
+                             (type(exc), exc, None))
+    assert made.args == context  # logging takes a lone mapping as the args, as Celery's own call does
+    return made
+
+
+def test_the_dlq_drain_cut_mid_pass_is_a_lab_line_and_another_task_failure_stays_loud() -> None:
+    cut = _task_failed("fm9_connection_loss.drain_dead_letters", OSError("Server unexpectedly closed connection"))
+    assert QuietFaults().filter(cut) is True and cut.levelname == "WARNING" and cut.exc_info is None
+    assert cut.getMessage().startswith("lab: the DLQ drain's broker connection was cut (OSError(")
+    for other in (_task_failed("fm9_connection_loss.parse_document", OSError("closed")),
+                  _task_failed("fm9_connection_loss.drain_dead_letters", ValueError("a bug"))):
+        assert QuietFaults().filter(other) is True and other.levelname == "ERROR" and other.exc_info is not None

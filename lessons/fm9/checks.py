@@ -107,8 +107,11 @@ def g9(obs: Observations, fm: Fm) -> Check:
         _cut_after_store(c, cutstored, by_hand)
     if (softcut := obs.sides.get(SOFTCUT)) is not None:  # the cut in a soft shutdown wait (lessons.fm9.softcut)
         _soft_wait_cut(c, softcut, by_hand)
+        if not by_hand:
+            _soft_wait_cancel(c, softcut)
         twice = overlaps(softcut.events)
-        c.expect(not twice, f"{SOFTCUT}: parsed twice at once: {'; '.join(twice) or 'none'}", "none (cancelled at the cut)")
+        c.expect(not twice, f"{SOFTCUT}: parsed twice at once: {'; '.join(twice) or 'none'}",
+                 "none (cancelled at the cut, the copy held by the run fence until that run ended)")
         ok = sorted(short_doc(str(d)) for d in summary_of_side(softcut).get("ok", []))
         c.expect(side_done(softcut) and ok == [SOFTCUT_DOC] and len(softcut.emails) == 1,
                  f"{SOFTCUT} chord {side_state(softcut)}: ok {', '.join(ok) or 'none'}, emails {len(softcut.emails)}",
@@ -148,6 +151,20 @@ def _soft_wait_cut(c: Collector, softcut: SideRun, by_hand: bool) -> None:
     kinds = [e.kind for e in softcut.events if e.kind in ("soft_term", "soft_cut", "soft_missed")]
     c.expect(kinds == ["soft_term", "soft_cut"], f"{SOFTCUT}: {', '.join(kinds) or 'nothing done'}",
              "soft_term, soft_cut (SIGTERM while the member ran, the cut once the soft wait began)")
+
+
+def _soft_wait_cancel(c: Collector, softcut: SideRun) -> None:
+    """G9's rule for connloss, in the soft wait too: the body the cut met does not run on once its message has gone
+    back. ``lab.observe`` records a cancel ``in_wait`` when it comes while Celery's soft wait still sleeps (the cold
+    shutdown's own cancel comes after the wait, 0.3 s after the SIGTERM: the body ran on until then)."""
+    cancels = [e for e in softcut.events if e.kind == "cancelled" and e.get("doc") == SOFTCUT_DOC]
+    cut = next((e.t for e in softcut.events if e.kind == "soft_cut"), None)
+    said = ", ".join(f"{'in the wait' if e.get('in_wait') else 'after the wait'} {e.t - cut:.2f}s after the cut"
+                     if cut is not None else "before any cut" for e in cancels)
+    c.expect(any(e.get("in_wait") for e in cancels),
+             f"{SOFTCUT}: {SOFTCUT_DOC}'s run cancelled {said or 'never'}",
+             "in the soft wait, at the cut (not only by the cold shutdown after the wait: the body ran on meanwhile, "
+             "its message back in the broker)")
 
 
 def s9(obs: Observations, fixed: Fm) -> Check:

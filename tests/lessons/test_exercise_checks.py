@@ -51,6 +51,9 @@ FOCUS: dict[str, tuple[str, ...]] = {
 """The faults each lesson's wrong answers need for their verdict (and the starting file's): 13 to 22 s a check for
 FM-7..9's, alone."""
 
+FOCUS_OF: dict[str, tuple[str, ...]] = {"fm9c_fence_without_soft_wait_cancel": (*FOCUS["fm9"], "softcut")}
+"""A wrong answer whose verdict needs more of its lesson's faults than ``FOCUS`` keeps (FM-9's cut in a soft wait)."""
+
 WHOLE = ("fm1", "fm2", "fm3", "fm4", "fm5", "fm6")
 """The lessons whose own fix is checked here on the whole scenario. FM-7..9's fixes (runs of 45 to 110 s, each with
 workers started and stopped by the deploys and the lessons' own Redis and RabbitMQ nodes) would not fit CI's 4
@@ -94,6 +97,7 @@ SAYS: dict[str, tuple[str, ...]] = {
                                     r"lost connection 1x",),
     "fm9b_limit_without_cancel": (r"doc78 attempt 1 ran on [0-9.]+s after the cut to its end \(ok\), its message given "
                                   r"back by the cut",),
+    "fm9c_fence_without_soft_wait_cancel": (r"softcut: doc85's run cancelled after the wait [0-9.]+s after the cut",),
 }
 """What each failing check must say (regular expressions over its output)."""
 
@@ -133,7 +137,7 @@ def checked(real_services: None, tmp_path_factory: pytest.TempPathFactory) -> di
         jobs[f"{lesson} before"] = (exercise.hand_out(lesson, folder), focus)
         for path in sorted((ROOT / "lessons" / lesson / "wrong").glob(f"{lesson}?_*.py")):
             if path.stem not in BY_HAND:
-                jobs[path.stem] = (path, focus)
+                jobs[path.stem] = (path, FOCUS_OF.get(path.stem, focus))
     namespaces = {name: derived(f"ex{i}") for i, name in enumerate(jobs)}
 
     def check(name: str) -> Checked:
