@@ -159,7 +159,7 @@ def _soft_wait_cancel(c: Collector, softcut: SideRun) -> None:
     shutdown's own cancel comes after the wait, 0.3 s after the SIGTERM: the body ran on until then)."""
     cancels = [e for e in softcut.events if e.kind == "cancelled" and e.get("doc") == SOFTCUT_DOC]
     cut = next((e.t for e in softcut.events if e.kind == "soft_cut"), None)
-    said = ", ".join(f"{'in the wait' if e.get('in_wait') else 'after the wait'} {e.t - cut:.2f}s after the cut"
+    said = ", ".join(f"{'in the wait' if e.get('in_wait') else 'after the wait'} {max(0.0, e.t - cut):.2f}s after the cut"
                      if cut is not None else "before any cut" for e in cancels)
     c.expect(any(e.get("in_wait") for e in cancels),
              f"{SOFTCUT}: {SOFTCUT_DOC}'s run cancelled {said or 'never'}",
