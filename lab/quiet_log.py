@@ -14,6 +14,8 @@ worker beside ``lab.worker_log``, changes only what is printed, never what Celer
   retry of a store (its ``retry_policy``) while the backend is gone: the first in a process is one ``expected:``
   line at ``INFO``, the repeats within ``OUTAGE_SECONDS`` are dropped; the store's failure, if it comes, has its
   own ``expected:`` line (``lab.worker_log``).
+- on Celery 5.5.3, the ``RuntimeWarning`` and the failure line, each with a traceback, for a result ``ResultNotStored``
+  could not store (``UNSTORED_SAY``) are dropped: ``lab.worker_log``'s ``expected:`` line says it once, as on 5.6 and 5.7.
 - the DLQ drain's ``WARNING`` for a letter it sent back to its queue or kept in the DLQ (``shared.dlq``)
   is dropped: the ``lab:`` line of ``lab.worker_log.recovery`` says the same with the document's name.
   ``shared.backend``'s ``WARNING`` for a chain head whose result was not stored is dropped for the same
@@ -67,6 +69,17 @@ CLOSED: tuple[type[BaseException], ...] = (RecoverableConnectionError, Connectio
 TASK_FAILED_SAY = "Task %(name)s[%(id)s] %(description)s: %(exc)s"
 """What ``celery.app.trace.TraceInfo._log_error`` logs for a task's failure (``LOG_FAILURE``, Celery 5.5 to 5.7; at
 ``ERROR`` with its traceback when unexpected): the DLQ drain's, when the lab cuts the connection it reads the DLQ on."""
+
+BROKER_LOST_SAY = "consumer: Connection to broker lost."
+"""How ``celery.worker.consumer.consumer.CONNECTION_RETRY`` begins: Celery 5.7.0 logs it as ``'%s (%r)'`` with the
+exception, 5.5.3 and 5.6.3 alone with ``exc_info=True`` (``Consumer.on_connection_error_after_connected``)."""
+
+UNSTORED_INTERNAL = "RuntimeWarning: Exception raised outside body: reject requeue="
+UNSTORED_SAY = "not stored, the result backend is gone"
+"""Celery 5.5.3 has no ``except Reject: raise`` in ``celery.app.trace.build_tracer``'s ``trace_task``: FM-8's
+``ResultNotStored`` (``shared.backend``, whose words the second string is) raised by the result's store becomes an
+internal error there, which ``report_internal_error`` warns of (``RuntimeWarning`` with its traceback, logged on
+``py.warnings`` as the record's whole message since Python 3.11, bpo-46557; as ``"%s"`` and an argument before) and whose failure the tracer logs again with its traceback (5.6.3 and 5.7.0 log neither)."""
 
 BEAT_RETRY_SAY = "beat: Connection error: %s. Trying again in %s seconds..."
 """What ``celery.beat.Scheduler._ensure_connected``'s error handler logs at ``ERROR`` before each reconnect of the
@@ -133,6 +146,11 @@ class QuietFaults(logging.Filter):
         if msg == "%s (%r)" and args and "Connection to broker lost" in str(args[0]):
             return _say(record, f"lab: the broker connection was lost ({args[1]!r}; the lab cuts it on purpose): "
                         "RabbitMQ requeues every message this worker held unacked; Celery reconnects", keep_level=True)
+        if msg.startswith(BROKER_LOST_SAY) and not args and record.exc_info is not None \
+                and isinstance(record.exc_info[1], CLOSED):  # Celery 5.5 and 5.6: the same line, with its traceback
+            return _say(record, f"lab: the broker connection was lost ({record.exc_info[1]!r}; the lab cuts it on "
+                        "purpose): RabbitMQ requeues every message this worker held unacked; Celery reconnects",
+                        keep_level=True)
         if msg.startswith("consumer: Cannot connect to %s: %s.") and len(args) == 3 and isinstance(args[1], CLOSED):
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             return _say(record, f"lab: the broker connection could not be made again yet ({args[1]!r}; the lab cut it on "
@@ -168,6 +186,11 @@ class QuietFaults(logging.Filter):
             return _say(record, f"lab: the DLQ drain's broker connection was cut ({record.exc_info[1]!r}; the lab cuts "
                         "it on purpose): the letters it held unacked are back in the DLQ, and its next pass drains them",
                         keep_level=True)
+        if record.name == "py.warnings" and UNSTORED_INTERNAL in record.getMessage() and UNSTORED_SAY in record.getMessage():
+            return False  # Celery 5.5.3's own word on ResultNotStored: lab.worker_log's expected: line says it
+        if record.name == "celery.app.trace" and record.exc_info is not None \
+                and isinstance(record.exc_info[1], ResultNotStored):  # the same, on 5.5.3, as the task's failure
+            return False
         if record.name == "celery.beat" and msg == BEAT_RETRY_SAY and len(args) == 2 and isinstance(args[0], CLOSED):
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             return _say(record, f"lab: the beat in this worker lost its broker connection ({args[0]!r}; the lab cuts it "
@@ -213,7 +236,7 @@ def _say(record: logging.LogRecord, text: str, keep_level: bool = False) -> bool
 
 FILTERED = ("celery.utils.dispatch.signal", "shared.dlq", "shared.backend", "celery.worker.consumer.consumer",
             "celery.app.amqp", "celery.backends.redis", "celery.worker.request", "kombu.asynchronous.hub",
-            "celery.bootsteps", "celery.beat", "celery.app.trace")
+            "celery.bootsteps", "celery.beat", "celery.app.trace", "py.warnings")
 """The loggers whose records ``QuietFaults`` reads (a logger's filter sees only the records made on that logger, not
 those of its children: kombu's hub is named, or its failed-ack line passes, as it did on a spare worker of the cut)."""
 

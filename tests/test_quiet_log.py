@@ -116,7 +116,7 @@ def test_every_logger_a_record_it_reads_is_made_on_gets_the_filter() -> None:
     logger ``_setup`` filters (kombu's hub was missing: its failed-ack line passed on a fm9 spare worker in CI)."""
     made_on = {"celery.utils.dispatch.signal", "celery.backends.redis", "shared.dlq", "shared.backend",
                "celery.worker.consumer.consumer", "celery.worker.request", "celery.app.amqp", "kombu.asynchronous.hub",
-               "celery.bootsteps", "celery.beat", "celery.app.trace"}
+               "celery.bootsteps", "celery.beat", "celery.app.trace", "py.warnings"}
     assert made_on <= set(quiet_log.FILTERED)
     loggers = [logging.getLogger(name) for name in quiet_log.FILTERED]
     before = [list(logger.filters) for logger in loggers]
@@ -192,3 +192,35 @@ def test_the_dlq_drain_cut_mid_pass_is_a_lab_line_and_another_task_failure_stays
     for other in (_task_failed("fm9_connection_loss.parse_document", OSError("closed")),
                   _task_failed("fm9_connection_loss.drain_dead_letters", ValueError("a bug"))):
         assert QuietFaults().filter(other) is True and other.levelname == "ERROR" and other.exc_info is not None
+
+
+def test_a_lost_broker_connection_as_celery_5_5_and_5_6_log_it_is_the_same_lab_line_without_its_traceback() -> None:
+    said = ("consumer: Connection to broker lost. Trying to re-establish the connection...")
+    exc = OSError("Server unexpectedly closed connection")
+    lost = logging.LogRecord("celery.worker.consumer.consumer", logging.WARNING, __file__, 1, said, None,
+                             (type(exc), exc, None))
+    assert QuietFaults().filter(lost) is True and lost.levelname == "WARNING" and lost.exc_info is None
+    assert lost.getMessage().startswith("lab: the broker connection was lost (OSError(")
+    bug = ValueError("a bug")
+    other = logging.LogRecord("celery.worker.consumer.consumer", logging.WARNING, __file__, 1, said, None,
+                              (type(bug), bug, None))
+    assert QuietFaults().filter(other) is True and other.exc_info is not None and other.getMessage() == said
+
+
+def test_celery_5_5s_two_tracebacks_for_a_result_not_stored_are_dropped_and_other_warnings_pass() -> None:
+    from shared.backend import ResultNotStored
+
+    unstored = ResultNotStored("SUCCESS of t1 not stored, the result backend is gone (ConnectionError: Error 111)")
+    warned = record("py.warnings", logging.WARNING, "%s", f"/x/celery/app/trace.py:662: RuntimeWarning: Exception raised "
+                    f"outside body: {unstored!r}:\nTraceback (most recent call last):\n")
+    assert repr(unstored).startswith("reject requeue=False: ")  # what the warning quotes
+    assert QuietFaults().filter(warned) is False
+    whole = record("py.warnings", logging.WARNING, warned.getMessage())  # how Python 3.11.7's captureWarnings logs it
+    assert QuietFaults().filter(whole) is False
+    failed = logging.LogRecord("celery.app.trace", logging.WARNING, __file__, 1, "Task %(name)s[%(id)s] %(exc)s",
+                               ({"name": "fm8.parse_document", "id": "t1", "exc": repr(unstored)},),
+                               (type(unstored), unstored, None))
+    assert QuietFaults().filter(failed) is False
+    other = record("py.warnings", logging.WARNING, "%s", "/x/y.py:1: RuntimeWarning: Exception raised outside body: "
+                   "ValueError('a bug')")
+    assert QuietFaults().filter(other) is True and other.getMessage().endswith("ValueError('a bug')")
