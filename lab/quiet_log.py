@@ -79,7 +79,8 @@ UNSTORED_SAY = "not stored, the result backend is gone"
 """Celery 5.5.3 has no ``except Reject: raise`` in ``celery.app.trace.build_tracer``'s ``trace_task``: the backend guard's
 ``ResultNotStored`` (``shared.backend``, whose words the second string is) raised by the result's store becomes an
 internal error there, which ``report_internal_error`` warns of (``RuntimeWarning`` with its traceback, logged on
-``py.warnings`` as the record's whole message since Python 3.11, bpo-46557; as ``"%s"`` and an argument before) and whose failure the tracer logs again with its traceback (5.6.3 and 5.7.0 log neither)."""
+``py.warnings`` as the record's whole message since Python 3.11, bpo-46557; as ``"%s"`` and an argument before) and
+whose failure the tracer logs again with its traceback (5.6.3 and 5.7.0 log neither)."""
 
 BEAT_RETRY_SAY = "beat: Connection error: %s. Trying again in %s seconds..."
 """What ``celery.beat.Scheduler._ensure_connected``'s error handler logs at ``ERROR`` before each reconnect of the
