@@ -84,7 +84,8 @@ whose failure the tracer logs again with its traceback (5.6.3 and 5.7.0 log neit
 
 BEAT_RETRY_SAY = "beat: Connection error: %s. Trying again in %s seconds..."
 """What ``celery.beat.Scheduler._ensure_connected``'s error handler logs at ``ERROR`` before each reconnect of the
-beat's publisher (Celery 5.5 to 5.7): the embedded beat (``-B``) of a worker whose link the lab cuts."""
+beat's publisher (read in 5.5.3, 5.6.3 and 5.7.0; seen on 5.7.0 in CI): the embedded beat (``-B``) of a worker whose
+link the lab cuts."""
 
 COLD_SHUTDOWN_SAY = "worker: Hitting Ctrl+C again will terminate all running tasks!"
 """What ``celery.apps.worker.on_cold_shutdown`` prints (Celery 5.5 to 5.7)."""
@@ -145,13 +146,10 @@ class QuietFaults(logging.Filter):
         if record.name == "shared.backend" and "not stored" in msg and "kept acked" in msg:
             return False  # lab.worker_log.recovery says it on store_failed
         if msg == "%s (%r)" and args and "Connection to broker lost" in str(args[0]):
-            return _say(record, f"lab: the broker connection was lost ({args[1]!r}; the lab cuts it on purpose): "
-                        "RabbitMQ requeues every message this worker held unacked; Celery reconnects", keep_level=True)
+            return _broker_lost(record, args[1])
         if msg.startswith(BROKER_LOST_SAY) and not args and record.exc_info is not None \
                 and isinstance(record.exc_info[1], CLOSED):  # Celery 5.5 and 5.6: the same line, with its traceback
-            return _say(record, f"lab: the broker connection was lost ({record.exc_info[1]!r}; the lab cuts it on "
-                        "purpose): RabbitMQ requeues every message this worker held unacked; Celery reconnects",
-                        keep_level=True)
+            return _broker_lost(record, record.exc_info[1])
         if msg.startswith("consumer: Cannot connect to %s: %s.") and len(args) == 3 and isinstance(args[1], CLOSED):
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             return _say(record, f"lab: the broker connection could not be made again yet ({args[1]!r}; the lab cut it on "
@@ -225,6 +223,11 @@ class QuietFaults(logging.Filter):
                     f"count the {what} of {_current_task()}{' (its result was not stored either)' if stored else ''}; "
                     f"until the backend answers, starts and ends go uncounted (repeats in the next "
                     f"{OUTAGE_SECONDS:.0f} s not shown)")
+
+
+def _broker_lost(record: logging.LogRecord, exc: object) -> bool:
+    return _say(record, f"lab: the broker connection was lost ({exc!r}; the lab cuts it on purpose): RabbitMQ requeues "
+                "every message this worker held unacked; Celery reconnects", keep_level=True)
 
 
 def _say(record: logging.LogRecord, text: str, keep_level: bool = False) -> bool:
