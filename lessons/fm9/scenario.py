@@ -150,8 +150,8 @@ PART = Part(
                      after=(CONNLOSS, CUTSTORED, SOFTCUT), before=("outage",))),
     injectors={"connection cut": ConnectionCut},
     by_hand={"connection cut": HandCut},  # by hand, the attendee asks for the cut (lessons.fm9.hand)
-    # S9 reads these two sides alone, S9 hard these and the soft wait's cut (on the lab's own node, not the deploys' or
-    # the outage's worker)
+    # S9 reads these two sides alone, S9 hard the over-long member's and the soft wait's cut (on the lab's own node,
+    # not the deploys' or the outage's worker)
     symptom=Needs(docs=("doc2",), sides=(CONNLOSS, OVERLONG)),
-    hard=Needs(docs=("doc2",), sides=(CONNLOSS, SOFTCUT, OVERLONG)),
+    hard=Needs(docs=("doc2",), sides=(SOFTCUT, OVERLONG)),
 )
