@@ -1,7 +1,7 @@
 """FM-8: the result backend may go away mid-chord; no finished work may be lost.
 
-Symptom (fm7's code, scenario 8): the run's result backend is a Redis the lab owns. While 12
-slow documents parse, the lab stops it for 4 s, then starts it again with its data. A parse
+Symptom (fm7's code, scenario 8): the run's result backend is a Redis the lab owns. While 8
+slow documents parse, the lab stops it for 2 s, then starts it again with its data. A parse
 that ends in those seconds cannot store its result, yet fm7 acks its message. The work is
 done, its outcome is nowhere, and the chord stays PENDING for ever.
 

@@ -20,9 +20,10 @@ BACKEND_RETURN_SECONDS = 12.0
 """G8: the side chord ``outage`` is done (its ``notify`` ended) within this of the backend's last return.
 What is then left to do: the members the drain sends back run again (a pass every 0.25 s, 0.8 s a
 body), and ``notify``, whose claim met the outage, waits out its retry's backoff (fm8's
-``BACKEND_GONE``: a delay of 0.5 x 2^k to twice that, k the retries so far; a 4 s outage fits in
-k = 0..3, so the retry after the return may be up to 8 s away), then sends once more, the mail API
-deduplicating on the claim's key."""
+``BACKEND_GONE``: a delay of 0.5 x 2^k to twice that, k the retries so far; the 2 s outage fits in
+k = 0..1, so the retry after the return may be up to 4 s away, and one of the 10 s an outage may last
+on a loaded machine (``lessons.fm8.outage.OUTAGE_MAX_SECONDS``) in k = 0..3, up to 8 s), then sends once
+more, the mail API deduplicating on the claim's key."""
 
 
 @dataclass(frozen=True)

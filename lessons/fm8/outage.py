@@ -16,7 +16,12 @@ healthy documents, sent once the rest of the run is over) runs:
    ``store_failed``), or after ``OUTAGE_MAX_SECONDS`` whatever happened;
 2. ``notify``: the side's mail API holds the chord body's call (the lab's gate, FM-4's) until the
    backend is stopped: ``notify`` holds its claim and sends while the claim's Redis is gone, so
-   marking the claim sent fails; the server starts again after ``OUTAGE_SECONDS``.
+   marking the claim sent fails; the server starts again once ``OUTAGE_SECONDS`` have passed and
+   that ``notify`` has ended (``notify_retry``, its retry sent, or ``notify_end``), or after
+   ``OUTAGE_MAX_SECONDS``.
+
+Each outage ends as soon as what it is for has happened: every second of it is a second of the
+last lessons' runs (the side runs after the deploys', as it stops the backend every side stores in).
 
 Each stop and start is an event of the side's stream (``backend_down``, ``backend_up``, with the
 phase; ``backend_up`` says ``since`` when the server was started, before it answered and the event was
@@ -46,9 +51,10 @@ OWNED_NAME = "backend"
 of scenario 8 at once (``--jobs``: fm8 on its code and on fm7's) each have their own."""
 MEMBERS_ENDED = 2
 """The members phase stops the backend once this many of the side's parse bodies have ended."""
-OUTAGE_SECONDS = 4.0
+OUTAGE_SECONDS = 2.0
 """How long each outage lasts at least: longer than a slow document's parse (0.8 s) and than the
-backend client's own retries (``lab.app.BACKEND_RETRY_POLICY``: 1.5 s), so that stores fail."""
+backend client's own retries (``lab.app.BACKEND_RETRY_POLICY``: 1.5 s), so that a store begun in it
+fails rather than waits the outage out; each phase also waits for its failure to be seen."""
 OUTAGE_MAX_SECONDS = 10.0
 """An outage ends by then whatever the run shows (a loaded machine may start no body in time)."""
 
@@ -135,8 +141,9 @@ class BackendOutage:
                 side.rec.open_gate()  # it sends, then cannot mark its claim sent
             return
         held = time.monotonic() - self.down_since
-        failed = any(e.kind == "store_failed" and e.t >= self.down_wall for e in events)
-        if held >= OUTAGE_MAX_SECONDS or (held >= OUTAGE_SECONDS and (failed or self.phase == "notify")):
+        kinds = ("store_failed",) if self.phase == "members" else ("notify_retry", "notify_end")  # what it is for
+        failed = any(e.kind in kinds and e.t >= self.down_wall for e in events)
+        if held >= OUTAGE_MAX_SECONDS or (held >= OUTAGE_SECONDS and failed):
             starting = time.time()  # the return: workers may use it before start() has seen it answer
             self.server.start()
             side.rec.event("backend_up", phase=self.phase, seconds=f"{held:.2f}", since=repr(starting))

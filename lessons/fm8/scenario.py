@@ -15,9 +15,9 @@ from lessons.fm8.outage import BackendOutage, owned_backend
 from lab.scenarios import Doc, Needs, Part, SideChord
 
 OUTAGE = "outage"
-OUTAGE_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(66, 66 + 12))
-"""Slow but healthy documents: 4.8 s of work on two processes, so that bodies still run, and end, while the
-result backend is gone."""
+OUTAGE_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(66, 66 + 8))
+"""Slow but healthy documents: 3.2 s of work on two processes, so that bodies still run, and end, while the
+result backend is gone (the outage begins once two have ended, and lasts at least 2 s: two or more pairs fail)."""
 
 
 class BackendOutages(Injector):
