@@ -102,5 +102,5 @@ PART = Part(
     # S7 reads the deploys' side, and its run stops once that side and ``stored`` are over: both, after one healthy
     # document; S7 hard reads ``stored`` and ``cancelled`` alone (the deploy aimed at the held member is its only one)
     symptom=Needs(docs=("doc2",), sides=(DEPLOY, STORED)),
-    hard=Needs(docs=("doc2",), sides=(STORED, CANCELLED)),
+    hard=Needs(docs=("doc2",), sides=(CANCELLED, STORED)),
 )
