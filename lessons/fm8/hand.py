@@ -68,7 +68,7 @@ class HandOutage(HandInjector):
             return
         now = time.monotonic()
         if STOP not in self.say.cued:
-            self.say.cue(side.reader, STOP, "stop the result backend now, while the slow documents run (about 5 s)",
+            self.say.cue(side.reader, STOP, "stop the result backend now, while the slow documents run (about 3 s)",
                          backend_command("stop"), now)
             return
         if STOP not in self.say.done:
