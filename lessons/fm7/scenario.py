@@ -62,11 +62,10 @@ class RollingDeploys(Injector):
 
     def step(self, run: RunView) -> None:
         side = run.side(DEPLOY)
-        if self.deploy is not None and side is None:  # a run without the deploys' side (the hard variant's): only
-            self.deploy.state = "done"  # the deploy aimed at the held member is made
         if self.deploy is not None and side is not None and side.sent:
             self.deploy.step(side.reader)
         if self.on_held is not None:
+            # a run without the deploys' side (the hard variant's) makes only the deploy aimed at the held member
             self.on_held.step(run.side(CANCELLED), side is None or side.ready())
 
     def stop(self) -> None:

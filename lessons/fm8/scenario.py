@@ -17,7 +17,8 @@ from lab.scenarios import Doc, Needs, Part, SideChord
 OUTAGE = "outage"
 OUTAGE_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(66, 66 + 8))
 """Slow but healthy documents: 3.2 s of work on two processes, so that bodies still run, and end, while the
-result backend is gone (the outage begins once two have ended, and lasts at least 2 s: two or more pairs fail)."""
+result backend is gone (the outage begins once two have ended and lasts at least 2 s: in the runs here, the next
+two pairs ended in it and their stores failed)."""
 
 
 class BackendOutages(Injector):
