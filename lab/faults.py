@@ -6,7 +6,7 @@ into the lab's document store), so the same task code meets every fault
 unchanged and no task signature carries the lab. On the wire a fault is a short
 string: ``FAIL``, ``CRASH_ONCE``, ``POISON``, ``FETCH_POISON``, ``FLAKY:2``,
 ``FLAKE_FOREVER``, ``THROTTLED``, ``SOFT_HANG``, ``HARD_HANG``, ``SWALLOW_HANG``,
-``C_HANG``, ``LATE_FINISH``, ``STALL_PAST_LIMIT``, ``FETCH_HANG``, ``SLOW``, ``HOLD_AFTER_STORE``. ``THROTTLED`` is a 429 with ``Retry-After`` on the first attempt
+``C_HANG``, ``LATE_FINISH``, ``STALL_PAST_LIMIT``, ``FETCH_HANG``, ``SLOW``, ``SLOW_UNTIL_RELEASED``, ``HOLD_AFTER_STORE``. ``THROTTLED`` is a 429 with ``Retry-After`` on the first attempt
 (``TransientError(retry_after=THROTTLE_SECONDS)``), then success: a burst of
 them is a burst of waiting retries.
 
@@ -36,6 +36,9 @@ result, a snapshot's fork, a network hiccup) would; ``STALL_PAST_LIMIT`` stalls 
 before its chord counts it, until an injector has acted on it (``lab.backend``).
 ``SLOW`` is no fault at all: a healthy document that takes ``SLOW_SECONDS`` to parse, under
 the time limits' soft deadline (the rolling deploys' lesson meets it running and waiting prefetched).
+``SLOW_UNTIL_RELEASED`` is ``SLOW`` until an injector has done what the slow work was there for and says so
+(``release(run_id)``, a key in the lab's Redis): the run's parses begun after that are quick, so the side's
+chord ends soon after its last fault instead of working through the rest of its documents.
 
 Limits: ``CRASH_ONCE``, ``POISON`` and ``FETCH_POISON`` SIGKILL the current process, which under
 the prefork pool is one pool child. Under ``--pool solo`` they would kill the
@@ -51,15 +54,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, get_args
 
+import redis
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 
-from lab.observe import current_attempt, short_doc
+from lab.observe import TTL_SECONDS, client, current_attempt, run_prefix, split_doc_id
 from shared.retry import TransientError
 
 Kind = Literal["FAIL", "CRASH_ONCE", "POISON", "FETCH_POISON", "FLAKY", "FLAKE_FOREVER", "THROTTLED", "SOFT_HANG",
                "HARD_HANG", "SWALLOW_HANG", "C_HANG", "LATE_FINISH", "STALL_PAST_LIMIT", "FETCH_HANG", "SLOW",
-               "HOLD_AFTER_STORE"]
+               "SLOW_UNTIL_RELEASED", "HOLD_AFTER_STORE"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 SOFT_HANG_SECONDS = 2.0
@@ -124,6 +128,7 @@ HARD_HANG = Fault("HARD_HANG")
 SWALLOW_HANG = Fault("SWALLOW_HANG")
 C_HANG = Fault("C_HANG")
 SLOW = Fault("SLOW")
+SLOW_UNTIL_RELEASED = Fault("SLOW_UNTIL_RELEASED")
 HOLD_AFTER_STORE = Fault("HOLD_AFTER_STORE")
 
 
@@ -131,8 +136,8 @@ def FLAKY(times: int) -> Fault:  # noqa: N802 - reads like the other sentinels
     return Fault("FLAKY", times)
 
 
-def inject(fault: Fault | None, attempt: int, *, doc: str = "") -> None:
-    """Misbehave as ``fault`` says on this (1-based) ``attempt``; return when it is over."""
+def inject(fault: Fault | None, attempt: int, *, doc: str = "", run: str = "") -> None:
+    """Misbehave as ``fault`` says on this (1-based) ``attempt`` of ``doc`` in run ``run``; return when it is over."""
     if fault is None:
         return
     match fault.kind:
@@ -163,6 +168,9 @@ def inject(fault: Fault | None, attempt: int, *, doc: str = "") -> None:
             time.sleep(LATE_FINISH_SECONDS)  # the work, ending inside the deadline; the store then stalls (lab.backend)
         case "SLOW":
             time.sleep(SLOW_SECONDS)  # the work of a big but healthy document
+        case "SLOW_UNTIL_RELEASED":
+            if not released(run):
+                time.sleep(SLOW_SECONDS)  # as SLOW, while the injector still needs slow work
         case "FETCH_POISON" | "FETCH_HANG":
             pass  # the fetch's faults (fetch_fault); a parse never meets them
         case "HOLD_AFTER_STORE":
@@ -216,4 +224,26 @@ def fault_in(text: str) -> Fault | None:
 
 def lab_fault(task: Task[Any, Any], document: Mapping[str, Any]) -> None:
     """Do to this attempt what the scenario wrote into the document (nothing for most)."""
-    inject(fault_in(str(document.get("text", ""))), current_attempt(task.request.id), doc=short_doc(str(document.get("doc", ""))))
+    found = split_doc_id(str(document.get("doc", "")))
+    run, doc = found if found is not None else ("", str(document.get("doc", "")))
+    inject(fault_in(str(document.get("text", ""))), current_attempt(task.request.id), doc=doc, run=run)
+
+
+def _released_key(run_id: str) -> str:
+    return f"{run_prefix(run_id)}slow-released"
+
+
+def release(run_id: str) -> None:
+    """From now on, ``SLOW_UNTIL_RELEASED`` parses of run ``run_id`` are quick."""
+    client().set(_released_key(run_id), "1", ex=TTL_SECONDS)
+
+
+def released(run_id: str) -> bool:
+    """Whether run ``run_id``'s slow work was released (never, for a document of no run, or when the lab's
+    Redis does not answer: then it stays slow, as ``SLOW``)."""
+    if not run_id:
+        return False
+    try:
+        return bool(client().exists(_released_key(run_id)))
+    except redis.RedisError:
+        return False

@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import time
 
 import pytest
 
-from lab.faults import CRASH_ONCE, FAIL, FLAKE_FOREVER, FLAKY, HARD_HANG, POISON, SOFT_HANG, Fault, PermanentError, TransientError, inject
+from lab.faults import (CRASH_ONCE, FAIL, FLAKE_FOREVER, FLAKY, HARD_HANG, POISON, SLOW_SECONDS, SLOW_UNTIL_RELEASED, SOFT_HANG,
+                        Fault, PermanentError, TransientError, inject, release)
+from lab.observe import run_prefix
 
 
 @pytest.mark.parametrize("fault", [FAIL, CRASH_ONCE, POISON, FLAKY(2), FLAKE_FOREVER, SOFT_HANG, HARD_HANG])
@@ -44,3 +47,22 @@ def test_crashes_sigkill_their_own_process(fault: Fault, attempt: int, exitcode:
     child.start()
     child.join(timeout=10)
     assert child.exitcode == exitcode
+
+
+def test_slow_until_released_is_slow_then_quick_once_its_run_is_released(redis_keys: list[str]) -> None:
+    """What the deploys' and the outage's sides rely on: the same fault, in the same run, takes the slow
+    document's time until ``release`` and none after it, and another run's release leaves it slow."""
+    run, other = f"test-release-{time.time_ns()}", f"test-release-other-{time.time_ns()}"
+    redis_keys.extend(f"{run_prefix(r)}slow-released" for r in (run, other))
+
+    def took() -> float:
+        started = time.monotonic()
+        inject(SLOW_UNTIL_RELEASED, 1, doc="doc34", run=run)
+        return time.monotonic() - started
+
+    assert took() >= SLOW_SECONDS
+    release(other)
+    assert took() >= SLOW_SECONDS
+    release(run)
+    assert took() < SLOW_SECONDS / 4
+    assert Fault.from_wire(SLOW_UNTIL_RELEASED.to_wire()) == SLOW_UNTIL_RELEASED

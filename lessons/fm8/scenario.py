@@ -7,7 +7,7 @@ While the backend is down the runner reads nothing from it: the run is paused.
 
 from __future__ import annotations
 
-from lab.faults import SLOW
+from lab.faults import SLOW_UNTIL_RELEASED, release
 from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView
 from lessons.fm8.hand import HandOutage
@@ -18,7 +18,8 @@ OUTAGE = "outage"
 OUTAGE_DOCS: tuple[str, ...] = tuple(f"doc{n}" for n in range(66, 66 + 8))
 """Slow but healthy documents: 3.2 s of work on two processes, so that bodies still run, and end, while the
 result backend is gone (the outage begins once two have ended and lasts at least 2 s: in the runs here, the next
-two pairs ended in it and their stores failed)."""
+two pairs ended in it and their stores failed). Once the backend is back from that first outage, ``BackendOutages``
+releases them (``SLOW_UNTIL_RELEASED``): the parses begun after it, the drain's sent-back ones among them, are quick."""
 
 
 class BackendOutages(Injector):
@@ -28,6 +29,7 @@ class BackendOutages(Injector):
 
     def __init__(self) -> None:
         self.outage: BackendOutage | None = None
+        self.released = False
 
     def prepare(self, fm: Fm, harnessed: Harnessed) -> Fm:
         moved, server = harnessed.stack.enter_context(owned_backend(fm, harnessed.run_id))
@@ -39,6 +41,9 @@ class BackendOutages(Injector):
         side = run.side(OUTAGE)
         if self.outage is not None and side is not None and side.sent:
             self.outage.step(side.reader)
+            if self.outage.phase != "members" and not self.released:
+                release(side.run_id)  # the members' stores have failed: what runs from now on need not be slow
+                self.released = True
 
     def paused(self) -> bool:
         return self.outage is not None and self.outage.down
@@ -49,7 +54,8 @@ class BackendOutages(Injector):
 
 
 PART = Part(
-    sides=(SideChord(OUTAGE, tuple(Doc(d, SLOW, "slow but healthy: 0.8 s of work") for d in OUTAGE_DOCS),
+    sides=(SideChord(OUTAGE, tuple(Doc(d, SLOW_UNTIL_RELEASED, "slow but healthy: 0.8 s of work until the backend's "
+                                                "first return, then quick") for d in OUTAGE_DOCS),
                      "slow but healthy documents while the result backend goes away", injector="backend outage",
                      after=("deploy", "cancelled")),),  # the deploy aimed at cancelled's member stops a worker
     injectors={"backend outage": BackendOutages},
