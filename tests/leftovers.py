@@ -120,6 +120,10 @@ def clean(postgres_url: str | None, services: bool = True, namespaces: list[str]
         if NAMESPACE in namespaces:
             harness.clean(say=lambda _: None)  # the session's own namespace: its names, keys and ledger rows
         queues, exchanges = amqp_names(others)
+        listed = broker_listing() if others else None
+        if listed is not None:  # of the names the lab knows, those the broker has: one delete each, not thousands
+            there_queues, there_exchanges = set(listed[0]), set(listed[1])
+            queues, exchanges = [q for q in queues if q in there_queues], [e for e in exchanges if e in there_exchanges]
         harness.delete_names(queues, exchanges)
         for ns in others:
             harness.delete_keys(f"{ns}:*")
