@@ -61,7 +61,14 @@ started 0.10 s after it was sent, 6.1 s before); the ack and the event go back t
 the loop (kombu's ``Hub.call_soon``, which takes a lock in kombu 5.5.4 to 5.7.0).
 An envelope that cannot be stored (the backend's retries used up) is logged and
 its message requeued (``reject(requeue=True)``): it runs again, a whole run
-(same test). A warm shutdown waits for a settling thread that still retries
+(same test). A request Celery cancelled before its limit expired (``Request.cancel`` on a lost
+broker connection, FM-9, or in a cold shutdown, FM-7, sets ``Request._already_cancelled`` in
+5.5.3, 5.6.3 and 5.7.0) is not settled: its delivery went with the connection, and its redelivered
+copy is the run that counts; an envelope stored over the cancel's RETRY would make
+``worker_deduplicate_successful_tasks`` ack that copy unrun (a run reached this when the cancel's
+signal landed while the pool process held its signals, ``shared/stored_members.py``:
+tests/test_stored_members.py, ``cancelled-then-time-limit``). A SUCCESS the pool process stored
+is still counted. A warm shutdown waits for a settling thread that still retries
 (not proven by a run). Its reason is ``time_limit``, apart from ``hard_timeout``: the process was
 killed, no ``finally`` ran and the pool process was replaced; ``attempts`` is
 ``request.retries + 1``. No
@@ -277,10 +284,15 @@ class BackstopRequest(Request):
         """Store the envelope unless the pool process stored an outcome (a stored SUCCESS is counted into its chord,
         once); then ack (or, when the store failed, requeue) on the loop."""
         context: Any = getattr(self, "_context")  # the task's Context (celery-types does not declare it)
+        cancelled = self._cancelled()
         try:
             envelope = None
             if (stored := self._stored_state()) == states.SUCCESS:
                 self._count_stored()  # the kill may have landed between the pool process's store and its count
+            elif cancelled:  # its redelivered copy runs: no envelope over the cancel's RETRY, no ack
+                logger.warning("%s[%s]: its time_limit expired after Celery cancelled it; nothing stored, its "
+                               "redelivered copy runs", self.name, self.id)
+                return
             elif stored not in states.READY_STATES:
                 envelope = Result[Any].failure(message, "time_limit", int(context.retries or 0) + 1).to_wire()
                 send_next(self.task.app, context, envelope)  # what the trace would have sent after the body
@@ -288,16 +300,20 @@ class BackstopRequest(Request):
         except Exception as exc:  # the envelope is not stored: the message runs again (a whole run)
             logger.error("%s[%s]: time_limit envelope not stored (%s: %s); its message is requeued", self.name,
                          self.id, type(exc).__name__, exc)
-            on_loop(lambda: self.reject(requeue=True) if self.task.acks_late else None)
+            on_loop(lambda: self.reject(requeue=True) if self.task.acks_late and not cancelled else None)
             return
 
         def settled() -> None:
             if envelope is not None:
                 self.send_event("task-succeeded", result=repr(envelope), runtime=None)
-            if self.task.acks_late:
+            if self.task.acks_late and not cancelled:
                 self.acknowledge()
 
         on_loop(settled)
+
+    def _cancelled(self) -> bool:
+        """Whether Celery cancelled this request (``Request.cancel``) before its limit expired."""
+        return bool(getattr(self, "_already_cancelled", False))
 
     def _stored_state(self) -> str | None:
         """The outcome the pool process stored before the kill, if any (the timer can win that race)."""

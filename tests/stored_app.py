@@ -14,6 +14,12 @@ its SUCCESS and before ``on_chord_part_return`` counts it; ``after``, once it co
 members wait for ``go:<key>``, so that the test decides
 when they count. Each delivery of a member is counted in ``received:<key>:<i>``. ``body`` appends what the chord gave it to ``bodies:<key>``.
 
+A member whose ``hold:`` says ``signals`` holds its first run in its body with its signals held, as
+``count_stored_members`` holds them around a count (a signal then waits for the block's end: here, the kill), and
+runs its later runs through. ``SM_BLIND=1`` (with ``SM_FIX=1``) gives ``sm.timed_member`` ``BackstopRequest`` as it
+stood before it left a request Celery had cancelled unsettled (``CancelBlindBackstop``); ``SM_FENCE=1`` adds FM-9's
+``fence_redeliveries``.
+
 The ways a fix of the lab's ends a body, set by the worker's environment: ``SM_COLD=1`` is FM-7's (a SIGTERM begins
 a 0.3 s soft wait, then the cold shutdown cancels what still runs; the worker is started with ``REMAP_SIGTERM``);
 ``SM_CUT=1`` is FM-9's (the worker's broker is ``SM_BROKER``, a link the test cuts, and Celery cancels what runs
@@ -34,6 +40,8 @@ from celery.signals import before_task_publish, task_received, worker_process_in
 
 from lab.settings import NAMESPACE, backend_url, broker_url
 from lab.waiting import wait_until
+from shared.run_fence import fence_redeliveries
+from shared import stored_members
 from shared.stored_members import count_stored_members
 from shared.timeouts import BackstopRequest
 
@@ -114,9 +122,13 @@ def _hold_the_body(sender: Any = None, body: Any = None, **_: Any) -> None:
 @app.task(name="sm.member")
 def member(key: str, index: int) -> dict[str, int]:
     r = shared()
-    r.incr(f"{PREFIX}runs:{key}:{index}")
+    runs = int(r.incr(f"{PREFIX}runs:{key}:{index}"))
     where = r.get(f"{PREFIX}hold:{key}:{index}")
-    if where is None:
+    if where == "signals" and runs == 1:  # its first run holds its signals, as count_stored_members's count does
+        with getattr(stored_members, "_signals_held")():  # the primitive's own hold (private to it)
+            r.set(f"{PREFIX}held:{key}:{index}", os.getpid(), ex=300)
+            wait_until(lambda: bool(r.exists(f"{PREFIX}release:{key}")), WAIT_SECONDS)
+    elif where is None:
         wait_until(lambda: bool(r.exists(f"{PREFIX}go:{key}")), WAIT_SECONDS)
     elif where == "last":  # it counts once the others have
         wait_until(lambda: int(r.get(f"{PREFIX}counted:{key}") or 0) >= 2, WAIT_SECONDS)
@@ -130,11 +142,24 @@ class UncountedBackstop(BackstopRequest):
         pass
 
 
+class CancelBlindBackstop(BackstopRequest):
+    """``BackstopRequest`` before it left a request Celery had cancelled unsettled."""
+
+    def _cancelled(self) -> bool:
+        return False
+
+
+def _timed_request() -> type[BackstopRequest]:
+    if os.environ.get("SM_FIX") != "1":
+        return UncountedBackstop
+    return CancelBlindBackstop if os.environ.get("SM_BLIND") == "1" else BackstopRequest
+
+
 TIME_LIMIT = 2  # a held timed member is killed by Celery's time limit this long after it began
 
 
 @app.task(name="sm.timed_member", time_limit=TIME_LIMIT,
-          Request=BackstopRequest if os.environ.get("SM_FIX") == "1" else UncountedBackstop)
+          Request=_timed_request())
 def timed_member(key: str, index: int) -> dict[str, int]:
     return cast(dict[str, int], member(key, index))
 
@@ -143,3 +168,7 @@ def timed_member(key: str, index: int) -> dict[str, int]:
 def body(results: list[dict[str, int]], key: str) -> int:
     shared().rpush(f"{PREFIX}bodies:{key}", json.dumps(results))
     return len(results)
+
+
+if os.environ.get("SM_FENCE") == "1":
+    fence_redeliveries(app)  # FM-9's: a redelivered member waits until its first run's process has ended

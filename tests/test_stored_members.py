@@ -48,7 +48,7 @@ from lab.versions import CELERY
 from lab.waiting import wait_until
 from lab.workers import pid_alive
 from tests.app_worker import AppWorker
-from tests.stored_app import PREFIX, QUEUE, app, body, member, shared, timed_member
+from tests.stored_app import PREFIX, QUEUE, TIME_LIMIT, app, body, member, shared, timed_member
 
 NOT_RUN_WINDOW = 10.0
 """How long the body must stay unrun after the kill, to call it never run: the worker's main process notices a
@@ -322,3 +322,75 @@ def test_the_last_member_dies_before_it_sends_the_body(way: str, fix: bool, tmp_
     finally:
         r.set(f"{PREFIX}release:{key}", "1", ex=300)  # a member still held (the test failed first) ends now
         worker.stop()
+
+
+CANCELLED_CASES = [
+    pytest.param(False, id="cancelled-then-time-limit-settled",
+                 marks=pytest.mark.claim("C46", "5.7.0: a time limit that expires after Celery cancelled the request "
+                                                "on a lost connection: BackstopRequest as it stood stores its "
+                                                "envelope, and the redelivered copy is acked unrun; 5.5.3 and 5.6.3: "
+                                                "that time limit never fires (the reconnect clears the timer)")),
+    pytest.param(True, id="cancelled-then-time-limit",
+                 marks=pytest.mark.claim("C47", "BackstopRequest leaves a request Celery cancelled unsettled: the "
+                                                "redelivered copy runs and its result is stored")),
+]
+LIMIT_OUTLIVED = TIME_LIMIT + 3.0
+"""5.5.3, 5.6.3: how long after the cut the cancelled run must still be alive to say its time limit (2 s from its
+start) did not fire: billiard's kill follows the limit by 0.1 s."""
+
+
+@pytest.mark.parametrize("fix", CANCELLED_CASES)
+def test_a_time_limit_after_a_connection_loss_cancel(fix: bool, tmp_path: Path, clean_stored_app: None) -> None:
+    """FM-9's stack (the connection-loss cancel, ``fence_redeliveries``, deduplication) and a timed member whose
+    first run holds its signals, as ``count_stored_members`` does around a count: the cut's cancel stores RETRY and
+    sends its signal, which waits for the block's end.
+
+    5.7.0: the member's time limit then kills it, and the main process settles the request it already cancelled.
+    Its redelivered copy waits on the fence until the killed process is reaped, then meets what the settling stored
+    (seen once in a handout's fm9 run: a healthy document's result was ``time_limit``).
+
+    5.5.3 and 5.6.3 drop the time limits of what runs across a reconnect (5.5.3: ``Consumer.on_close`` clears the
+    worker's timer; 5.6.3: ``asynloop`` clears the hub's timer on a connection error; 5.7.0 cancels only the loop's
+    own entries): the cancelled run outlives its limit, and ends when its block does (here the test releases it);
+    the fence lets its copy in then, and the copy runs."""
+    r = shared()
+    key = uuid.uuid4().hex[:10]
+    r.set(f"{PREFIX}hold:{key}:0", "signals", ex=300)
+    with BrokerLink.to(broker_url()) as link:
+        env = {"REMAP_SIGTERM": "SIGQUIT", "SM_CUT": "1", "SM_BROKER": link.url(broker_url()), "SM_FENCE": "1",
+               **({} if fix else {"SM_BLIND": "1"})}
+        worker = _worker(True, tmp_path / "worker.log", env)
+        try:
+            task_id = timed_member.delay(key, 0).id  # not its AsyncResult: one left at exit unsubscribes from a
+            # Redis Python is shutting down (an ignored exception's traceback)
+            assert wait_until(lambda: bool(r.get(f"{PREFIX}held:{key}:0")), 30), worker.text()
+            held = int(r.get(f"{PREFIX}held:{key}:0"))
+            assert link.cut() >= 1
+            if CELERY < (5, 7):
+                assert not wait_until(lambda: not pid_alive(held), LIMIT_OUTLIVED), worker.text()  # no limit fired
+                assert int(r.get(f"{PREFIX}received:{key}:0") or 0) == 1  # the fence holds its copy meanwhile
+                r.set(f"{PREFIX}release:{key}", "1", ex=300)  # its block ends: the held cancel's signal ends it
+            assert wait_until(lambda: int(r.get(f"{PREFIX}received:{key}:0") or 0) == 2, 30), worker.text()
+            assert not pid_alive(held), worker.text()  # the fence let the copy in only once the first run was gone
+            meta: dict[str, Any] = {}
+
+            def settled() -> bool:
+                meta.update(cast(Any, app.backend).get_task_meta(task_id, cache=False))
+                return meta["status"] == "SUCCESS"
+
+            assert wait_until(settled, 30), (meta, worker.text())
+            if fix or CELERY < (5, 7):
+                assert meta["result"] == {"index": 0}
+                assert int(r.get(f"{PREFIX}runs:{key}:0") or 0) == 2  # the copy ran the work
+                said = "nothing stored, its redelivered copy runs" in worker.text()
+                assert said == (CELERY >= (5, 7))  # the limit fired after the cancel on 5.7.0 only
+            else:
+                assert meta["result"]["reason"] == "time_limit"  # the envelope over the cancel's RETRY
+                assert wait_until(lambda: "already completed successfully" in worker.text(), 30), worker.text()
+                worker.stop()  # an unacked copy would go back to the queue now
+                with Connection(broker_url()) as conn:
+                    assert queue_depth(conn, QUEUE) == 0  # the copy was acked unrun: deduplicated
+                assert int(r.get(f"{PREFIX}runs:{key}:0") or 0) == 1
+        finally:
+            r.set(f"{PREFIX}release:{key}", "1", ex=300)
+            worker.stop()
