@@ -34,12 +34,14 @@ from lab.fm import Fm
 from lab.link import BrokerLink
 from lab.observe import Reader
 from lab.owned import OwnedRabbit, stop_leftovers
+from lab.owned_shared import unshare
 from lab.queues import queue_consumers
 from lab.waiting import wait_until
 from lab.workers import READY_TIMEOUT, Worker, WorkerFailed, pid_alive
 
 OWNED_NAME = "broker"
-"""The owned node's name, then the run's id (two runs of scenario 9 at once each have their own)."""
+"""The owned node's name, then the id of the run that starts it (the runs of scenario 9 made at once share it:
+``lab.owned_shared``)."""
 CONSUMER_TIMEOUT_MS = 2400
 """The owned node's ``consumer_timeout``: below fm6's ``time_limit`` (3 s) by more than a tick and the
 time a delivery takes to reach the pool, so that a member stuck in C code meets it first on fm8's code;
@@ -143,13 +145,14 @@ class LinkedBroker:
             held_ended(side.rec, doc, pid)
 
     def close(self, grace: float) -> None:
-        """Its worker stopped, the link closed, the node stopped and its data removed."""
+        """Its worker stopped, the link closed, and the node given back (``lab.owned_shared.unshare``: stopped and its
+        data removed, unless another run of this process still uses it)."""
         try:
             if self.worker is not None:
                 self.worker.stop(grace)
         finally:
             self.link.close()
-            self.node.remove()
+            unshare(self.node)
 
 
 @contextmanager

@@ -21,6 +21,7 @@ from lab.fm import Fm
 from lab.injector import Harnessed, Injector, RunView, SideView
 from lab.link import BrokerLink
 from lab.owned import OwnedRabbit, stop_leftovers
+from lab.owned_shared import share_rabbit, unshare
 from lab.workers import Worker
 from lab.scenarios import MAIN, Doc, Needs, Part, SideChord
 from lessons.fm9.softcut import SOFTCUT, SOFTCUT_DOC, SPARE, SoftWaitCut
@@ -40,8 +41,9 @@ class ConnectionCut(Injector):
     """The owned node, the link to it and its worker (``lessons.fm9.connloss.LinkedBroker``): the sides ``connloss`` and
     ``overlong`` are sent there, and the link is cut while ``connloss``'s slow member runs alone.
 
-    The node (about 5 s to start on an idle machine, 12 s on a loaded one) and its worker start on a thread while
-    the run's own chord runs: its sides are ready once the worker consumes there."""
+    The node (about 5 s to start on an idle machine, 12 s on a loaded one; one for the lesson's runs made at
+    once, ``lab.owned_shared``) and its worker start on a thread while the run's own chord runs: its sides are
+    ready once the worker consumes there."""
 
     needs_harness = True
 
@@ -50,15 +52,14 @@ class ConnectionCut(Injector):
         self.starting: threading.Thread | None = None
         self.failed: BaseException | None = None
         self.soft: SoftWaitCut | None = None  # the side ``softcut``'s spare worker and its cut (lessons.fm9.softcut)
+        self.node: OwnedRabbit | None = None
 
     def prepare(self, fm: Fm, harnessed: Harnessed) -> Fm:
         stop_leftovers(orphans_only=True)  # what a killed run left running
-        node = OwnedRabbit(f"{OWNED_NAME}-{harnessed.run_id}", consumer_timeout=CONSUMER_TIMEOUT_MS,
-                           channel_tick_interval=TICK_MS)
 
         def start() -> None:
-            try:
-                node.start()
+            try:  # the node the lesson's other runs of this invocation use now, if one does (lab.owned_shared)
+                node = self.node = share_rabbit(f"{OWNED_NAME}-{harnessed.run_id}", CONSUMER_TIMEOUT_MS, TICK_MS)
                 self.broker = LinkedBroker(fm, node, BrokerLink.to(node.url), lambda env: harnessed.spawn(fm, LINKED, env))
                 self.soft = SoftWaitCut(node, str(fm.task_queues[0].name), lambda env: harnessed.spawn(fm, SPARE, env),
                                         {"RCL_CONSUMER_TIMEOUT": f"{CONSUMER_TIMEOUT_MS / 1000:g}"})
@@ -68,19 +69,20 @@ class ConnectionCut(Injector):
 
         self.starting = threading.Thread(target=start, name=f"owned-broker-{harnessed.run_id}", daemon=True)
         self.starting.start()
-        harnessed.stack.callback(self._close, node)
+        harnessed.stack.callback(self._close)
         return fm
 
-    def _close(self, node: OwnedRabbit) -> None:
-        """Everything it started stopped and removed (once the start is over: a node half started is removed too)."""
+    def _close(self) -> None:
+        """Everything it started stopped, and its use of the node given back (the last use removes the node; a
+        start that failed gave it back already)."""
         if self.starting is not None:
             self.starting.join()
         if self.soft is not None:
             self.soft.close(0.0)
         if self.broker is not None:
-            self.broker.close(0.0)  # no warm shutdown: its node and the node's queues are removed next, the run is read
-        else:
-            node.remove()
+            self.broker.close(0.0)  # no warm shutdown: the run is read; its queues go with the node
+        elif self.node is not None:
+            unshare(self.node)
 
     def ready(self, run: RunView, side: SideView) -> bool:
         if self.starting is not None and self.starting.is_alive():
