@@ -5,8 +5,9 @@ and before-its-hard-fix runs, which the runner makes at once, each wanted a node
 connection-loss lesson's ``--prove`` booted three. They may share one: each run's program has queue and
 exchange names of its own (``rcl.<short>.*``; the runner never makes two runs of the same program at once),
 each run reaches the node through a link of its own (``lab.link.BrokerLink``), which is what a run cuts, and
-nothing a run does is node-wide (its consumer timeout closes the one channel it meets). The first caller of ``share_rabbit`` starts
-it; the others wait for that start and get its error if it failed; the last ``unshare`` removes it."""
+nothing a run does is node-wide (its consumer timeout closes the one channel it meets). The first caller of
+``share_rabbit`` starts it; the others wait for that start and get its error if it failed; the last ``unshare``
+removes it."""
 
 from __future__ import annotations
 
