@@ -7,7 +7,6 @@ import threading
 from typing import Any, cast
 
 import pytest
-from kombu import Connection
 
 from lab import owned, owned_shared
 from lab.owned_shared import share_rabbit, unshare
@@ -15,15 +14,6 @@ from lab.waiting import wait_until
 from lab.workers import pid_alive
 
 pytestmark = pytest.mark.skipif(owned.rabbit_available() is None, reason="needs rabbitmq-server")
-
-
-def _answers(node: owned.OwnedRabbit) -> bool:
-    try:
-        with Connection(node.url, connect_timeout=2) as conn:
-            conn.connect()
-        return True
-    except Exception:
-        return False
 
 
 def test_three_runs_at_once_share_one_node_and_the_last_removes_it() -> None:
@@ -49,10 +39,10 @@ def test_three_runs_at_once_share_one_node_and_the_last_removes_it() -> None:
     assert node.proc is not None
     pid = node.proc.pid
     try:
-        assert _answers(node)
+        assert node.answers()
         unshare(node)
         unshare(node)
-        assert pid_alive(pid) and _answers(node)  # the third run still uses it
+        assert pid_alive(pid) and node.answers()  # the third run still uses it
         assert share_rabbit("t-share-late", 2400, 500) is node  # a run that comes now joins it
         unshare(node)
     finally:
@@ -61,7 +51,7 @@ def test_three_runs_at_once_share_one_node_and_the_last_removes_it() -> None:
     assert not node.folder.exists()
     other = share_rabbit("t-share-next", 2400, 500)  # after the last, a new node
     try:
-        assert other is not node and _answers(other)
+        assert other is not node and other.answers()
     finally:
         unshare(other)
     assert not other.folder.exists()
@@ -97,6 +87,6 @@ def test_runs_waiting_for_a_start_that_fails_get_its_error_and_leave_nothing(mon
     monkeypatch.undo()
     node = share_rabbit("t-fail-after", 1000, 100)  # the failed share is gone: the next call starts afresh
     try:
-        assert _answers(node)
+        assert node.answers()
     finally:
         unshare(node)
