@@ -22,9 +22,13 @@ The hangs, from polite to hopeless:
 - ``HARD_HANG`` sleeps and swallows ``SoftTimeLimitExceeded``, nothing else;
 - ``SWALLOW_HANG`` sleeps inside ``except Exception: continue``, the broad
   handler found in real code: it swallows every ``Exception`` raised into it;
-- ``C_HANG`` spins in one C call (``sum(range(n))``) that never returns to the
-  interpreter, so no Python signal handler runs until it ends (about a minute on
-  the lab's machine); only killing the process stops it;
+- ``C_HANG`` blocks in one C call that never returns to the interpreter, so no
+  Python signal handler runs until it ends (after ``HARD_HANG_CAP_SECONDS``); only
+  killing the process stops it. The call is a second lock of a mutex the thread
+  already holds, with a deadline (glibc's ``pthread_mutex_timedlock``, which a
+  signal does not interrupt: POSIX forbids it EINTR): a C library stuck on a lock.
+  It waits without using the CPU; where libc lacks that function (macOS) it spins
+  in ``sum(range(n))`` instead, as a C computation that never ends would;
 - ``FETCH_HANG`` is ``HARD_HANG`` in the fetch, the chain's head.
 
 Outside the body (``lab.backend``): ``LATE_FINISH`` works 0.7 s, ends inside the time limits lesson's
@@ -47,6 +51,7 @@ worker itself; the lab always runs prefork.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import time
@@ -75,7 +80,8 @@ HARD_HANG_CAP_SECONDS = 60.0
 THROTTLE_SECONDS = 1.5
 """``THROTTLED``: the ``Retry-After`` of its 429, which the retry honours."""
 C_HANG_ITERATIONS = 5 * 10**9
-"""``C_HANG`` sums this many integers in one C call: about a minute of CPU on the lab's machine."""
+"""Where libc has no ``pthread_mutex_timedlock``, ``C_HANG`` sums this many integers in one C call: about a
+minute of CPU on the lab's machine."""
 LATE_FINISH_SECONDS = 0.7
 """``LATE_FINISH`` and ``STALL_PAST_LIMIT``: how long the body works before it returns (under the time limits'
 soft deadline of 1 s)."""
@@ -163,7 +169,7 @@ def inject(fault: Fault | None, attempt: int, *, doc: str = "", run: str = "") -
         case "SWALLOW_HANG":
             _hang_swallowing(Exception)
         case "C_HANG":
-            sum(range(C_HANG_ITERATIONS))  # one C call: no bytecode boundary for a signal handler to run at
+            _hang_in_one_c_call(HARD_HANG_CAP_SECONDS)  # no bytecode boundary for a signal handler to run at
         case "LATE_FINISH" | "STALL_PAST_LIMIT":
             time.sleep(LATE_FINISH_SECONDS)  # the work, ending inside the deadline; the store then stalls (lab.backend)
         case "SLOW":
@@ -186,6 +192,28 @@ def kill_self() -> NoReturn:
     """SIGKILL this process: no handler, no ``finally``, no ack (a pool child dies)."""
     os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError("unreachable: SIGKILL is not delivered late")
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _hang_in_one_c_call(seconds: float) -> None:
+    """Block ``seconds`` in one C call: lock a mutex this thread already holds, with a deadline.
+
+    A signal's C handler runs (CPython's only notes it); the call then waits on, and the Python handler runs when
+    it returns. A 2 s call measured on glibc 2.36: SIGUSR1 and SIGALRM sent at 0.3 s and 0.5 s ran their Python
+    handlers at 2.0 s, after 0.02 s of CPU."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "pthread_mutex_timedlock"):
+        sum(range(C_HANG_ITERATIONS))  # no timed lock (macOS): spin in one C call instead
+        return
+    mutex = ctypes.create_string_buffer(64)  # zeroed: glibc's default mutex, unlocked (40 bytes on x86-64)
+    if libc.pthread_mutex_lock(mutex) != 0:
+        raise OSError(ctypes.get_errno(), "pthread_mutex_lock")
+    deadline = time.time() + seconds  # the timed lock's deadline is on CLOCK_REALTIME
+    when = _Timespec(int(deadline), int(deadline % 1 * 1e9))
+    libc.pthread_mutex_timedlock(mutex, ctypes.byref(when))  # ETIMEDOUT at the deadline; no signal ends it
 
 
 def _hang_swallowing(swallowed: type[BaseException]) -> None:
