@@ -351,6 +351,21 @@ def _meta_states(fm: Fm, ids: Sequence[str]) -> list[str]:
     return states
 
 
+def _ended_states(fm: Fm, ids: Sequence[str], ended: dict[str, str]) -> list[str]:
+    """``_meta_states``, where a task once read SUCCESS or FAILURE stays so (``ended``, filled in here).
+
+    The write-up's retries race its own last attempt: ``Task.retry`` publishes the next attempt
+    (``S.apply_async()``) before the worker stores RETRY for this one, and the backend's ``_store_result`` keeps
+    only a SUCCESS from being overwritten (``KeyValueStoreBackend._store_result``, Celery 5.5.3, 5.6.3, 5.7.0).
+    In one matrix run on 5.6 the fifth attempt stalled 0.9 s between the two; the sixth ran, failed and stored
+    FAILURE; the fifth's RETRY then replaced it, and the check read RETRY."""
+    states = _meta_states(fm, ids)
+    for task_id, state in zip(ids, states):
+        if state in ("SUCCESS", "FAILURE"):
+            ended.setdefault(task_id, state)
+    return [ended.get(task_id, state) for task_id, state in zip(ids, states)]
+
+
 def run_scenario(fm: Fm, sc: Scenario, kind: records.Kind, run_id: str, metrics_dir: Any,
                  watch: Callable[[], None] | None = None, say: Callable[[str], None] = print) -> CaseRun:
     s = stream(sc.no_seq, OUTAGE_EVENTS if sc.outage else EVENTS)
@@ -398,18 +413,20 @@ def run_scenario(fm: Fm, sc: Scenario, kind: records.Kind, run_id: str, metrics_
     try:
         if kind == "broken":
             refused = _texts([payloads[p] for p in writeup_refused(s)])
+            ended: dict[str, str] = {}  # each task's first SUCCESS or FAILURE read, kept: see _ended_states
 
             def settled() -> bool:
                 look()
-                states = _meta_states(fm, ids)
+                states = _ended_states(fm, ids, ended)
                 outlasted(lambda: "FAILURE" in states)
                 return (len(outage) != 1 and all(st in ("SUCCESS", "FAILURE") for st in states)
                         and ledger.counts().quarantined >= len(refused))
             wait_until(settled, RUN_TIMEOUT, interval=0.25)
             drained = time.monotonic() - started
+            states = _ended_states(fm, ids, ended)
             if plan is not None:
-                lost_state = _meta_states(fm, [ids[plan.exhausted]])[0]
-            failed = tuple(p for p, st in enumerate(_meta_states(fm, ids)) if st == "FAILURE")
+                lost_state = states[plan.exhausted]
+            failed = tuple(p for p, st in enumerate(states) if st == "FAILURE")
         else:
             def handled(n: int) -> Callable[[], bool]:
                 def check() -> bool:
