@@ -11,7 +11,7 @@
 # MATRIX_ARGS, e.g. make matrix MATRIX_ARGS="--only 5.5".
 
 PYTHON ?= python3
-JOBS ?= 3
+JOBS ?= 4
 PYTEST_ARGS ?= -m "not attendee"
 VENV := .venv
 BIN := $(VENV)/bin
