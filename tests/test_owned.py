@@ -187,6 +187,9 @@ def test_a_first_start_on_a_taken_port_is_tried_once_more_on_another() -> None:
     server = owned.OwnedRedis("t-taken", persist=False)
     taken = server.port
     with socket.socket() as holder:
+        # as redis-server binds (and the lab's port check): a port an earlier owned server's closed connections
+        # keep in TIME_WAIT is free to it; without this the test's own bind failed there (a fresh-clone CI, EADDRINUSE)
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("127.0.0.1", taken))
         holder.listen(1)
         try:
