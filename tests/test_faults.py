@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
 import signal
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +70,37 @@ def test_slow_until_released_is_slow_then_quick_once_its_run_is_released(redis_k
     release(run)
     assert took() < SLOW_SECONDS / 4
     assert Fault.from_wire(SLOW_UNTIL_RELEASED.to_wire()) == SLOW_UNTIL_RELEASED
+
+
+
+def _c_hang_in_child(seconds: float, out: str) -> None:
+    """Arm SIGALRM (as ``@hard_timeout`` does) and SIGUSR1 (Celery's soft limit) to fire inside the hang."""
+    from lab.faults import _hang_in_one_c_call  # pyright: ignore[reportPrivateUsage]
+    began = time.monotonic()
+    handled: list[float] = []
+
+    def note(_number: int, _frame: object) -> None:
+        handled.append(time.monotonic() - began)
+
+    signal.signal(signal.SIGALRM, note)
+    signal.signal(signal.SIGUSR1, note)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    threading.Timer(0.4, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+    cpu = time.process_time()
+    _hang_in_one_c_call(seconds)
+    Path(out).write_text(json.dumps({"took": time.monotonic() - began, "handled": handled,
+                                     "cpu": time.process_time() - cpu}))
+
+
+def test_a_c_hang_runs_no_signal_handler_until_it_returns_and_uses_no_cpu(tmp_path: Path) -> None:
+    """C_HANG (lab.faults): a SIGALRM at 0.2 s and a SIGUSR1 at 0.4 s run their Python handlers only once the
+    1.5 s call returned; the hang sleeps (it spun a core before, ``sum(range(n))``)."""
+    out = tmp_path / "hang.json"
+    child = multiprocessing.get_context("fork").Process(target=_c_hang_in_child, args=(1.5, str(out)))
+    child.start()
+    child.join(timeout=20)
+    assert child.exitcode == 0
+    seen = json.loads(out.read_text())
+    assert seen["took"] >= 1.5
+    assert len(seen["handled"]) == 2 and min(seen["handled"]) >= 1.5, seen
+    assert seen["cpu"] < 0.3, seen
