@@ -262,8 +262,7 @@ def stop_leftovers(orphans_only: bool = False) -> list[str]:
         if folder.name.startswith("rabbit-"):  # a node: its script and its Erlang VM, one process group
             group = [p for p in _group(pid) if str(folder / "home") in _cmdline(p) or "rabbitmq-server" in _cmdline(p)]
             if group:
-                os.killpg(pid, signal.SIGKILL)
-                wait_until(lambda: all(_gone(p) for p in group), STOP_SECONDS, interruptible=False)
+                _kill_group(pid, group)
                 stopped.append(folder.name)
         elif "redis-server" in (cmd := _cmdline(pid)) and f"127.0.0.1:{port}" in cmd:
             os.kill(pid, signal.SIGKILL)
@@ -284,6 +283,15 @@ def _cmdline(pid: int) -> str:
 
 def _gone(pid: int) -> bool:
     return not Path(f"/proc/{pid}").exists() or _zombie(pid)
+
+
+def _kill_group(pgid: int, group: list[int]) -> None:
+    """SIGKILL process group ``pgid`` and wait until ``group``, its processes, are gone."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    wait_until(lambda: all(_gone(p) for p in group), STOP_SECONDS, interruptible=False)
 
 
 def _group(pgid: int) -> list[int]:
@@ -475,13 +483,8 @@ class OwnedRabbit:
         no orderly stop: ``stop``'s took 1.07 s of an idle node's removal, the SIGKILL a few milliseconds."""
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
-            group = _group(proc.pid)
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(proc.pid, _group(proc.pid))
             proc.wait()
-            wait_until(lambda: all(_gone(p) for p in group), STOP_SECONDS, interruptible=False)
         (self.folder / "pid").unlink(missing_ok=True)
         shutil.rmtree(self.folder, ignore_errors=True)
 
